@@ -1,0 +1,57 @@
+"""Engram: persistent, multi-tenant memory for LLM agents.
+
+    from engram import Engram
+    eng = Engram.open()
+    mem = eng.for_user("sarah")
+    mem.remember_turn("I moved to Edinburgh")
+    hits = mem.recall("where do I live?")
+"""
+
+from engram.errors import (
+    Conflict,
+    EngramError,
+    ImportFileError,
+    InvalidInput,
+    ModelError,
+    NotFound,
+    PermissionDenied,
+    StorageError,
+)
+from engram.memory import CatalogAdmin, Engram, UserMemory
+from engram.models import (
+    CatalogItem,
+    EpisodicMemory,
+    Hit,
+    Memory,
+    ProceduralMemory,
+    SemanticMemory,
+    Step,
+    Tombstone,
+)
+from engram.retrieval.config import RetrievalConfig
+from engram.settings import EngramSettings
+
+__all__ = [
+    "CatalogAdmin",
+    "CatalogItem",
+    "Conflict",
+    "Engram",
+    "EngramError",
+    "EngramSettings",
+    "EpisodicMemory",
+    "Hit",
+    "ImportFileError",
+    "InvalidInput",
+    "Memory",
+    "ModelError",
+    "NotFound",
+    "PermissionDenied",
+    "ProceduralMemory",
+    "RetrievalConfig",
+    "SemanticMemory",
+    "StorageError",
+    "Step",
+    "Tombstone",
+    "UserMemory",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,53 @@
+"""Engram's exceptions: one root, subclassed by what the caller can do about it.
+
+    EngramError
+    ├── InvalidInput          bad argument or document; nothing was changed
+    │   └── ImportFileError   an import document is invalid; names the record; nothing imported
+    ├── NotFound              no such row *in your scope* (also raised for another tenant's rows)
+    ├── PermissionDenied      the handle may not do this (e.g. a tenant writing the catalog)
+    ├── Conflict              the row's state forbids it (e.g. superseding an already superseded fact)
+    ├── ModelError            a model's files are missing/corrupt or do not match the store
+    └── StorageError          the storage engine failed or the store is unusable
+"""
+
+from __future__ import annotations
+
+
+class EngramError(Exception):
+    """Root of every error Engram raises on purpose."""
+
+    code = "engram_error"
+
+
+class InvalidInput(EngramError, ValueError):
+    code = "invalid_input"
+
+
+class ImportFileError(InvalidInput):
+    code = "invalid_import"
+
+
+class NotFound(EngramError, LookupError):
+    """Raised alike for rows that do not exist and rows of another tenant, so existence never leaks."""
+
+    code = "not_found"
+
+    def __init__(self, memory_id: str) -> None:
+        super().__init__(f"memory {memory_id!r} not found")
+        self.memory_id = memory_id
+
+
+class PermissionDenied(EngramError, PermissionError):
+    code = "permission_denied"
+
+
+class Conflict(EngramError):
+    code = "conflict"
+
+
+class ModelError(EngramError):
+    code = "model_error"
+
+
+class StorageError(EngramError):
+    code = "storage_error"

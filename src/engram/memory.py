@@ -1,0 +1,449 @@
+"""The public facade: ``Engram`` opens a store; ``for_user`` and ``catalog`` give tenant-scoped handles.
+
+Every operation goes through a handle bound to one tenant, and the handle passes that tenant to every
+Store call: there is no code path that reads or writes without a tenant.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from engram.errors import InvalidInput, NotFound, PermissionDenied
+from engram.models import (
+    MEMORY_TYPES,
+    CatalogItem,
+    Contradiction,
+    EpisodicMemory,
+    FactType,
+    Hit,
+    Memory,
+    MemoryType,
+    ProceduralMemory,
+    SemanticMemory,
+    Step,
+    Tombstone,
+    new_id,
+    utcnow,
+)
+from engram.providers.base import Embedder, Reranker
+from engram.retrieval.config import RetrievalConfig
+from engram.retrieval.pipeline import recall as run_recall
+from engram.settings import EngramSettings, load_settings
+from engram.storage._rows import search_text_of
+from engram.storage.base import CATALOG, Store, Supersession, Tenant
+
+_USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+\-]{0,127}$")
+WRITABLE_TYPES = ("semantic", "procedural")
+
+
+def validate_user_id(user_id: object) -> str:
+    if not isinstance(user_id, str) or not _USER_ID.match(user_id):
+        raise InvalidInput(
+            "user_id must be 1-128 characters: letters, digits and . _ @ : + - (not first)"
+        )
+    return user_id
+
+
+def open_store(url: str) -> Store:
+    """Open a store from a URL: ``sqlite:///path.db`` (or a bare path)."""
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")  # sqlite:///rel.db, sqlite:////abs/path.db
+    elif "://" in url:
+        raise InvalidInput(f"unsupported store URL {url!r}: expected sqlite:///PATH or a file path")
+    else:
+        path = url
+    from engram.storage.sqlite import SQLiteStore
+
+    return SQLiteStore(Path(path).expanduser())
+
+
+class Engram:
+    """One store, one embedder, one reranker; hands out tenant-scoped handles."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        reranker: Reranker | None,
+        *,
+        config: RetrievalConfig | None = None,
+        settings: EngramSettings | None = None,
+    ) -> None:
+        self.settings = settings or load_settings()
+        self.store = store
+        self.embedder = embedder
+        self.reranker = reranker
+        self.config = config or RetrievalConfig.from_settings(self.settings)
+        store.ensure_model(embedder.name, embedder.dim)
+
+    @classmethod
+    def open(cls, url: str | None = None, **settings: Any) -> Engram:
+        """Open the embedded store (default ``$ENGRAM_HOME/engram.db``) or the store at ``url``,
+        with the packaged local models. Keyword arguments override settings (e.g. ``rerank_window=40``)."""
+        resolved = load_settings(**settings)
+        return cls.from_settings(resolved, url=url)
+
+    @classmethod
+    def from_settings(cls, settings: EngramSettings, url: str | None = None) -> Engram:
+        from engram.providers import default_embedder, default_reranker
+
+        store = open_store(url or settings.store_url())
+        try:
+            return cls(
+                store,
+                default_embedder(settings),
+                default_reranker(settings) if settings.rerank else None,
+                settings=settings,
+            )
+        except BaseException:
+            store.close()
+            raise
+
+    def for_user(self, user_id: str) -> UserMemory:
+        return UserMemory(self, validate_user_id(user_id))
+
+    @property
+    def catalog(self) -> CatalogAdmin:
+        """The admin handle for the shared catalog (readable by all, writable only here)."""
+        return CatalogAdmin(self)
+
+    def import_json(self, document: Mapping[str, Any] | Sequence[Any], *, user_id: str | None = None,
+                    progress: bool = False) -> dict[str, int]:
+        """Import a user document or a catalog list; see ``engram.importer``. All or nothing."""
+        from engram.importer import import_document
+
+        return import_document(self, document, user_id=user_id, progress=progress)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Engram:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- shared by the handles ------------------------------------------------------------------
+    def _check_text(self, text: object, what: str = "text") -> str:
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput(f"{what} must be a non-empty string")
+        if len(text) > self.settings.max_text_chars:
+            raise InvalidInput(
+                f"{what} is {len(text)} characters; the limit is {self.settings.max_text_chars}"
+            )
+        return text
+
+    def _store_rows(
+        self, tenant: Tenant, rows: Sequence[Memory], supersede: Supersession | None = None
+    ) -> None:
+        vectors = self.embedder.embed_documents([search_text_of(r) for r in rows])
+        self.store.insert(tenant, rows, vectors, supersede)
+
+
+class _Handle:
+    """Operations common to user and catalog handles; ``_tenant`` is fixed at construction."""
+
+    _tenant: Tenant
+
+    def __init__(self, engram: Engram) -> None:
+        self._engram = engram
+
+    def get(self, memory_id: str) -> Memory:
+        """The row, if it is in this handle's scope (catalog rows are readable by every tenant)."""
+        rows = self._engram.store.get(self._tenant, [memory_id], include_catalog=True)
+        if not rows:
+            raise NotFound(str(memory_id))
+        return rows[0]
+
+    def forget(self, memory_id: str) -> Tombstone:
+        """Hard-delete one of this tenant's rows; an audit tombstone without text remains."""
+        self._deny_catalog_write(memory_id)
+        return self._engram.store.forget(self._tenant, memory_id, utcnow())
+
+    def _deny_catalog_write(self, memory_id: str) -> None:
+        pass
+
+
+class UserMemory(_Handle):
+    """Memory of one user. Sees the user's rows and the catalog; writes only the user's rows."""
+
+    def __init__(self, engram: Engram, user_id: str) -> None:
+        super().__init__(engram)
+        self._tenant = user_id
+        self.user_id = user_id
+
+    def remember_turn(
+        self,
+        text: str,
+        at: datetime | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> EpisodicMemory:
+        """Store one user turn verbatim (episodic), visible to the very next recall."""
+        row = _build(
+            EpisodicMemory,
+            id=new_id("episodic"),
+            text=self._engram._check_text(text),
+            user_id=self.user_id,
+            created_at=utcnow(),
+            timestamp=_aware(at) or utcnow(),
+            session_id=session_id,
+            metadata=dict(metadata or {}),
+        )
+        self._engram._store_rows(self.user_id, [row])
+        return row
+
+    def write(
+        self,
+        text: str,
+        memory_type: MemoryType = "semantic",
+        *,
+        fact_type: FactType = "identity",
+        confidence: float = 1.0,
+        supporting_episode_ids: Sequence[str] = (),
+        supersedes_id: str | None = None,
+        contradiction: Contradiction | None = None,
+        valid_from: datetime | None = None,
+        valid_to: datetime | None = None,
+        name: str | None = None,
+        trigger_text: str = "",
+        description: str = "",
+        steps: Iterable[Step | Mapping[str, Any]] = (),
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+    ) -> SemanticMemory | ProceduralMemory:
+        """Write a fact (semantic) or a playbook (procedural).
+
+        With ``supersedes_id`` the new row replaces that live row of the same type, in one transaction:
+        ``contradiction="natural"`` (default: a routine change) or ``"harsh"`` (the old one was never
+        true: it is marked retracted and the new fact's confidence is lowered by the penalty).
+        ``created_at`` backdates the row for imports.
+        """
+        return self._build_write(**{k: v for k, v in locals().items() if k != "self"})
+
+    def _build_write(self, **kw: Any) -> SemanticMemory | ProceduralMemory:
+        engram = self._engram
+        memory_type = kw["memory_type"]
+        if memory_type not in WRITABLE_TYPES:
+            raise InvalidInput(
+                f"memory_type must be one of {WRITABLE_TYPES} (episodes are written with "
+                f"remember_turn, catalog rows by the admin); got {memory_type!r}"
+            )
+        text = engram._check_text(kw["text"])
+        now = utcnow()
+        supersede = None
+        contradiction = kw["contradiction"]
+        if kw["supersedes_id"] is None:
+            if contradiction is not None:
+                raise InvalidInput("contradiction is only meaningful with supersedes_id")
+        else:
+            contradiction = contradiction or "natural"
+            if contradiction not in ("natural", "harsh"):
+                raise InvalidInput("contradiction must be 'natural' or 'harsh'")
+            supersede = Supersession(
+                old_id=str(kw["supersedes_id"]), retract=contradiction == "harsh", at=now
+            )
+        common = {
+            "id": new_id(memory_type),
+            "text": text,
+            "user_id": self.user_id,
+            "created_at": _aware(kw["created_at"]) or now,
+            "metadata": dict(kw["metadata"] or {}),
+            "supersedes": supersede.old_id if supersede else None,
+        }
+        row: SemanticMemory | ProceduralMemory
+        if memory_type == "semantic":
+            confidence = kw["confidence"]
+            if not isinstance(confidence, int | float) or not 0.0 <= confidence <= 1.0:
+                raise InvalidInput("confidence must be a number in [0, 1]")
+            if contradiction == "harsh":
+                confidence = max(0.0, confidence - engram.settings.supersede_penalty)
+            row = _build(
+                SemanticMemory,
+                **common,
+                fact_type=kw["fact_type"],
+                confidence=confidence,
+                supporting_episode_ids=list(kw["supporting_episode_ids"]),
+                contradiction=contradiction if supersede else None,
+                valid_from=_aware(kw["valid_from"]),
+                valid_to=_aware(kw["valid_to"]),
+            )
+        else:
+            name = kw["name"]
+            if not isinstance(name, str) or not name.strip():
+                raise InvalidInput("a procedural memory needs a non-empty name")
+            row = _build(
+                ProceduralMemory,
+                **common,
+                name=name,
+                trigger_text=kw["trigger_text"] or "",
+                description=kw["description"] or "",
+                steps=[s if isinstance(s, Step) else dict(s) for s in kw["steps"]],
+            )
+        engram._store_rows(self.user_id, [row], supersede)
+        return row
+
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        memory_types: Iterable[MemoryType] | None = None,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+        config: RetrievalConfig | None = None,
+    ) -> list[Hit]:
+        """Search all of the user's memory types and the catalog in one call.
+
+        Returned semantic facts get ``use_count + 1`` and ``last_used_at = now`` (atomically); the
+        returned rows show the values after that bump, their explain the values before it.
+        """
+        engram = self._engram
+        query = engram._check_text(query, "query")
+        if not isinstance(k, int) or not 1 <= k <= 1000:
+            raise InvalidInput("k must be an integer in [1, 1000]")
+        types = set(MEMORY_TYPES if memory_types is None else _check_types(memory_types))
+        if not include_catalog:
+            types.discard("catalog")
+        now = utcnow()
+        hits = run_recall(
+            engram.store,
+            engram.embedder,
+            engram.reranker,
+            self.user_id,
+            query,
+            k=k,
+            memory_types=frozenset(types),
+            include_superseded=include_superseded,
+            config=config or engram.config,
+            now=now,
+        )
+        used = [
+            h.memory.id
+            for h in hits
+            if h.memory.memory_type == "semantic" and h.memory.superseded_by is None
+        ]
+        engram.store.record_use(self.user_id, used, now)
+        used_set = set(used)
+        return [
+            h.model_copy(
+                update={
+                    "memory": h.memory.model_copy(
+                        update={"use_count": h.memory.use_count + 1, "last_used_at": now}
+                    )
+                }
+            )
+            if h.memory.id in used_set
+            else h
+            for h in hits
+        ]
+
+    def history(self, memory_id: str) -> list[Memory]:
+        """The supersession chain that contains ``memory_id``, oldest first (forgotten links are gone)."""
+        start = self.get(memory_id)
+        if start.user_id != self.user_id:
+            return [start]  # a catalog row: no chains there
+        chain = [start]
+        seen = {start.id}
+        back = getattr(start, "supersedes", None)
+        while back and back not in seen:
+            rows = self._engram.store.get(self._tenant, [back], include_catalog=False)
+            if not rows:
+                break
+            chain.insert(0, rows[0])
+            seen.add(back)
+            back = getattr(rows[0], "supersedes", None)
+        forward = getattr(start, "superseded_by", None)
+        while forward and forward not in seen:
+            rows = self._engram.store.get(self._tenant, [forward], include_catalog=False)
+            if not rows:
+                break
+            chain.append(rows[0])
+            seen.add(forward)
+            forward = getattr(rows[0], "superseded_by", None)
+        return chain
+
+    def list(
+        self,
+        memory_type: MemoryType,
+        *,
+        include_superseded: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Memory]:
+        """The user's rows of one type, newest first, paged."""
+        (checked,) = _check_types([memory_type])
+        if checked == "catalog":
+            raise InvalidInput("list the catalog through the catalog handle")
+        return self._engram.store.list(
+            self.user_id, checked, include_superseded=include_superseded, limit=limit, offset=offset
+        )
+
+    def _deny_catalog_write(self, memory_id: str) -> None:
+        if isinstance(memory_id, str) and memory_id.startswith("cat_"):
+            rows = self._engram.store.get(self.user_id, [memory_id], include_catalog=True)
+            if rows:
+                raise PermissionDenied("catalog rows can only be changed through the admin handle")
+
+
+class CatalogAdmin(_Handle):
+    """The shared catalog: rows with no owner, readable by every tenant, written only here."""
+
+    _tenant = CATALOG
+
+    def add(
+        self,
+        text: str,
+        title: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+    ) -> CatalogItem:
+        row = _build(
+            CatalogItem,
+            id=new_id("catalog"),
+            text=self._engram._check_text(text),
+            title=title or "",
+            user_id=None,
+            created_at=_aware(created_at) or utcnow(),
+            metadata=dict(metadata or {}),
+        )
+        self._engram._store_rows(CATALOG, [row])
+        return row
+
+    def list(self, *, limit: int = 50, offset: int = 0) -> list[Memory]:
+        return self._engram.store.list(CATALOG, "catalog", limit=limit, offset=offset)
+
+
+def _check_types(memory_types: Iterable[Any]) -> list[MemoryType]:
+    if isinstance(memory_types, str):
+        memory_types = [memory_types]
+    result = list(memory_types)
+    for t in result:
+        if t not in MEMORY_TYPES:
+            raise InvalidInput(f"unknown memory_type {t!r}; expected one of {MEMORY_TYPES}")
+    return result
+
+
+def _aware(at: datetime | None) -> datetime | None:
+    """Timestamps are stored in UTC; a naive datetime is taken to be UTC already."""
+    if at is None:
+        return None
+    if not isinstance(at, datetime):
+        raise InvalidInput(f"expected a datetime, got {type(at).__name__}")
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+
+
+def _build(model: type[Any], **fields: Any) -> Any:
+    """Construct a row model, turning pydantic's errors into InvalidInput."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidInput(problems) from None

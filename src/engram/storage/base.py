@@ -1,0 +1,102 @@
+"""The Store protocol: what every storage backend provides, tenant-scoped on every method.
+
+A ``tenant`` is a user id, or ``CATALOG`` (None) for the shared catalog. The rule is the same for all
+methods and all backends:
+
+* reads see the tenant's own rows, plus catalog rows when ``include_catalog`` is true;
+* writes (insert, supersede, forget, record_use) touch only rows owned by exactly that tenant.
+
+A row outside the tenant's scope is reported as ``NotFound``, exactly like a row that does not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from engram.models import Memory, MemoryType, Tombstone
+from engram.providers.base import Vectors
+
+CATALOG: None = None  # the tenant that owns catalog rows
+Tenant = str | None
+
+
+@dataclass(frozen=True)
+class SearchFilter:
+    """Which rows a search leg may return (on top of the tenant scope)."""
+
+    memory_types: frozenset[MemoryType]
+    include_superseded: bool = False
+
+
+@dataclass(frozen=True)
+class Supersession:
+    """Mark ``old_id`` as replaced by the row being inserted, in the same transaction."""
+
+    old_id: str
+    retract: bool  # harsh contradiction: the old fact was never true
+    at: datetime
+
+
+@dataclass(frozen=True)
+class LegHit:
+    """A candidate from one search leg: its id and the leg's raw score (higher is better)."""
+
+    id: str
+    score: float
+
+
+class Store(Protocol):
+    def ensure_model(self, name: str, dim: int) -> None:
+        """Record the embedding model on first use; raise ModelError if the store was built with another."""
+        ...
+
+    def insert(
+        self,
+        tenant: Tenant,
+        rows: Sequence[Memory],
+        vectors: Vectors,
+        supersede: Supersession | None = None,
+    ) -> None:
+        """Insert rows (all owned by ``tenant``) atomically; with ``supersede``, rows must be one row."""
+        ...
+
+    def get(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
+        """Rows in scope among ``ids``, in the order asked; ids out of scope are silently absent."""
+        ...
+
+    def search_text(
+        self, tenant: Tenant, query: str, where: SearchFilter, limit: int
+    ) -> list[LegHit]:
+        """Full-text (BM25) candidates, best first."""
+        ...
+
+    def search_vector(
+        self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int
+    ) -> list[LegHit]:
+        """Exact nearest neighbours by cosine similarity, best first."""
+        ...
+
+    def record_use(self, tenant: Tenant, ids: Sequence[str], at: datetime) -> None:
+        """Atomically bump use_count and set last_used_at of the tenant's semantic rows among ``ids``."""
+        ...
+
+    def forget(self, tenant: Tenant, memory_id: str, at: datetime) -> Tombstone:
+        """Hard-delete a row owned by ``tenant``, leaving a tombstone without text."""
+        ...
+
+    def list(
+        self,
+        tenant: Tenant,
+        memory_type: MemoryType,
+        *,
+        include_superseded: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Memory]:
+        """The tenant's rows of one type, newest first (catalog rows for the catalog tenant)."""
+        ...
+
+    def close(self) -> None: ...
