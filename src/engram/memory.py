@@ -139,11 +139,9 @@ class Engram:
             )
         return text
 
-    def _store_rows(
-        self, tenant: Tenant, rows: Sequence[Memory], supersede: Supersession | None = None
-    ) -> None:
-        vectors = self.embedder.embed_documents([search_text_of(r) for r in rows])
-        self.store.insert(tenant, rows, vectors, supersede)
+    def _store_row(self, tenant: Tenant, row: Memory, supersede: Supersession | None = None) -> None:
+        vectors = self.embedder.embed_documents([search_text_of(row)])
+        self.store.insert(tenant, [row], vectors, {row.id: supersede} if supersede else None)
 
 
 class _Handle:
@@ -196,7 +194,7 @@ class UserMemory(_Handle):
             session_id=session_id,
             metadata=dict(metadata or {}),
         )
-        self._engram._store_rows(self.user_id, [row])
+        self._engram._store_row(self.user_id, row)
         return row
 
     def write(
@@ -286,7 +284,7 @@ class UserMemory(_Handle):
                 description=kw["description"] or "",
                 steps=[s if isinstance(s, Step) else dict(s) for s in kw["steps"]],
             )
-        engram._store_rows(self.user_id, [row], supersede)
+        engram._store_row(self.user_id, row, supersede)
         return row
 
     def recall(
@@ -412,7 +410,7 @@ class CatalogAdmin(_Handle):
             created_at=_aware(created_at) or utcnow(),
             metadata=dict(metadata or {}),
         )
-        self._engram._store_rows(CATALOG, [row])
+        self._engram._store_row(CATALOG, row)
         return row
 
     def list(self, *, limit: int = 50, offset: int = 0) -> list[Memory]:

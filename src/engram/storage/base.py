@@ -11,7 +11,7 @@ A row outside the tenant's scope is reported as ``NotFound``, exactly like a row
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -33,7 +33,7 @@ class SearchFilter:
 
 @dataclass(frozen=True)
 class Supersession:
-    """Mark ``old_id`` as replaced by the row being inserted, in the same transaction."""
+    """Mark ``old_id`` as replaced by a row being inserted, in the same transaction."""
 
     old_id: str
     retract: bool  # harsh contradiction: the old fact was never true
@@ -58,9 +58,13 @@ class Store(Protocol):
         tenant: Tenant,
         rows: Sequence[Memory],
         vectors: Vectors,
-        supersede: Supersession | None = None,
+        supersede: Mapping[str, Supersession] | None = None,
     ) -> None:
-        """Insert rows (all owned by ``tenant``) atomically; with ``supersede``, rows must be one row."""
+        """Insert rows (all owned by ``tenant``) in one transaction.
+
+        ``supersede`` maps a new row's id to the row it replaces (which may be in the same batch): the
+        old row must be live, the tenant's, and of the same type, else nothing is written.
+        """
         ...
 
     def get(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:

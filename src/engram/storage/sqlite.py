@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -214,23 +214,24 @@ class SQLiteStore:
         tenant: Tenant,
         rows: Sequence[Memory],
         vectors: Vectors,
-        supersede: Supersession | None = None,
+        supersede: Mapping[str, Supersession] | None = None,
     ) -> None:
         owner = _owner_key(tenant)
         if len(rows) != len(vectors):
             raise InvalidInput("one vector per row is required")
-        if supersede is not None and len(rows) != 1:
-            raise InvalidInput("a supersession inserts exactly one row")
+        new_rows = {row.id: row for row in rows}
+        if supersede and not supersede.keys() <= new_rows.keys():
+            raise InvalidInput("a supersession must name a row of the same insert")
         for row in rows:
             if _owner_key(row.user_id) != owner:
                 raise InvalidInput(f"row {row.id} does not belong to this tenant")
         with self._errors():
             conn = self._conn()
             with self._write(conn):
-                if supersede is not None:
-                    self._supersede(conn, owner, rows[0], supersede)
                 for row, vector in zip(rows, vectors, strict=True):
                     self._insert_one(conn, owner, row, vector)
+                for new_id, spec in (supersede or {}).items():
+                    self._supersede(conn, owner, new_rows[new_id], spec)
 
     def _supersede(
         self, conn: apsw.Connection, owner: str, new: Memory, spec: Supersession

@@ -1,0 +1,274 @@
+"""Bulk import of a user's memories or of catalog items from JSON. All or nothing.
+
+User document::
+
+    {"user_id": "sarah",
+     "episodic":   [{"text", "timestamp" | "days_ago", "session_id"?, "metadata"?, "key"?}],
+     "semantic":   [{"text", "fact_type"?, "confidence"?, "timestamp" | "days_ago",
+                     "supporting_episodes"?: [key], "supersedes"?: key, "contradiction"?, "key"?}],
+     "procedural": [{"name", "trigger_text"?, "description"?, "steps": [{order, instruction, tool}],
+                     "text"?, "success_count"?, "failure_count"?, "key"?}]}
+
+Catalog document: ``[{"title", "text", "metadata"?, "key"?}]``.
+
+``key`` is a name local to the file, so records can point at each other (a fact superseding an
+older fact, a fact citing its episodes); the import returns the generated id of every key.
+Every record is validated before anything is embedded; an error names the record
+(``semantic[3].confidence: ...``) and nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from rich.progress import Progress
+
+from engram.errors import ImportFileError, InvalidInput
+from engram.models import (
+    CatalogItem,
+    Contradiction,
+    EpisodicMemory,
+    FactType,
+    Memory,
+    ProceduralMemory,
+    SemanticMemory,
+    Step,
+    new_id,
+    utcnow,
+)
+from engram.storage._rows import search_text_of
+from engram.storage.base import CATALOG, Supersession
+
+if TYPE_CHECKING:
+    from engram.memory import Engram
+
+EMBED_CHUNK = 256  # rows embedded between progress updates
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Timed(_Record):
+    timestamp: datetime | None = None
+    days_ago: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_time(self) -> _Timed:
+        if self.timestamp is not None and self.days_ago is not None:
+            raise ValueError("give either timestamp or days_ago, not both")
+        return self
+
+    def at(self, now: datetime) -> datetime | None:
+        if self.days_ago is not None:
+            return now - timedelta(days=self.days_ago)
+        if self.timestamp is not None and self.timestamp.tzinfo is None:
+            return self.timestamp.replace(tzinfo=now.tzinfo)
+        return self.timestamp
+
+
+class EpisodeRecord(_Timed):
+    text: str
+    session_id: str | None = None
+
+
+class FactRecord(_Timed):
+    text: str
+    fact_type: FactType = "identity"
+    confidence: float = Field(default=1.0, ge=0, le=1)
+    supporting_episodes: list[str] = Field(default_factory=list)
+    supersedes: str | None = None
+    contradiction: Contradiction | None = None
+
+
+class PlaybookRecord(_Timed):
+    name: str = Field(min_length=1)
+    text: str = ""
+    trigger_text: str = ""
+    description: str = ""
+    steps: list[Step] = Field(default_factory=list)
+    success_count: int = Field(default=0, ge=0)
+    failure_count: int = Field(default=0, ge=0)
+
+
+class UserDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: str | None = None
+    episodic: list[EpisodeRecord] = Field(default_factory=list)
+    semantic: list[FactRecord] = Field(default_factory=list)
+    procedural: list[PlaybookRecord] = Field(default_factory=list)
+
+
+class CatalogRecord(_Record):
+    title: str = ""
+    text: str
+
+
+def _fail(exc: ValidationError, prefix: str = "") -> ImportFileError:
+    problems = []
+    for err in exc.errors()[:5]:
+        loc = prefix
+        for part in err["loc"]:
+            loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+        problems.append(f"{loc or 'document'}: {err['msg']}")
+    more = f" (and {len(exc.errors()) - 5} more)" if len(exc.errors()) > 5 else ""
+    return ImportFileError("invalid import file: " + "; ".join(problems) + more)
+
+
+def import_document(
+    engram: Engram,
+    document: Mapping[str, Any] | Sequence[Any],
+    *,
+    user_id: str | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Validate, embed and insert a whole document in one transaction; see the module docstring."""
+    if isinstance(document, Sequence) and not isinstance(document, str | bytes):
+        return _import_catalog(engram, document, progress)
+    if not isinstance(document, Mapping):
+        raise ImportFileError("an import file is a JSON object (user memories) or array (catalog)")
+    try:
+        doc = UserDocument.model_validate(document)
+    except ValidationError as exc:
+        raise _fail(exc) from None
+    if user_id and doc.user_id and user_id != doc.user_id:
+        raise ImportFileError(f"the file is for user {doc.user_id!r}, not {user_id!r}")
+    owner = user_id or doc.user_id
+    if not owner:
+        raise ImportFileError("no user: pass --user or put user_id in the file")
+    handle = engram.for_user(owner)  # validates the user id
+    now = utcnow()
+    rows: list[Memory] = []
+    keys: dict[str, str] = {}
+    supersede: dict[str, Supersession] = {}
+
+    def checked(text: str, where: str) -> str:
+        try:
+            return engram._check_text(text, where)
+        except InvalidInput as exc:
+            raise ImportFileError(f"invalid import file: {exc}") from None
+
+    def remember_key(key: str | None, row_id: str, where: str) -> None:
+        if key is None:
+            return
+        if key in keys:
+            raise ImportFileError(f"invalid import file: {where}.key {key!r} is used twice")
+        keys[key] = row_id
+
+    for i, ep in enumerate(doc.episodic):
+        where = f"episodic[{i}]"
+        row = EpisodicMemory(
+            id=new_id("episodic"), text=checked(ep.text, f"{where}.text"), user_id=handle.user_id,
+            created_at=now, timestamp=ep.at(now) or now, session_id=ep.session_id, metadata=ep.metadata,
+        )
+        remember_key(ep.key, row.id, where)
+        rows.append(row)
+    superseded: set[str] = set()
+    for i, fact in enumerate(doc.semantic):
+        where = f"semantic[{i}]"
+        row_id = new_id("semantic")
+        unknown = [k for k in fact.supporting_episodes if not keys.get(k, "").startswith("epi_")]
+        if unknown:
+            raise ImportFileError(f"invalid import file: {where}.supporting_episodes: {unknown} are not keys of episodes")
+        supersedes = None
+        confidence = fact.confidence
+        if fact.supersedes is not None:
+            if fact.supersedes not in keys:
+                raise ImportFileError(
+                    f"invalid import file: {where}.supersedes: {fact.supersedes!r} is not the key of an "
+                    "earlier record"
+                )
+            supersedes = keys[fact.supersedes]
+            if not supersedes.startswith("sem_") or supersedes in superseded:
+                raise ImportFileError(
+                    f"invalid import file: {where}.supersedes: {fact.supersedes!r} is not a fact, or is "
+                    "already superseded by an earlier record"
+                )
+            superseded.add(supersedes)
+            harsh = fact.contradiction == "harsh"
+            supersede[row_id] = Supersession(old_id=supersedes, retract=harsh, at=now)
+            if harsh:
+                confidence = max(0.0, confidence - engram.settings.supersede_penalty)
+        elif fact.contradiction is not None:
+            raise ImportFileError(f"invalid import file: {where}.contradiction needs supersedes")
+        remember_key(fact.key, row_id, where)
+        rows.append(
+            SemanticMemory(
+                id=row_id, text=checked(fact.text, f"{where}.text"), user_id=handle.user_id,
+                created_at=fact.at(now) or now, metadata=fact.metadata, fact_type=fact.fact_type,
+                confidence=confidence, supporting_episode_ids=[keys[k] for k in fact.supporting_episodes],
+                supersedes=supersedes, contradiction=fact.contradiction if supersedes else None,
+            )
+        )
+    for i, pb in enumerate(doc.procedural):
+        where = f"procedural[{i}]"
+        row = ProceduralMemory(
+            id=new_id("procedural"), text=pb.text, user_id=handle.user_id, created_at=pb.at(now) or now,
+            metadata=pb.metadata, name=checked(pb.name, f"{where}.name"), trigger_text=pb.trigger_text,
+            description=pb.description, steps=pb.steps, success_count=pb.success_count,
+            failure_count=pb.failure_count,
+        )
+        remember_key(pb.key, row.id, where)
+        rows.append(row)
+    _embed_and_insert(engram, handle.user_id, rows, supersede, progress)
+    return {**_counts(rows), "user_id": handle.user_id, "ids": keys}
+
+
+def _import_catalog(engram: Engram, document: Sequence[Any], progress: bool) -> dict[str, Any]:
+    now = utcnow()
+    rows: list[Memory] = []
+    keys: dict[str, str] = {}
+    for i, raw in enumerate(document):
+        try:
+            record = CatalogRecord.model_validate(raw)
+        except ValidationError as exc:
+            raise _fail(exc, f"catalog[{i}]") from None
+        try:
+            text = engram._check_text(record.text, f"catalog[{i}].text")
+        except Exception as exc:
+            raise ImportFileError(f"invalid import file: {exc}") from None
+        row = CatalogItem(
+            id=new_id("catalog"), text=text, title=record.title, user_id=None, created_at=now,
+            metadata=record.metadata,
+        )
+        if record.key:
+            if record.key in keys:
+                raise ImportFileError(f"invalid import file: catalog[{i}].key {record.key!r} is used twice")
+            keys[record.key] = row.id
+        rows.append(row)
+    _embed_and_insert(engram, CATALOG, rows, {}, progress)
+    return {**_counts(rows), "ids": keys}
+
+
+def _embed_and_insert(
+    engram: Engram,
+    tenant: str | None,
+    rows: list[Memory],
+    supersede: dict[str, Supersession],
+    progress: bool,
+) -> None:
+    import numpy as np
+
+    texts = [search_text_of(r) for r in rows]
+    chunks = []
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("embedding", total=len(texts))
+        for start in range(0, len(texts), EMBED_CHUNK):
+            chunks.append(engram.embedder.embed_documents(texts[start : start + EMBED_CHUNK]))
+            bar.advance(task, len(chunks[-1]))
+    vectors = np.concatenate(chunks) if chunks else np.zeros((0, engram.embedder.dim), np.float32)
+    engram.store.insert(tenant, rows, vectors, supersede)
+
+
+def _counts(rows: list[Memory]) -> dict[str, int]:
+    counts = {"episodic": 0, "semantic": 0, "procedural": 0, "catalog": 0}
+    for row in rows:
+        counts[row.memory_type] += 1
+    return counts
