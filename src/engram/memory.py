@@ -223,41 +223,34 @@ class UserMemory(_Handle):
         true: it is marked retracted and the new fact's confidence is lowered by the penalty).
         ``created_at`` backdates the row for imports.
         """
-        return self._build_write(**{k: v for k, v in locals().items() if k != "self"})
-
-    def _build_write(self, **kw: Any) -> SemanticMemory | ProceduralMemory:
         engram = self._engram
-        memory_type = kw["memory_type"]
         if memory_type not in WRITABLE_TYPES:
             raise InvalidInput(
                 f"memory_type must be one of {WRITABLE_TYPES} (episodes are written with "
                 f"remember_turn, catalog rows by the admin); got {memory_type!r}"
             )
-        text = engram._check_text(kw["text"])
+        if memory_type == "semantic" or text != "":  # a playbook may carry everything in its fields
+            text = engram._check_text(text)
         now = utcnow()
         supersede = None
-        contradiction = kw["contradiction"]
-        if kw["supersedes_id"] is None:
+        if supersedes_id is None:
             if contradiction is not None:
                 raise InvalidInput("contradiction is only meaningful with supersedes_id")
         else:
             contradiction = contradiction or "natural"
             if contradiction not in ("natural", "harsh"):
                 raise InvalidInput("contradiction must be 'natural' or 'harsh'")
-            supersede = Supersession(
-                old_id=str(kw["supersedes_id"]), retract=contradiction == "harsh", at=now
-            )
+            supersede = Supersession(old_id=str(supersedes_id), retract=contradiction == "harsh", at=now)
         common = {
             "id": new_id(memory_type),
             "text": text,
             "user_id": self.user_id,
-            "created_at": _aware(kw["created_at"]) or now,
-            "metadata": dict(kw["metadata"] or {}),
+            "created_at": _aware(created_at) or now,
+            "metadata": dict(metadata or {}),
             "supersedes": supersede.old_id if supersede else None,
         }
         row: SemanticMemory | ProceduralMemory
         if memory_type == "semantic":
-            confidence = kw["confidence"]
             if not isinstance(confidence, int | float) or not 0.0 <= confidence <= 1.0:
                 raise InvalidInput("confidence must be a number in [0, 1]")
             if contradiction == "harsh":
@@ -265,24 +258,23 @@ class UserMemory(_Handle):
             row = _build(
                 SemanticMemory,
                 **common,
-                fact_type=kw["fact_type"],
+                fact_type=fact_type,
                 confidence=confidence,
-                supporting_episode_ids=list(kw["supporting_episode_ids"]),
+                supporting_episode_ids=list(supporting_episode_ids),
                 contradiction=contradiction if supersede else None,
-                valid_from=_aware(kw["valid_from"]),
-                valid_to=_aware(kw["valid_to"]),
+                valid_from=_aware(valid_from),
+                valid_to=_aware(valid_to),
             )
         else:
-            name = kw["name"]
             if not isinstance(name, str) or not name.strip():
                 raise InvalidInput("a procedural memory needs a non-empty name")
             row = _build(
                 ProceduralMemory,
                 **common,
                 name=name,
-                trigger_text=kw["trigger_text"] or "",
-                description=kw["description"] or "",
-                steps=[s if isinstance(s, Step) else dict(s) for s in kw["steps"]],
+                trigger_text=trigger_text or "",
+                description=description or "",
+                steps=[s if isinstance(s, Step) else dict(s) for s in steps],
             )
         engram._store_row(self.user_id, row, supersede)
         return row
@@ -295,11 +287,13 @@ class UserMemory(_Handle):
         include_catalog: bool = True,
         include_superseded: bool = False,
         config: RetrievalConfig | None = None,
+        record_use: bool = True,
     ) -> list[Hit]:
         """Search all of the user's memory types and the catalog in one call.
 
         Returned semantic facts get ``use_count + 1`` and ``last_used_at = now`` (atomically); the
         returned rows show the values after that bump, their explain the values before it.
+        ``record_use=False`` leaves them untouched (evaluations, previews).
         """
         engram = self._engram
         query = engram._check_text(query, "query")
@@ -321,6 +315,8 @@ class UserMemory(_Handle):
             config=config or engram.config,
             now=now,
         )
+        if not record_use:
+            return hits
         used = [
             h.memory.id
             for h in hits

@@ -33,5 +33,5 @@ def default_reranker(settings: EngramSettings) -> Reranker:
 
     if settings.reranker_onnx_dir:
         directory = settings.reranker_onnx_dir
-        return OnnxCrossEncoder(directory, name=f"onnx:{directory.name}", threads=settings.model_threads)
-    return OnnxCrossEncoder.packaged(threads=settings.model_threads)
+        return OnnxCrossEncoder(directory, name=f"onnx:{directory.name}", workers=settings.model_threads)
+    return OnnxCrossEncoder.packaged(workers=settings.model_threads)

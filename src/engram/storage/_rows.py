@@ -40,6 +40,18 @@ _COLUMNS = (
     "superseded_at",
     "retracted",
 )
+# Every column a backend selects to rebuild a Memory, in this order.
+MEMORY_COLUMNS = (
+    "id",
+    "owner",
+    "memory_type",
+    "text",
+    "created_at",
+    "event_at",
+    "metadata",
+    "attrs",
+    *_COLUMNS,
+)
 _COMMON = {"id", "text", "user_id", "created_at", "metadata", "memory_type", "timestamp"}
 _TIME_COLUMNS = {"created_at", "event_at", "last_used_at", "last_success_at", "superseded_at"}
 

@@ -33,7 +33,7 @@ import sqlite_vec
 from engram.errors import Conflict, InvalidInput, ModelError, NotFound, StorageError
 from engram.models import Memory, MemoryType, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
-from engram.storage._rows import memory_from_row, memory_to_row, search_text_of
+from engram.storage._rows import MEMORY_COLUMNS, memory_from_row, memory_to_row, search_text_of
 from engram.storage.base import LegHit, SearchFilter, Supersession, Tenant
 
 SCHEMA_VERSION = 1
@@ -79,6 +79,8 @@ CREATE TABLE IF NOT EXISTS tombstones (
     forgotten_at TEXT NOT NULL
 );
 """
+
+_SELECT = ", ".join(MEMORY_COLUMNS)
 
 # Query words too common to help BM25 but costly to match (they hit most rows of a tenant).
 _STOPWORDS = frozenset(
@@ -291,13 +293,11 @@ class SQLiteStore:
             return []
         owners = self._read_owners(tenant, include_catalog)
         sql = (
-            f"SELECT * FROM memories WHERE id IN ({_marks(len(wanted))}) "
+            f"SELECT {_SELECT} FROM memories WHERE id IN ({_marks(len(wanted))}) "
             f"AND owner IN ({_marks(len(owners))})"
         )
         with self._errors():
-            cursor = self._conn().execute(sql, (*wanted, *owners))
-            names = [d[0] for d in cursor.getdescription()]
-            found = {r[1]: memory_from_row(dict(zip(names, r, strict=True))) for r in cursor}
+            found = {m.id: m for m in self._rows(sql, (*wanted, *owners))}
         return [found[i] for i in wanted if i in found]
 
     def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
@@ -392,13 +392,11 @@ class SQLiteStore:
     ) -> list[Memory]:
         if limit < 1 or offset < 0:
             raise InvalidInput("limit must be >= 1 and offset >= 0")
-        sql = f"""SELECT * FROM memories WHERE owner = ? AND memory_type = ?
+        sql = f"""SELECT {_SELECT} FROM memories WHERE owner = ? AND memory_type = ?
                   {"" if include_superseded else "AND superseded_by IS NULL"}
                   ORDER BY created_at DESC, rid DESC LIMIT ? OFFSET ?"""
         with self._errors():
-            cursor = self._conn().execute(sql, (_owner_key(tenant), memory_type, limit, offset))
-            names = [d[0] for d in cursor.getdescription()]
-            return [memory_from_row(dict(zip(names, r, strict=True))) for r in cursor]
+            return self._rows(sql, (_owner_key(tenant), memory_type, limit, offset))
 
     def close(self) -> None:
         with self._lock:
@@ -408,6 +406,12 @@ class SQLiteStore:
         self._local = threading.local()
 
     # -- helpers -------------------------------------------------------------------------------
+    def _rows(self, sql: str, params: Sequence[Any]) -> list[Memory]:
+        return [
+            memory_from_row(dict(zip(MEMORY_COLUMNS, r, strict=True)))
+            for r in self._conn().execute(sql, params)
+        ]
+
     @staticmethod
     def _read_owners(tenant: Tenant, include_catalog: bool) -> list[str]:
         owner = _owner_key(tenant)

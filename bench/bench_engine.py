@@ -1,0 +1,157 @@
+"""Engine benchmark (not a test): write and recall latency at several store sizes over 1,000 users.
+
+For each size, a fresh store is bulk-loaded with synthetic rows (real words, Zipf-distributed, skewed user
+sizes, 60% episodic / 30% semantic / 10% procedural, plus 200 catalog items). Bulk rows get random
+unit vectors: an exact vector scan costs the same whatever the values, and embedding 100k texts would
+take ~9 minutes here. Then, through the public API with the real models:
+  * write: remember_turn (embedding + commit), p50/p95
+  * recall without rerank, and with the default rerank window, p50/p95
+
+    python bench/bench_engine.py [--sizes 10000 100000] [--users 1000] [--json bench/results/engine.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+
+from engram import Engram
+from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, new_id, utcnow
+from engram.retrieval.config import RetrievalConfig
+
+def vocabulary() -> list[str]:
+    """Real English words, one wordpiece each (from the packaged model's vocab, roughly by frequency):
+    synthetic pseudo-words would split into many wordpieces and inflate model cost 3-4x."""
+    from engram.providers.onnx import PACKAGED_EMBEDDER
+
+    lines = (PACKAGED_EMBEDDER.locate() / "vocab.txt").read_text(encoding="utf-8").split()
+    return [w for w in lines if w.isalpha() and w.isascii() and len(w) >= 3][:12000]
+
+
+class TextGen:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.words = vocabulary()
+        weights = 1.0 / np.arange(1, len(self.words) + 1)  # Zipf: a few words are very common
+        self.cum = np.cumsum(weights / weights.sum())
+
+    def sentence(self, lo: int, hi: int) -> str:
+        n = self.rng.randint(lo, hi)
+        idx = np.searchsorted(self.cum, [self.rng.random() for _ in range(n)])
+        return " ".join(self.words[min(i, len(self.words) - 1)] for i in idx)
+
+
+def user_sizes(rng: random.Random, users: int, total: int) -> list[int]:
+    """Skewed: a few heavy users, many light ones (Pareto), summing to ``total``."""
+    raw = [rng.paretovariate(1.2) for _ in range(users)]
+    scale = total / sum(raw)
+    sizes = [max(1, int(r * scale)) for r in raw]
+    sizes[0] += total - sum(sizes)
+    return sizes
+
+
+def bulk_load(eng: Engram, gen: TextGen, rng: random.Random, total: int, users: int) -> float:
+    dim = eng.embedder.dim
+    now = utcnow()
+    start = time.perf_counter()
+    for u, size in enumerate(user_sizes(rng, users, total)):
+        user = f"user{u:04d}"
+        rows = []
+        for _ in range(size):
+            kind = rng.random()
+            at = now - timedelta(days=rng.uniform(0, 900))
+            if kind < 0.6:
+                rows.append(EpisodicMemory(id=new_id("episodic"), text=gen.sentence(6, 20), user_id=user,
+                                           created_at=at, timestamp=at))
+            elif kind < 0.9:
+                rows.append(SemanticMemory(id=new_id("semantic"), text=gen.sentence(5, 12), user_id=user,
+                                           created_at=at))
+            else:
+                rows.append(ProceduralMemory(id=new_id("procedural"), text="", name=gen.sentence(2, 4),
+                                             trigger_text=gen.sentence(4, 8), description=gen.sentence(6, 12),
+                                             user_id=user, created_at=at))
+        vectors = np.asarray([rng.gauss(0, 1) for _ in range(len(rows) * dim)], dtype=np.float32)
+        vectors = vectors.reshape(len(rows), dim)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        for i in range(0, len(rows), 2000):
+            eng.store.insert(user, rows[i : i + 2000], vectors[i : i + 2000])
+    return time.perf_counter() - start
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def run_size(total: int, users: int, samples: int, rng: random.Random) -> dict:
+    gen = TextGen(rng)
+    with tempfile.TemporaryDirectory() as tmp, Engram.open(f"sqlite:///{tmp}/bench.db") as eng:
+        eng.import_json([{"title": gen.sentence(2, 4), "text": gen.sentence(8, 20)} for _ in range(200)])
+        load_s = bulk_load(eng, gen, rng, total, users)
+        heavy, light = "user0000", f"user{users - 1:04d}"
+        pick = [f"user{rng.randrange(users):04d}" for _ in range(samples)]
+        writes = []
+        for user in pick:
+            text = gen.sentence(6, 20)
+            t = time.perf_counter()
+            eng.for_user(user).remember_turn(text)
+            writes.append((time.perf_counter() - t) * 1000)
+        result: dict = {"rows": total, "users": users, "bulk_load_s": round(load_s, 1),
+                        "write_p50_ms": pct(writes, 50), "write_p95_ms": pct(writes, 95)}
+        for label, config in (("norerank", RetrievalConfig(rerank=False)), ("rerank", eng.config)):
+            lat = []
+            n = samples if label == "norerank" else max(20, samples // 2)
+            for user in pick[:n]:
+                query = gen.sentence(3, 8)
+                t = time.perf_counter()
+                eng.for_user(user).recall(query, config=config)
+                lat.append((time.perf_counter() - t) * 1000)
+            result[f"recall_{label}_p50_ms"] = pct(lat, 50)
+            result[f"recall_{label}_p95_ms"] = pct(lat, 95)
+        for label, user in (("heaviest_user", heavy), ("lightest_user", light)):
+            lat = []
+            for _ in range(30):
+                t = time.perf_counter()
+                eng.for_user(user).recall(gen.sentence(3, 8), config=RetrievalConfig(rerank=False))
+                lat.append((time.perf_counter() - t) * 1000)
+            rows = len(eng.store.list(user, "episodic", limit=10**6)) if hasattr(eng.store, "list") else 0
+            result[f"{label}_episodes"] = rows
+            result[f"recall_norerank_{label}_p50_ms"] = pct(lat, 50)
+        result["disk_mb"] = round(sum(os.path.getsize(p) for p in Path(tmp).glob("bench.db*")) / 2**20, 1)
+        result["rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return {k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Engram engine benchmark")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--users", type=int, default=1000)
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = []
+    for size in args.sizes:
+        r = run_size(size, args.users, args.samples, random.Random(size))
+        results.append(r)
+        print(json.dumps(r))
+    keys = ["rows", "write_p50_ms", "write_p95_ms", "recall_norerank_p50_ms", "recall_norerank_p95_ms",
+            "recall_rerank_p50_ms", "recall_rerank_p95_ms", "disk_mb"]
+    print("| " + " | ".join(keys) + " |")
+    print("|" + "---|" * len(keys))
+    for r in results:
+        print("| " + " | ".join(str(r[k]) for k in keys) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

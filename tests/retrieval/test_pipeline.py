@@ -1,0 +1,60 @@
+"""The pipeline on a real store with the real models."""
+
+from datetime import timedelta
+
+from engram.models import utcnow
+
+
+class BrokenReranker:
+    """A reranker whose model fails at run time (e.g. a corrupt session); recall must survive it."""
+
+    name = "broken"
+
+    def score(self, query, passages):
+        raise RuntimeError("onnxruntime exploded")
+
+
+def test_every_hit_explains_its_score(eng):
+    mem = eng.for_user("sarah")
+    mem.write("Sarah owns a Lumio Hub v2")
+    mem.remember_turn("my hub keeps dropping the kitchen sensor")
+    hits = mem.recall("which hub do I have?")
+    assert hits
+    for hit in hits:
+        e = hit.explain
+        assert set(e) >= {"bm25_rank", "dense_rank", "rrf", "rerank", "decay", "use_count_boost", "source_prior", "final"}
+        assert e["final"] == hit.score
+        product = (e["rerank"] if e["rerank"] is not None else e["rrf"]) * e["decay"] * e["use_count_boost"] * e["source_prior"]
+        assert abs(product - hit.score) < 1e-12
+    assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+
+
+def test_reranker_failure_falls_back_to_rrf_order(eng):
+    mem = eng.for_user("sarah")
+    for text in ["Sarah owns a Lumio Hub v2", "Sarah's dog chews cables", "Sarah lives in Leith"]:
+        mem.write(text)
+    eng.reranker = BrokenReranker()
+    hits = mem.recall("what hub does sarah own")
+    assert hits[0].memory.text == "Sarah owns a Lumio Hub v2"
+    assert all(h.explain["relevance"] == "rrf" and h.explain["rerank"] is None for h in hits)
+    assert "onnxruntime exploded" in hits[0].explain["rerank_error"]
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_decay_changes_the_final_order(eng):
+    """Two equally relevant episodes: the 6-year-old one ranks below the recent one."""
+    mem = eng.for_user("sarah")
+    old = mem.remember_turn("I replaced the hallway sensor battery", at=utcnow() - timedelta(days=2200))
+    new = mem.remember_turn("I replaced the hallway sensor battery", at=utcnow() - timedelta(days=3))
+    hits = mem.recall("hallway sensor battery")
+    assert [h.memory.id for h in hits[:2]] == [new.id, old.id]
+    assert hits[1].explain["decay"] < 0.5 and hits[0].explain["decay"] == 1.0
+
+
+def test_window_limits_what_the_reranker_sees(make_engram):
+    eng = make_engram(rerank_window=2)
+    mem = eng.for_user("sarah")
+    for i in range(5):
+        mem.write(f"Sarah's sensor number {i} is in room {i}")
+    hits = mem.recall("sensor room", k=5)
+    assert [h.explain["relevance"] for h in hits] == ["rerank", "rerank", "rrf", "rrf", "rrf"]

@@ -1,0 +1,55 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from engram.models import CatalogItem, EpisodicMemory, ProceduralMemory, SemanticMemory
+from engram.retrieval.config import RetrievalConfig
+from engram.retrieval.scoring import multipliers, time_decay, use_count_boost
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("age", "expected"),
+    [(0, 1.0), (90, 1.0), (180, 1.0), (1092.5, 0.5**0.25), (2005, 0.5), (-10, 1.0)],
+)
+def test_time_decay_curve(age, expected):
+    assert time_decay(age) == pytest.approx(expected, abs=1e-9)
+
+
+def test_time_decay_is_monotonic_past_the_offset():
+    values = [time_decay(d) for d in range(180, 6000, 100)]
+    assert all(a > b for a, b in zip(values, values[1:], strict=False))
+    assert time_decay(4000) < 0.5
+
+
+def test_time_decay_rejects_bad_parameters():
+    with pytest.raises(ValueError):
+        time_decay(10, decay=1.0)
+    with pytest.raises(ValueError):
+        time_decay(10, scale=0)
+
+
+@pytest.mark.parametrize(("uses", "expected"), [(0, 1.0), (9, 1.2), (99, 1.4), (-3, 1.0)])
+def test_use_count_boost(uses, expected):
+    assert use_count_boost(uses) == pytest.approx(expected)
+
+
+def test_multipliers_follow_each_type_lifecycle():
+    cfg = RetrievalConfig()
+    old = NOW - timedelta(days=2005)
+    ep = EpisodicMemory(id="epi_x", text="t", user_id="u", created_at=NOW, timestamp=old)
+    assert multipliers(ep, NOW, cfg)["decay"] == pytest.approx(0.5)
+    fact = SemanticMemory(id="sem_x", text="t", user_id="u", created_at=old, use_count=9)
+    m = multipliers(fact, NOW, cfg)
+    assert (m["decay"], m["use_count_boost"]) == (pytest.approx(0.5), pytest.approx(1.2))
+    recently_used = fact.model_copy(update={"last_used_at": NOW - timedelta(days=1)})
+    assert multipliers(recently_used, NOW, cfg)["decay"] == 1.0  # relevance decay, not fact decay
+    playbook = ProceduralMemory(id="pro_x", text="", user_id="u", created_at=old, name="n")
+    assert multipliers(playbook, NOW, cfg) == {"decay": 1.0, "use_count_boost": 1.0, "source_prior": 1.0}
+    item = CatalogItem(id="cat_x", text="t", user_id=None, created_at=old)
+    assert multipliers(item, NOW, cfg)["source_prior"] == 0.85
+    assert multipliers(item, NOW, cfg)["decay"] == 1.0
+    assert multipliers(fact, NOW, cfg.but(multipliers=False)) == {
+        "decay": 1.0, "use_count_boost": 1.0, "source_prior": 1.0
+    }

@@ -1,0 +1,211 @@
+"""One suite every Store backend must pass (parametrized by the ``store`` fixture)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from engram.errors import Conflict, InvalidInput, ModelError, NotFound
+from engram.models import (
+    CatalogItem,
+    EpisodicMemory,
+    ProceduralMemory,
+    SemanticMemory,
+    Step,
+    new_id,
+)
+from engram.storage._rows import search_text_of
+from engram.storage.base import CATALOG, SearchFilter, Supersession
+
+ALL = SearchFilter(frozenset({"episodic", "semantic", "procedural", "catalog"}))
+T0 = datetime(2025, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+
+
+def episode(user, text, at=T0):
+    return EpisodicMemory(
+        id=new_id("episodic"), text=text, user_id=user, created_at=at, timestamp=at, metadata={"n": 1}
+    )
+
+
+def fact(user, text, **kw):
+    return SemanticMemory(id=new_id("semantic"), text=text, user_id=user, created_at=T0, **kw)
+
+
+def put(store, embedder, tenant, *rows, supersede=None):
+    vectors = embedder.embed_documents([search_text_of(r) for r in rows])
+    store.insert(tenant, list(rows), vectors, supersede)
+    return rows[0] if len(rows) == 1 else rows
+
+
+def test_model_is_recorded_and_a_different_one_refused(store, embedder):
+    store.ensure_model(embedder.name, embedder.dim)  # same model: fine, idempotent
+    with pytest.raises(ModelError, match="was built with embedding model"):
+        store.ensure_model("some-other-model", embedder.dim)
+    with pytest.raises(ModelError):
+        store.ensure_model(embedder.name, 768)
+
+
+def test_every_type_round_trips_with_all_fields(store, embedder):
+    ep = episode("sarah", "I got a new hub", at=T0 - timedelta(days=3))
+    ep = ep.model_copy(update={"session_id": "s-1", "metadata": {"channel": "web", "nested": {"a": [1, 2]}}})
+    fa = fact(
+        "sarah", "Sarah owns a Lumio Hub v2", fact_type="identity", confidence=0.8,
+        supporting_episode_ids=[ep.id], valid_from=T0, metadata={"src": "test"},
+    )
+    pb = ProceduralMemory(
+        id=new_id("procedural"), text="", user_id="sarah", created_at=T0, name="Pair a sensor",
+        trigger_text="sensor will not pair", description="reset then pair",
+        steps=[Step(order=1, instruction="hold reset", tool="ask_user"), Step(order=2, instruction="pair")],
+        success_count=2, failure_count=1,
+    )
+    cat = CatalogItem(id=new_id("catalog"), text="Hub v2 speaks Zigbee", title="Hub v2", user_id=None, created_at=T0)
+    put(store, embedder, "sarah", ep, fa, pb)
+    put(store, embedder, CATALOG, cat)
+    got = store.get("sarah", [cat.id, pb.id, fa.id, ep.id])
+    assert got == [cat, pb, fa, ep]  # order as asked, every field identical
+
+
+def test_get_is_scoped_to_the_tenant(store, embedder):
+    mine = put(store, embedder, "sarah", fact("sarah", "Sarah likes tea"))
+    theirs = put(store, embedder, "bob", fact("bob", "Bob likes coffee"))
+    cat = put(store, embedder, CATALOG, CatalogItem(id=new_id("catalog"), text="Tea is a drink", user_id=None, created_at=T0))
+    assert [m.id for m in store.get("sarah", [mine.id, theirs.id, cat.id])] == [mine.id, cat.id]
+    assert [m.id for m in store.get("sarah", [mine.id, cat.id], include_catalog=False)] == [mine.id]
+    assert store.get(CATALOG, [mine.id, theirs.id, cat.id]) == [cat]
+    assert store.get("sarah", ["not-an-id", "' OR 1=1 --", ""]) == []
+
+
+def test_insert_refuses_rows_of_another_owner(store, embedder):
+    with pytest.raises(InvalidInput):
+        put(store, embedder, "sarah", fact("bob", "Bob likes coffee"))
+    assert store.list("bob", "semantic") == []
+
+
+def test_text_search_matches_exact_tokens_within_scope(store, embedder):
+    a = put(store, embedder, "marco", episode("marco", "deploy failed with ERR_SSL_PROTOCOL 0x1408F10B on staging"))
+    b = put(store, embedder, "marco", fact("marco", "prod runs postgres v15.3 with pgvector 0.5.1"))
+    put(store, embedder, "sarah", episode("sarah", "my error was 0x1408F10B too and I run v15.3"))
+    assert [h.id for h in store.search_text("marco", "what was 0x1408F10B about?", ALL, 10)] == [a.id]
+    assert [h.id for h in store.search_text("marco", "postgres v15.3", ALL, 10)][0] == b.id
+    only_facts = SearchFilter(frozenset({"semantic"}))
+    assert [h.id for h in store.search_text("marco", "0x1408F10B v15.3", only_facts, 10)] == [b.id]
+    hits = store.search_text("marco", "0x1408F10B", ALL, 10)
+    assert all(h.score > 0 for h in hits)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ['"', "AND", "OR NOT", "NEAR(a b)", "a*", "-x", "body:x", "owner : ocatalog", "'; DROP TABLE memories; --", "((("],
+)
+def test_text_search_survives_hostile_queries(store, embedder, query):
+    put(store, embedder, "sarah", fact("sarah", "Sarah likes tea"))
+    store.search_text("sarah", query, ALL, 10)  # no error; results are irrelevant
+    assert len(store.list("sarah", "semantic")) == 1
+
+
+def test_vector_search_is_exact_and_scoped(store, embedder):
+    texts = [f"note {i}: {w}" for i, w in enumerate(["tea", "coffee", "dogs", "cats", "zigbee", "thread", "bristol", "edinburgh"] * 3)]
+    rows = put(store, embedder, "sarah", *[episode("sarah", t) for t in texts])
+    put(store, embedder, "bob", *[episode("bob", t) for t in texts])
+    q = embedder.embed_query("which hot drinks do I like")
+    hits = store.search_vector("sarah", q, ALL, 5)
+    vectors = embedder.embed_documents(texts)
+    expected = np.argsort(-(vectors @ q))[:5]
+    assert [h.id for h in hits] == [rows[i].id for i in expected]
+    assert np.allclose([h.score for h in hits], (vectors @ q)[expected], atol=1e-5)
+    assert {m.user_id for m in store.get("sarah", [h.id for h in store.search_vector("sarah", q, ALL, 100)])} == {"sarah"}
+
+
+def test_supersession_is_atomic_and_hides_the_old_row(store, embedder):
+    old = put(store, embedder, "sarah", fact("sarah", "Sarah lives in Bristol"))
+    new = fact("sarah", "Sarah lives in Edinburgh", supersedes=old.id, contradiction="harsh")
+    at = T0 + timedelta(days=1)
+    put(store, embedder, "sarah", new, supersede={new.id: Supersession(old.id, retract=True, at=at)})
+    (old_now,) = store.get("sarah", [old.id])
+    assert (old_now.superseded_by, old_now.superseded_at, old_now.retracted) == (new.id, at, True)
+    live = SearchFilter(frozenset({"semantic"}))
+    assert [h.id for h in store.search_text("sarah", "Sarah lives", live, 10)] == [new.id]
+    assert [h.id for h in store.search_vector("sarah", embedder.embed_query("where"), live, 10)] == [new.id]
+    history = SearchFilter(frozenset({"semantic"}), include_superseded=True)
+    assert {h.id for h in store.search_text("sarah", "Sarah lives", history, 10)} == {old.id, new.id}
+
+
+def test_failed_supersession_writes_nothing(store, embedder):
+    old = put(store, embedder, "sarah", fact("sarah", "Sarah lives in Bristol"))
+    first = fact("sarah", "Sarah lives in Leeds", supersedes=old.id)
+    put(store, embedder, "sarah", first, supersede={first.id: Supersession(old.id, retract=False, at=T0)})
+    bobs = put(store, embedder, "bob", fact("bob", "Bob lives in York"))
+    ep = put(store, embedder, "sarah", episode("sarah", "hello"))
+    cases = [
+        (old.id, Conflict),  # already superseded
+        (bobs.id, NotFound),  # another tenant's row: indistinguishable from a missing one
+        (new_id("semantic"), NotFound),
+        (ep.id, InvalidInput),  # a fact cannot supersede an episode
+    ]
+    for target, error in cases:
+        row = fact("sarah", f"Sarah lives in {target}", supersedes=target)
+        with pytest.raises(error):
+            put(store, embedder, "sarah", row, supersede={row.id: Supersession(target, retract=False, at=T0)})
+        assert store.get("sarah", [row.id]) == []
+    assert store.get("bob", [bobs.id])[0].superseded_by is None
+    assert len(store.list("sarah", "semantic", include_superseded=True)) == 2
+
+
+def test_record_use_increments_atomically_under_threads(store, embedder):
+    f = put(store, embedder, "sarah", fact("sarah", "Sarah likes tea"))
+    other = put(store, embedder, "bob", fact("bob", "Bob likes tea"))
+
+    def bump():
+        for _ in range(25):
+            store.record_use("sarah", [f.id, other.id], T0)
+
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (row,) = store.get("sarah", [f.id])
+    assert (row.use_count, row.last_used_at) == (100, T0)
+    assert store.get("bob", [other.id])[0].use_count == 0  # not sarah's: untouched
+
+
+def test_forget_removes_everywhere_and_leaves_a_tombstone(store, embedder):
+    f = put(store, embedder, "sarah", fact("sarah", "Sarah's PIN hint is the dog's name"))
+    with pytest.raises(NotFound):
+        store.forget("bob", f.id, T0)
+    stone = store.forget("sarah", f.id, T0)
+    assert (stone.id, stone.user_id, stone.memory_type, stone.forgotten_at) == (f.id, "sarah", "semantic", T0)
+    assert not hasattr(stone, "text")
+    assert store.get("sarah", [f.id]) == []
+    assert store.search_text("sarah", "PIN hint dog", ALL, 10) == []
+    assert store.search_vector("sarah", embedder.embed_query("PIN"), ALL, 10) == []
+    with pytest.raises(NotFound):
+        store.forget("sarah", f.id, T0)
+
+
+def test_list_pages_newest_first(store, embedder):
+    rows = [episode("sarah", f"turn {i}", at=T0 + timedelta(minutes=i)) for i in range(7)]
+    rows = [r.model_copy(update={"created_at": r.timestamp}) for r in rows]
+    put(store, embedder, "sarah", *rows)
+    first = store.list("sarah", "episodic", limit=3)
+    second = store.list("sarah", "episodic", limit=3, offset=3)
+    assert [r.text for r in first + second] == [f"turn {i}" for i in (6, 5, 4, 3, 2, 1)]
+    assert store.list("bob", "episodic") == []
+    with pytest.raises(InvalidInput):
+        store.list("sarah", "episodic", limit=0)
+
+
+def test_a_write_is_visible_to_another_connection_at_once(store, embedder, tmp_path):
+    result = {}
+
+    def reader():  # a new thread gets its own connection
+        result["hits"] = store.search_text("sarah", "kumquat", ALL, 10)
+
+    f = put(store, embedder, "sarah", fact("sarah", "Sarah grows a kumquat tree"))
+    t = threading.Thread(target=reader)
+    t.start()
+    t.join()
+    assert [h.id for h in result["hits"]] == [f.id]

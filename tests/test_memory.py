@@ -1,0 +1,177 @@
+"""The public Python API, end to end on a real SQLite file with the real models."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from engram import Conflict, Engram, InvalidInput, NotFound, PermissionDenied
+
+
+def test_a_turn_is_visible_to_the_very_next_recall(eng):
+    mem = eng.for_user("sarah")
+    ev = mem.remember_turn("I have a Range Extender I never set up", session_id="s1", metadata={"ch": "web"})
+    hits = mem.recall("what's my device list? range extender")
+    assert hits[0].memory.id == ev.id
+    assert hits[0].memory.metadata == {"ch": "web"} and hits[0].memory.session_id == "s1"
+
+
+def test_backfilled_timestamps_are_kept(eng):
+    at = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+    ev = eng.for_user("sarah").remember_turn("old turn", at=at)
+    assert eng.for_user("sarah").get(ev.id).timestamp == at
+    naive = eng.for_user("sarah").remember_turn("naive", at=datetime(2024, 3, 1, 12, 0))
+    assert naive.timestamp == at  # naive datetimes are UTC
+
+
+def test_ids_are_opaque_and_unique(eng):
+    mem = eng.for_user("sarah")
+    ids = {mem.remember_turn(f"turn {i}").id for i in range(20)}
+    assert len(ids) == 20
+    assert all(len(i) == 26 and i.startswith("epi_") for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda m: m.remember_turn(""), "non-empty"),
+        (lambda m: m.remember_turn("   \n"), "non-empty"),
+        (lambda m: m.remember_turn("x" * 16_001), "limit is 16000"),
+        (lambda m: m.write("fact", memory_type="episodic"), "memory_type"),
+        (lambda m: m.write("fact", memory_type="catalog"), "memory_type"),
+        (lambda m: m.write("fact", memory_type="bogus"), "memory_type"),
+        (lambda m: m.write("fact", confidence=1.5), "confidence"),
+        (lambda m: m.write("fact", fact_type="rumour"), "fact_type"),
+        (lambda m: m.write("fact", contradiction="harsh"), "supersedes_id"),
+        (lambda m: m.write("p", memory_type="procedural"), "name"),
+        (lambda m: m.write("p", memory_type="procedural", name="n", steps=[{"order": 0, "instruction": "x"}]), "order"),
+        (lambda m: m.recall(""), "query"),
+        (lambda m: m.recall("q", k=0), "k must"),
+        (lambda m: m.recall("q", memory_types=["semantic", "dreams"]), "unknown memory_type"),
+    ],
+)
+def test_bad_input_is_refused_and_changes_nothing(eng, call, message):
+    mem = eng.for_user("sarah")
+    with pytest.raises(InvalidInput, match=message):
+        call(mem)
+    assert all(mem.list(t, include_superseded=True) == [] for t in ("episodic", "semantic", "procedural"))
+
+
+@pytest.mark.parametrize("user", ["", " ", "a" * 129, "sarah' OR 1=1 --", "../etc", None, 7])
+def test_bad_user_ids_are_refused(eng, user):
+    with pytest.raises(InvalidInput):
+        eng.for_user(user)
+
+
+def test_procedural_write_and_recall(eng):
+    mem = eng.for_user("sarah")
+    p = mem.write(
+        "Re-pair an offline sensor", memory_type="procedural", name="Re-pair a Zigbee sensor",
+        trigger_text="a sensor is offline", description="reset and pair again",
+        steps=[{"order": 1, "instruction": "Hold reset 10 s", "tool": "ask_user"}, {"order": 2, "instruction": "Add device"}],
+    )
+    assert p.steps[0].tool == "ask_user" and p.version == 1 and p.success_count == 0
+    hits = mem.recall("my sensor went offline", memory_types=["procedural"])
+    assert hits[0].memory.id == p.id and hits[0].explain["decay"] == 1.0
+
+
+def test_natural_supersession_chain_and_history(eng):
+    mem = eng.for_user("sarah")
+    a = mem.write("Sarah lives in Bristol")
+    b = mem.write("Sarah lives in Edinburgh", supersedes_id=a.id)
+    c = mem.write("Sarah lives in Glasgow", supersedes_id=b.id, contradiction="natural")
+    assert (b.supersedes, b.contradiction, b.confidence) == (a.id, "natural", 1.0)
+    old = mem.get(a.id)
+    assert old.superseded_by == b.id and old.superseded_at is not None and not old.retracted
+    assert [m.id for m in mem.history(b.id)] == [a.id, b.id, c.id]
+    assert [m.id for m in mem.history(a.id)] == [a.id, b.id, c.id]
+    live = [h.memory.id for h in mem.recall("where does sarah live")]
+    assert live == [c.id]
+    with_history = {h.memory.id for h in mem.recall("where does sarah live", include_superseded=True)}
+    assert with_history == {a.id, b.id, c.id}
+    with pytest.raises(Conflict, match=b.id):
+        mem.write("Sarah lives in Leeds", supersedes_id=a.id)  # a is not the head of its chain
+
+
+def test_harsh_supersession_penalises_and_retracts(eng):
+    mem = eng.for_user("sarah")
+    a = mem.write("Sarah lived in Bristol")
+    b = mem.write("Sarah never lived in Bristol, that was her sister", supersedes_id=a.id,
+                  contradiction="harsh", confidence=0.9)
+    assert b.confidence == pytest.approx(0.8)
+    assert mem.get(a.id).retracted is True
+
+
+def test_recall_bumps_use_count_and_last_used(eng):
+    mem = eng.for_user("sarah")
+    f = mem.write("Sarah's dog Rex chews sensor cables")
+    before = datetime.now(UTC)
+    hits = mem.recall("does my dog chew cables?")
+    assert hits[0].memory.use_count == 1 and hits[0].explain["use_count_boost"] == 1.0
+    stored = mem.get(f.id)
+    assert stored.use_count == 1 and stored.last_used_at >= before
+    hits = mem.recall("does my dog chew cables?")
+    assert hits[0].explain["use_count_boost"] == pytest.approx(1 + 0.2 * 0.30103, abs=1e-4)
+
+
+def test_forget_is_final_and_leaves_no_text(eng):
+    mem = eng.for_user("sarah")
+    f = mem.write("Sarah's alarm code is 4711")
+    stone = mem.forget(f.id)
+    assert stone.id == f.id and "4711" not in stone.model_dump_json()
+    with pytest.raises(NotFound):
+        mem.get(f.id)
+    assert mem.recall("alarm code 4711") == []
+    with pytest.raises(NotFound):
+        mem.forget(f.id)
+
+
+def test_catalog_is_shared_and_admin_only(eng):
+    item = eng.catalog.add("The Lumio Hub v2 supports Zigbee 3.0", title="Hub v2 radios", metadata={"src": "docs"})
+    assert item.user_id is None
+    for user in ("sarah", "bob"):
+        mem = eng.for_user(user)
+        hit = mem.recall("does the hub support zigbee")[0]
+        assert hit.memory.id == item.id and hit.explain["source_prior"] == 0.85
+        assert mem.get(item.id).title == "Hub v2 radios"
+        with pytest.raises(PermissionDenied):
+            mem.forget(item.id)
+        with pytest.raises(NotFound):
+            mem.write("x", supersedes_id=item.id)
+    assert eng.for_user("sarah").recall("zigbee hub", include_catalog=False) == []
+    eng.catalog.forget(item.id)
+    assert eng.for_user("sarah").recall("does the hub support zigbee") == []
+
+
+def test_catalog_admin_cannot_touch_user_rows(eng):
+    f = eng.for_user("sarah").write("Sarah likes tea")
+    with pytest.raises(NotFound):
+        eng.catalog.get(f.id)
+    with pytest.raises(NotFound):
+        eng.catalog.forget(f.id)
+
+
+def test_rows_and_hits_serialise_to_plain_json(eng):
+    mem = eng.for_user("sarah")
+    mem.write("Sarah likes tea", metadata={"k": [1, {"x": None}]})
+    dumped = mem.recall("tea")[0].model_dump(mode="json")
+    assert dumped["memory"]["metadata"] == {"k": [1, {"x": None}]}
+    assert isinstance(dumped["memory"]["created_at"], str) and dumped["explain"]["final"] == dumped["score"]
+
+
+def test_open_by_url_and_env_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENGRAM_HOME", str(tmp_path / "home"))
+    with Engram.open(rerank=False) as eng:
+        eng.for_user("sarah").remember_turn("hello")
+    assert (tmp_path / "home" / "engram.db").is_file()
+    with Engram.open(f"sqlite:///{tmp_path}/explicit.db", rerank=False) as eng:
+        assert eng.for_user("sarah").list("episodic") == []
+    assert (tmp_path / "explicit.db").is_file()
+    with pytest.raises(InvalidInput, match="unsupported store URL"):
+        Engram.open("mysql://localhost/x")
+
+
+def test_time_window_fields_round_trip(eng):
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    f = eng.for_user("sarah").write("Sarah worked at Acme", valid_from=start, valid_to=start + timedelta(days=700))
+    got = eng.for_user("sarah").get(f.id)
+    assert (got.valid_from, got.valid_to) == (start, start + timedelta(days=700))
