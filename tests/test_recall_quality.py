@@ -34,9 +34,15 @@ def test_full_pipeline_finds_the_gold_memories(loaded):
 
 def test_hybrid_beats_either_leg_alone(loaded):
     eng, questions, _ = loaded
-    hybrid = evaluate(eng, questions, recipes.HYBRID)["mrr"]
-    assert hybrid >= evaluate(eng, questions, recipes.BM25_ONLY)["mrr"]
-    assert hybrid >= evaluate(eng, questions, recipes.DENSE_ONLY)["mrr"] - 0.02
+    hybrid = evaluate(eng, questions, recipes.HYBRID)
+    bm25 = evaluate(eng, questions, recipes.BM25_ONLY)
+    dense = evaluate(eng, questions, recipes.DENSE_ONLY)
+    assert hybrid["r_at_10"] >= max(bm25["r_at_10"], dense["r_at_10"])
+    assert hybrid["mrr"] > bm25["mrr"] + 0.2
+    # On 24 paraphrased questions BM25 rarely adds a first place; it must not cost more than one.
+    assert hybrid["mrr"] >= dense["mrr"] - 1 / len(questions)
+    reranked = evaluate(eng, questions, recipes.HYBRID_RERANK)
+    assert reranked["r_at_1"] > hybrid["r_at_1"]
 
 
 def test_current_state_beats_superseded_history(loaded):

@@ -118,7 +118,10 @@ def _pad(encodings: list, length: int) -> dict[str, np.ndarray]:  # type: ignore
 class OnnxEmbedder:
     """A BERT-style bi-encoder: CLS pooling, L2 normalisation.
 
-    Batches are sorted by length so short texts are not padded to a long neighbour's length.
+    Batches are sorted by length so short texts are not padded to a long neighbour's length. The INT8
+    model quantises activations per batch, so batch-mates nudge a vector slightly (cosine >= 0.997 to
+    the same text embedded alone): batching is what makes imports ~2x faster, and the nudge is far below
+    any ranking signal.
     """
 
     def __init__(

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,6 +26,7 @@ from engram.storage._rows import search_text_of
 from engram.storage.base import SearchFilter, Store, Tenant
 
 log = logging.getLogger(__name__)
+_LEG_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-leg")
 
 
 @dataclass
@@ -80,13 +82,20 @@ def recall(
 ) -> list[Hit]:
     where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded)
     legs: dict[str, list[tuple[str, float]]] = {}
-    if "bm25" in config.legs:
-        legs["bm25"] = [(h.id, h.score) for h in store.search_text(tenant, query, where, config.leg_candidates)]
+    # The BM25 leg runs on a worker thread while this one embeds the query: SQLite and onnxruntime
+    # both release the GIL, so the two legs overlap instead of adding up.
+    text_leg = (
+        _LEG_POOL.submit(store.search_text, tenant, query, where, config.leg_candidates)
+        if "bm25" in config.legs
+        else None
+    )
     if "dense" in config.legs:
         vector = embedder.embed_query(query)
         legs["dense"] = [
             (h.id, h.score) for h in store.search_vector(tenant, vector, where, config.leg_candidates)
         ]
+    if text_leg is not None:
+        legs = {"bm25": [(h.id, h.score) for h in text_leg.result()], **legs}
     fused = rrf({leg: [i for i, _ in hits] for leg, hits in legs.items()}, k=config.rrf_k)
     rows = {m.id: m for m in store.get(tenant, list(fused), include_catalog="catalog" in memory_types)}
     candidates = [Candidate(memory=rows[i], rrf=s) for i, s in fused.items() if i in rows]

@@ -3,9 +3,8 @@
 Layout
 * ``memories``: one row per memory of any type. Columns that change after the write (use counts,
   supersession) are real columns; the rest of a type's fields live in the ``attrs`` JSON.
-* ``memory_fts``: FTS5 over the searchable text. The owner, type and live/superseded state are indexed
-  as extra FTS columns holding single tokens, so the tenant filter runs inside the full-text match
-  (a join filter measured ~7x slower at p50).
+* ``memory_fts``: FTS5 over the searchable text, each token prefixed by its owner (see owner_prefix),
+  so the tenant filter runs inside the full-text match and BM25 statistics are per tenant.
 * ``memory_vec``: float32 embeddings clustered by owner (``WITHOUT ROWID``, primary key (owner, rid)),
   so an exact scan of one tenant's vectors reads contiguous pages. Exact, not approximate: an ANN index
   with a tenant filter loses recall.
@@ -63,7 +62,7 @@ CREATE TABLE IF NOT EXISTS memories (
 );
 CREATE INDEX IF NOT EXISTS memories_owner_type ON memories (owner, memory_type, created_at);
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5 (
-    body, owner, kind, state, tokenize = 'porter unicode61 remove_diacritics 2'
+    body, tokenize = 'porter unicode61 remove_diacritics 2'
 );
 CREATE TABLE IF NOT EXISTS memory_vec (
     owner     TEXT NOT NULL,
@@ -91,37 +90,52 @@ _STOPWORDS = frozenset(
     that the their theirs them then there these they this those through to too under until up very was
     we were what when where which while who whom why will with would you your yours""".split()
 )
-_WORD = re.compile(r"\w+(?:[.\-']\w+)*")
+_WORD = re.compile(r"\w+(?:[.\-']\w+)*")  # keeps v15.3, E-214, don't together as one query term
+_TOKEN = re.compile(r"[^\W_]+")  # what unicode61 treats as one token: a run of letters/digits
 _MAX_QUERY_TERMS = 32
 
 
-def fts_query(text: str) -> str | None:
-    """Turn free text into an FTS5 OR-query of quoted terms, dropping stopwords.
+def owner_prefix(owner: str) -> str:
+    """Twelve digits derived from the owner, glued to the front of each of its indexed tokens.
 
-    Each word is quoted, so ``v15.3`` becomes the phrase ``"v15.3"`` (tokens v15, 3 adjacent): exact
-    version strings and error codes still match exactly. Returns None if no usable term is left.
+    Each tenant thus gets its own FTS terms (``123456789012sensor``), so BM25's document frequencies
+    are counted over the tenant's rows only: a query costs O(tenant), not O(whole store) (measured at
+    100k rows / 1k users: bm25() over global doclists took 7.7 ms of a 8.4 ms query), and a tenant's
+    scores reveal nothing about other tenants' words. Digits only, because the porter stemmer counts
+    vowel-consonant sequences: a digit prefix never changes how the word is stemmed. A collision
+    between two tenants (1 in 10^12) would only merge their term statistics: rows are still filtered
+    by owner.
+    """
+    if owner == "":
+        return "000000000000"
+    return f"{int(hashlib.sha256(owner.encode()).hexdigest()[:16], 16) % 10**12:012d}"
+
+
+def index_text(owner: str, text: str) -> str:
+    """The text as stored in the FTS index: every token prefixed with the owner's digits."""
+    prefix = owner_prefix(owner)
+    return " ".join(prefix + token for token in _TOKEN.findall(text))
+
+
+def fts_query(owners: Sequence[str], text: str) -> str | None:
+    """Turn free text into an FTS5 OR-query over the owners' prefixed terms, dropping stopwords.
+
+    Each word becomes a phrase of its tokens, so ``v15.3`` matches the adjacent tokens v15, 3:
+    exact version strings and error codes still match exactly. None if no usable term is left.
     """
     words = [w.lower() for w in _WORD.findall(text)]
     terms = [w for w in words if w not in _STOPWORDS] or words
     unique = list(dict.fromkeys(terms))[:_MAX_QUERY_TERMS]
-    if not unique:
-        return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in unique)
+    phrases = [
+        '"' + " ".join(owner_prefix(owner) + token for token in _TOKEN.findall(word)) + '"'
+        for word in unique
+        for owner in owners
+    ]
+    return " OR ".join(phrases) if phrases else None
 
 
 def _owner_key(tenant: Tenant) -> str:
     return tenant if tenant is not None else ""
-
-
-def _owner_token(owner: str) -> str:
-    """A single FTS token per owner: user ids may hold characters the tokenizer would split on."""
-    if owner == "":
-        return "ocatalog"
-    return "o" + hashlib.sha256(owner.encode()).hexdigest()[:24]
-
-
-def _state_token(superseded: bool) -> str:
-    return "superseded" if superseded else "live"
 
 
 class SQLiteStore:
@@ -258,9 +272,6 @@ class SQLiteStore:
             "UPDATE memories SET superseded_by = ?, superseded_at = ?, retracted = ? WHERE rid = ?",
             (new.id, spec.at.isoformat(), int(spec.retract), rid),
         )
-        conn.execute(
-            "UPDATE memory_fts SET state = ? WHERE rowid = ?", (_state_token(True), rid)
-        )
 
     def _insert_one(self, conn: apsw.Connection, owner: str, row: Memory, vector: Vectors) -> None:
         values = memory_to_row(row)
@@ -273,14 +284,8 @@ class SQLiteStore:
             raise Conflict(f"memory id {row.id} already exists") from exc
         rid = conn.last_insert_rowid()
         conn.execute(
-            "INSERT INTO memory_fts (rowid, body, owner, kind, state) VALUES (?, ?, ?, ?, ?)",
-            (
-                rid,
-                search_text_of(row),
-                _owner_token(owner),
-                row.memory_type,
-                _state_token(values.get("superseded_by") is not None),
-            ),
+            "INSERT INTO memory_fts (rowid, body) VALUES (?, ?)",
+            (rid, index_text(owner, search_text_of(row))),
         )
         conn.execute(
             "INSERT INTO memory_vec (owner, rid, embedding) VALUES (?, ?, ?)",
@@ -301,24 +306,22 @@ class SQLiteStore:
         return [found[i] for i in wanted if i in found]
 
     def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
-        terms = fts_query(query)
+        owners = self._read_owners(tenant, "catalog" in where.memory_types)
+        terms = fts_query(owners, query)
         if terms is None or not where.memory_types:
             return []
-        owners = self._read_owners(tenant, "catalog" in where.memory_types)
-        owner_terms = " OR ".join(_owner_token(o) for o in owners)
-        kinds = " OR ".join(sorted(where.memory_types))
-        match = f"body : ({terms}) AND owner : ({owner_terms}) AND kind : ({kinds})"
-        if not where.include_superseded:
-            match += f" AND state : {_state_token(False)}"
-        # Second wall: the joined row's owner and type are checked again outside the FTS index.
+        # Type and state are filtered on the joined row, not as FTS terms: bm25() counts the document
+        # frequency of every phrase in the query, and a "live" or "episodic" token is in every row of
+        # the store (measured: 4 ms of a 4.4 ms query at 100k rows). The owner is checked again here,
+        # as a second wall behind the owner-prefixed terms.
         sql = f"""
-            SELECT m.id, bm25(memory_fts, 1.0, 0.0, 0.0, 0.0) AS score
+            SELECT m.id, bm25(memory_fts) AS score
             FROM memory_fts JOIN memories m ON m.rid = memory_fts.rowid
             WHERE memory_fts MATCH ? AND m.owner IN ({_marks(len(owners))})
               AND m.memory_type IN ({_marks(len(where.memory_types))})
               {"" if where.include_superseded else "AND m.superseded_by IS NULL"}
             ORDER BY score LIMIT ?"""
-        params = (match, *owners, *sorted(where.memory_types), limit)
+        params = (terms, *owners, *sorted(where.memory_types), limit)
         with self._errors():
             rows = self._conn().execute(sql, params).fetchall()
         return [LegHit(id=i, score=-s) for i, s in rows]  # FTS5 bm25() is negated: lower is better

@@ -1,0 +1,3 @@
+from engram.interfaces.cli import app
+
+app(prog_name="engram")

@@ -1,0 +1,46 @@
+"""SQLite-specific behaviour: several processes on one file, file layout."""
+
+import subprocess
+import sys
+import textwrap
+
+from engram.storage.sqlite import SQLiteStore
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from engram import Engram
+    with Engram.open(sys.argv[1], rerank=False) as eng:
+        mem = eng.for_user(sys.argv[2])
+        for i in range(40):
+            mem.remember_turn(f"turn {i} from {sys.argv[2]}")
+            assert mem.recall(f"turn {i} from {sys.argv[2]}", k=1)[0].memory.text == f"turn {i} from {sys.argv[2]}"
+    """
+)
+
+
+def test_two_processes_write_and_read_the_same_file(tmp_path):
+    url = f"sqlite:///{tmp_path}/shared.db"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, url, user], stderr=subprocess.PIPE, text=True)
+        for user in ("alice", "bob")
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    store = SQLiteStore(tmp_path / "shared.db")
+    try:
+        assert len(store.list("alice", "episodic", limit=100)) == 40
+        assert len(store.list("bob", "episodic", limit=100)) == 40
+    finally:
+        store.close()
+
+
+def test_wal_mode_and_schema_version(tmp_path):
+    store = SQLiteStore(tmp_path / "x.db")
+    try:
+        conn = store._conn()
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store.stats()["meta"]["schema_version"] == "1"
+    finally:
+        store.close()
