@@ -29,6 +29,7 @@ from engram import Engram
 from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, new_id, utcnow
 from engram.retrieval.config import RetrievalConfig
 
+
 def vocabulary() -> list[str]:
     """Real English words, one wordpiece each (from the packaged model's vocab, roughly by frequency):
     synthetic pseudo-words would split into many wordpieces and inflate model cost 3-4x."""
@@ -71,15 +72,33 @@ def bulk_load(eng: Engram, gen: TextGen, rng: random.Random, total: int, users: 
             kind = rng.random()
             at = now - timedelta(days=rng.uniform(0, 900))
             if kind < 0.6:
-                rows.append(EpisodicMemory(id=new_id("episodic"), text=gen.sentence(6, 20), user_id=user,
-                                           created_at=at, timestamp=at))
+                rows.append(
+                    EpisodicMemory(
+                        id=new_id("episodic"),
+                        text=gen.sentence(6, 20),
+                        user_id=user,
+                        created_at=at,
+                        timestamp=at,
+                    )
+                )
             elif kind < 0.9:
-                rows.append(SemanticMemory(id=new_id("semantic"), text=gen.sentence(5, 12), user_id=user,
-                                           created_at=at))
+                rows.append(
+                    SemanticMemory(
+                        id=new_id("semantic"), text=gen.sentence(5, 12), user_id=user, created_at=at
+                    )
+                )
             else:
-                rows.append(ProceduralMemory(id=new_id("procedural"), text="", name=gen.sentence(2, 4),
-                                             trigger_text=gen.sentence(4, 8), description=gen.sentence(6, 12),
-                                             user_id=user, created_at=at))
+                rows.append(
+                    ProceduralMemory(
+                        id=new_id("procedural"),
+                        text="",
+                        name=gen.sentence(2, 4),
+                        trigger_text=gen.sentence(4, 8),
+                        description=gen.sentence(6, 12),
+                        user_id=user,
+                        created_at=at,
+                    )
+                )
         vectors = np.asarray([rng.gauss(0, 1) for _ in range(len(rows) * dim)], dtype=np.float32)
         vectors = vectors.reshape(len(rows), dim)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -106,8 +125,13 @@ def run_size(total: int, users: int, samples: int, rng: random.Random) -> dict:
             t = time.perf_counter()
             eng.for_user(user).remember_turn(text)
             writes.append((time.perf_counter() - t) * 1000)
-        result: dict = {"rows": total, "users": users, "bulk_load_s": round(load_s, 1),
-                        "write_p50_ms": pct(writes, 50), "write_p95_ms": pct(writes, 95)}
+        result: dict = {
+            "rows": total,
+            "users": users,
+            "bulk_load_s": round(load_s, 1),
+            "write_p50_ms": pct(writes, 50),
+            "write_p95_ms": pct(writes, 95),
+        }
         for label, config in (("norerank", RetrievalConfig(rerank=False)), ("rerank", eng.config)):
             lat = []
             n = samples if label == "norerank" else max(20, samples // 2)
@@ -143,8 +167,16 @@ def main() -> None:
         r = run_size(size, args.users, args.samples, random.Random(size))
         results.append(r)
         print(json.dumps(r))
-    keys = ["rows", "write_p50_ms", "write_p95_ms", "recall_norerank_p50_ms", "recall_norerank_p95_ms",
-            "recall_rerank_p50_ms", "recall_rerank_p95_ms", "disk_mb"]
+    keys = [
+        "rows",
+        "write_p50_ms",
+        "write_p95_ms",
+        "recall_norerank_p50_ms",
+        "recall_norerank_p95_ms",
+        "recall_rerank_p50_ms",
+        "recall_rerank_p95_ms",
+        "disk_mb",
+    ]
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
     for r in results:

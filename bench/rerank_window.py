@@ -20,12 +20,42 @@ from engram.eval.corpus import evaluate, load_corpus
 from engram.retrieval.config import RetrievalConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBJECTS = ["the boiler", "my sister", "the car", "work", "the weather", "dinner", "the garden", "my laptop",
-            "the landlord", "our neighbours", "the bus", "the budget", "the kids' school", "a podcast",
-            "the new phone", "the washing machine", "my knee", "the football", "the bank", "a film"]
-VERBS = ["is acting up again", "was great today", "keeps bugging me", "needs sorting before friday",
-         "cost way more than expected", "made me laugh", "is on my mind", "broke down on monday",
-         "was a total mess", "seems fine now", "got cancelled", "needs a call tomorrow"]
+SUBJECTS = [
+    "the boiler",
+    "my sister",
+    "the car",
+    "work",
+    "the weather",
+    "dinner",
+    "the garden",
+    "my laptop",
+    "the landlord",
+    "our neighbours",
+    "the bus",
+    "the budget",
+    "the kids' school",
+    "a podcast",
+    "the new phone",
+    "the washing machine",
+    "my knee",
+    "the football",
+    "the bank",
+    "a film",
+]
+VERBS = [
+    "is acting up again",
+    "was great today",
+    "keeps bugging me",
+    "needs sorting before friday",
+    "cost way more than expected",
+    "made me laugh",
+    "is on my mind",
+    "broke down on monday",
+    "was a total mess",
+    "seems fine now",
+    "got cancelled",
+    "needs a call tomorrow",
+]
 TAILS = ["", " lol", ", any ideas?", " - whatever", ", remind me later", ". ugh", " tbh", ", not urgent"]
 
 
@@ -55,8 +85,10 @@ def main() -> None:
             config = RetrievalConfig(rerank=window > 0, rerank_window=window)
             r = evaluate(eng, questions, config)
             rows.append({"window": window, **{k: v for k, v in r.items() if k != "ranks"}})
-            print(f"{window:>6} {r['r_at_1']:>6.3f} {r['r_at_5']:>6.3f} {r['mrr']:>6.3f} "
-                  f"{r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f}")
+            print(
+                f"{window:>6} {r['r_at_1']:>6.3f} {r['r_at_5']:>6.3f} {r['mrr']:>6.3f} "
+                f"{r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f}"
+            )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -52,6 +52,17 @@ def test_bad_import_file_is_a_clear_error(tmp_path):
 
 def test_every_command_has_help():
     out = subprocess.run([*ENGRAM, "--help"], capture_output=True, text=True, check=True).stdout
-    for command in ("demo", "import", "recall", "remember", "write", "get", "history", "forget", "list", "catalog"):
+    for command in (
+        "demo",
+        "import",
+        "recall",
+        "remember",
+        "write",
+        "get",
+        "history",
+        "forget",
+        "list",
+        "catalog",
+    ):
         assert command in out
     assert Path(sys.executable).exists()

@@ -9,7 +9,10 @@ from engram import ImportFileError
 
 def counts(eng, user):
     mem = eng.for_user(user)
-    return {t: len(mem.list(t, include_superseded=True, limit=1000)) for t in ("episodic", "semantic", "procedural")}
+    return {
+        t: len(mem.list(t, include_superseded=True, limit=1000))
+        for t in ("episodic", "semantic", "procedural")
+    }
 
 
 DOC = {
@@ -20,12 +23,23 @@ DOC = {
     ],
     "semantic": [
         {"key": "bristol", "text": "Sarah lives in Bristol", "fact_type": "identity", "days_ago": 400},
-        {"key": "edi", "text": "Sarah lives in Edinburgh", "confidence": 0.9, "supersedes": "bristol",
-         "contradiction": "harsh", "supporting_episodes": ["e1"]},
+        {
+            "key": "edi",
+            "text": "Sarah lives in Edinburgh",
+            "confidence": 0.9,
+            "supersedes": "bristol",
+            "contradiction": "harsh",
+            "supporting_episodes": ["e1"],
+        },
     ],
     "procedural": [
-        {"name": "Re-pair a sensor", "trigger_text": "sensor offline", "description": "reset, then add",
-         "steps": [{"order": 1, "instruction": "hold reset", "tool": "ask_user"}], "success_count": 3},
+        {
+            "name": "Re-pair a sensor",
+            "trigger_text": "sensor offline",
+            "description": "reset, then add",
+            "steps": [{"order": 1, "instruction": "hold reset", "tool": "ask_user"}],
+            "success_count": 3,
+        },
     ],
 }
 
@@ -41,13 +55,20 @@ def test_user_document_imports_everything(eng):
     episodes = {e.text: e for e in mem.list("episodic")}
     assert episodes["hello there"].timestamp.isoformat() == "2024-05-01T10:00:00+00:00"
     assert episodes["hello there"].metadata == {"lang": "en"}
-    assert 29.9 < (episodes["we moved to Edinburgh"].created_at - episodes["we moved to Edinburgh"].timestamp).days + 1 <= 31
+    assert (
+        29.9
+        < (episodes["we moved to Edinburgh"].created_at - episodes["we moved to Edinburgh"].timestamp).days
+        + 1
+        <= 31
+    )
     assert mem.list("procedural")[0].success_count == 3
     assert [h.memory.id for h in mem.recall("where does sarah live", memory_types=["semantic"])] == [new.id]
 
 
 def test_catalog_file_imports(eng):
-    result = eng.import_json([{"title": "Hub", "text": "Hub v2 speaks Zigbee", "key": "hub"}, {"text": "Thread is a mesh"}])
+    result = eng.import_json(
+        [{"title": "Hub", "text": "Hub v2 speaks Zigbee", "key": "hub"}, {"text": "Thread is a mesh"}]
+    )
     assert result["catalog"] == 2
     assert eng.for_user("anyone").get(result["ids"]["hub"]).title == "Hub"
 
@@ -60,13 +81,28 @@ def test_catalog_file_imports(eng):
         (lambda d: d["semantic"].append({"text": "x", "confidence": 3}), r"semantic\[2\]\.confidence"),
         (lambda d: d["semantic"].append({"text": "x", "fact_type": "gossip"}), r"semantic\[2\]\.fact_type"),
         (lambda d: d["semantic"].append({"text": "x", "supersedes": "nope"}), r"semantic\[2\]\.supersedes"),
-        (lambda d: d["semantic"].append({"text": "x", "supersedes": "bristol"}), r"semantic\[2\]\.supersedes.*already"),
+        (
+            lambda d: d["semantic"].append({"text": "x", "supersedes": "bristol"}),
+            r"semantic\[2\]\.supersedes.*already",
+        ),
         (lambda d: d["semantic"].append({"text": "x", "supersedes": "e1"}), r"semantic\[2\]\.supersedes"),
-        (lambda d: d["semantic"].append({"text": "x", "contradiction": "harsh"}), r"semantic\[2\]\.contradiction"),
-        (lambda d: d["semantic"].append({"text": "x", "supporting_episodes": ["zzz"]}), r"semantic\[2\]\.supporting"),
+        (
+            lambda d: d["semantic"].append({"text": "x", "contradiction": "harsh"}),
+            r"semantic\[2\]\.contradiction",
+        ),
+        (
+            lambda d: d["semantic"].append({"text": "x", "supporting_episodes": ["zzz"]}),
+            r"semantic\[2\]\.supporting",
+        ),
         (lambda d: d["procedural"].append({"name": "", "steps": []}), r"procedural\[1\]\.name"),
-        (lambda d: d["procedural"].append({"name": "p", "steps": [{"order": "first"}]}), r"procedural\[1\]\.steps\[0\]"),
-        (lambda d: d["episodic"].append({"text": "x", "days_ago": 3, "timestamp": "2024-01-01T00:00:00Z"}), r"episodic\[2\]"),
+        (
+            lambda d: d["procedural"].append({"name": "p", "steps": [{"order": "first"}]}),
+            r"procedural\[1\]\.steps\[0\]",
+        ),
+        (
+            lambda d: d["episodic"].append({"text": "x", "days_ago": 3, "timestamp": "2024-01-01T00:00:00Z"}),
+            r"episodic\[2\]",
+        ),
         (lambda d: d["episodic"].append({"text": "x", "key": "e1"}), r"episodic\[2\]\.key"),
         (lambda d: d.update(user_id="bad user!"), r"user_id"),
         (lambda d: d.update(extra_section=[]), r"extra_section"),
@@ -75,7 +111,11 @@ def test_catalog_file_imports(eng):
 def test_bad_documents_name_the_record_and_import_nothing(eng, mutate, message):
     doc = json.loads(json.dumps(DOC))
     mutate(doc)
-    with pytest.raises(ImportFileError, match=message) if "user_id" not in message else pytest.raises(Exception, match=message):
+    with (
+        pytest.raises(ImportFileError, match=message)
+        if "user_id" not in message
+        else pytest.raises(Exception, match=message)
+    ):
         eng.import_json(doc)
     assert counts(eng, "sarah") == {"episodic": 0, "semantic": 0, "procedural": 0}
 

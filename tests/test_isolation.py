@@ -11,8 +11,13 @@ def tenants(eng):
     rows = {
         "ep": bob.remember_turn("Bob's garage code is 9931, the door sticks"),
         "fact": bob.write("Bob lives at 12 Harbour Road, Leith"),
-        "playbook": bob.write("", memory_type="procedural", name="Bob's secret reset",
-                              trigger_text="garage door sticks", steps=[{"order": 1, "instruction": "kick it"}]),
+        "playbook": bob.write(
+            "",
+            memory_type="procedural",
+            name="Bob's secret reset",
+            trigger_text="garage door sticks",
+            steps=[{"order": 1, "instruction": "kick it"}],
+        ),
     }
     sarah.write("Sarah lives in Edinburgh")
     return sarah, bob, rows
@@ -20,9 +25,20 @@ def tenants(eng):
 
 def hostile_ids(rows):
     real = [r.id for r in rows.values()]
-    return real + [
-        "sem_" + "A" * 22, "", " ", "%", "sem_%", "*", "' OR '1'='1", "sem_x'; DELETE FROM memories; --",
-        real[0].upper(), real[1] + " ", "\x00", "cat_" + real[1][4:],
+    return [
+        *real,
+        "sem_" + "A" * 22,
+        "",
+        " ",
+        "%",
+        "sem_%",
+        "*",
+        "' OR '1'='1",
+        "sem_x'; DELETE FROM memories; --",
+        real[0].upper(),
+        real[1] + " ",
+        "\x00",
+        "cat_" + real[1][4:],
     ]
 
 
@@ -46,8 +62,16 @@ def test_cannot_supersede_another_tenants_row(tenants):
 
 def test_recall_never_returns_foreign_rows(tenants):
     sarah, bob, rows = tenants
-    for query in ["Bob's garage code is 9931, the door sticks", "12 Harbour Road Leith", "secret reset kick it",
-                  "9931", "Bob", "where does bob live", "*", "garage"]:
+    for query in [
+        "Bob's garage code is 9931, the door sticks",
+        "12 Harbour Road Leith",
+        "secret reset kick it",
+        "9931",
+        "Bob",
+        "where does bob live",
+        "*",
+        "garage",
+    ]:
         for include_superseded in (False, True):
             hits = sarah.recall(query, k=50, include_superseded=include_superseded)
             assert all(h.memory.user_id == "sarah" for h in hits), query
@@ -56,7 +80,9 @@ def test_recall_never_returns_foreign_rows(tenants):
 
 def test_lists_and_use_counts_stay_per_tenant(tenants):
     sarah, bob, rows = tenants
-    assert [m.user_id for m in sarah.list("episodic") + sarah.list("semantic") + sarah.list("procedural")] == ["sarah"]
+    assert [
+        m.user_id for m in sarah.list("episodic") + sarah.list("semantic") + sarah.list("procedural")
+    ] == ["sarah"]
     sarah.recall("where does bob live", k=50)
     assert bob.get(rows["fact"].id).use_count == 0
 

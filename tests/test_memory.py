@@ -43,7 +43,12 @@ def test_ids_are_opaque_and_unique(eng):
         (lambda m: m.write("fact", fact_type="rumour"), "fact_type"),
         (lambda m: m.write("fact", contradiction="harsh"), "supersedes_id"),
         (lambda m: m.write("p", memory_type="procedural"), "name"),
-        (lambda m: m.write("p", memory_type="procedural", name="n", steps=[{"order": 0, "instruction": "x"}]), "order"),
+        (
+            lambda m: m.write(
+                "p", memory_type="procedural", name="n", steps=[{"order": 0, "instruction": "x"}]
+            ),
+            "order",
+        ),
         (lambda m: m.recall(""), "query"),
         (lambda m: m.recall("q", k=0), "k must"),
         (lambda m: m.recall("q", memory_types=["semantic", "dreams"]), "unknown memory_type"),
@@ -65,9 +70,15 @@ def test_bad_user_ids_are_refused(eng, user):
 def test_procedural_write_and_recall(eng):
     mem = eng.for_user("sarah")
     p = mem.write(
-        "Re-pair an offline sensor", memory_type="procedural", name="Re-pair a Zigbee sensor",
-        trigger_text="a sensor is offline", description="reset and pair again",
-        steps=[{"order": 1, "instruction": "Hold reset 10 s", "tool": "ask_user"}, {"order": 2, "instruction": "Add device"}],
+        "Re-pair an offline sensor",
+        memory_type="procedural",
+        name="Re-pair a Zigbee sensor",
+        trigger_text="a sensor is offline",
+        description="reset and pair again",
+        steps=[
+            {"order": 1, "instruction": "Hold reset 10 s", "tool": "ask_user"},
+            {"order": 2, "instruction": "Add device"},
+        ],
     )
     assert p.steps[0].tool == "ask_user" and p.version == 1 and p.success_count == 0
     hits = mem.recall("my sensor went offline", memory_types=["procedural"])
@@ -95,8 +106,12 @@ def test_natural_supersession_chain_and_history(eng):
 def test_harsh_supersession_penalises_and_retracts(eng):
     mem = eng.for_user("sarah")
     a = mem.write("Sarah lived in Bristol")
-    b = mem.write("Sarah never lived in Bristol, that was her sister", supersedes_id=a.id,
-                  contradiction="harsh", confidence=0.9)
+    b = mem.write(
+        "Sarah never lived in Bristol, that was her sister",
+        supersedes_id=a.id,
+        contradiction="harsh",
+        confidence=0.9,
+    )
     assert b.confidence == pytest.approx(0.8)
     assert mem.get(a.id).retracted is True
 
@@ -126,7 +141,9 @@ def test_forget_is_final_and_leaves_no_text(eng):
 
 
 def test_catalog_is_shared_and_admin_only(eng):
-    item = eng.catalog.add("The Lumio Hub v2 supports Zigbee 3.0", title="Hub v2 radios", metadata={"src": "docs"})
+    item = eng.catalog.add(
+        "The Lumio Hub v2 supports Zigbee 3.0", title="Hub v2 radios", metadata={"src": "docs"}
+    )
     assert item.user_id is None
     for user in ("sarah", "bob"):
         mem = eng.for_user(user)
@@ -172,6 +189,8 @@ def test_open_by_url_and_env_home(tmp_path, monkeypatch):
 
 def test_time_window_fields_round_trip(eng):
     start = datetime(2020, 1, 1, tzinfo=UTC)
-    f = eng.for_user("sarah").write("Sarah worked at Acme", valid_from=start, valid_to=start + timedelta(days=700))
+    f = eng.for_user("sarah").write(
+        "Sarah worked at Acme", valid_from=start, valid_to=start + timedelta(days=700)
+    )
     got = eng.for_user("sarah").get(f.id)
     assert (got.valid_from, got.valid_to) == (start, start + timedelta(days=700))

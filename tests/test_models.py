@@ -18,7 +18,7 @@ def test_packaged_files_match_their_checksums():
 def test_a_corrupt_or_missing_file_is_a_clear_error(tmp_path):
     src = PACKAGED_EMBEDDER.locate()
     shutil.copy(src / "tokenizer.json", tmp_path / "tokenizer.json")
-    with pytest.raises(ModelError, match="model.onnx is missing"):
+    with pytest.raises(ModelError, match=r"model\.onnx is missing"):
         verify_files(tmp_path, PACKAGED_EMBEDDER.sha256, "bge")
     (tmp_path / "model.onnx").write_bytes(b"not a model")
     with pytest.raises(ModelError, match="checksum"):
@@ -47,5 +47,5 @@ def test_reranker_scores_are_stable_and_sensible(reranker):
 def test_store_refuses_a_different_embedding_model(tmp_path, embedder, reranker):
     Engram(SQLiteStore(tmp_path / "a.db"), embedder, reranker).close()
     other = OnnxEmbedder(PACKAGED_EMBEDDER.locate(), name="some-other-model")
-    with pytest.raises(ModelError, match="was built with embedding model 'bge-small-en-v1.5-int8'"):
+    with pytest.raises(ModelError, match=r"was built with embedding model 'bge-small-en-v1\.5-int8'"):
         Engram(SQLiteStore(tmp_path / "a.db"), other, reranker)

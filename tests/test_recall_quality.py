@@ -16,7 +16,9 @@ def loaded(tmp_path_factory, embedder, reranker):
     from engram.settings import EngramSettings
     from engram.storage.sqlite import SQLiteStore
 
-    eng = Engram(SQLiteStore(tmp_path_factory.mktemp("q") / "q.db"), embedder, reranker, settings=EngramSettings())
+    eng = Engram(
+        SQLiteStore(tmp_path_factory.mktemp("q") / "q.db"), embedder, reranker, settings=EngramSettings()
+    )
     questions, ids = load_corpus(eng, CORPUS)
     yield eng, questions, ids
     eng.close()

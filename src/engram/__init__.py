@@ -1,10 +1,10 @@
 """Engram: persistent, multi-tenant memory for LLM agents.
 
-    from engram import Engram
-    eng = Engram.open()
-    mem = eng.for_user("sarah")
-    mem.remember_turn("I moved to Edinburgh")
-    hits = mem.recall("where do I live?")
+from engram import Engram
+eng = Engram.open()
+mem = eng.for_user("sarah")
+mem.remember_turn("I moved to Edinburgh")
+hits = mem.recall("where do I live?")
 """
 
 from engram.errors import (
@@ -49,8 +49,8 @@ __all__ = [
     "ProceduralMemory",
     "RetrievalConfig",
     "SemanticMemory",
-    "StorageError",
     "Step",
+    "StorageError",
     "Tombstone",
     "UserMemory",
 ]

@@ -1,13 +1,13 @@
 """Engram's exceptions: one root, subclassed by what the caller can do about it.
 
-    EngramError
-    ├── InvalidInput          bad argument or document; nothing was changed
-    │   └── ImportFileError   an import document is invalid; names the record; nothing imported
-    ├── NotFound              no such row *in your scope* (also raised for another tenant's rows)
-    ├── PermissionDenied      the handle may not do this (e.g. a tenant writing the catalog)
-    ├── Conflict              the row's state forbids it (e.g. superseding an already superseded fact)
-    ├── ModelError            a model's files are missing/corrupt or do not match the store
-    └── StorageError          the storage engine failed or the store is unusable
+EngramError
+├── InvalidInput          bad argument or document; nothing was changed
+│   └── ImportFileError   an import document is invalid; names the record; nothing imported
+├── NotFound              no such row *in your scope* (also raised for another tenant's rows)
+├── PermissionDenied      the handle may not do this (e.g. a tenant writing the catalog)
+├── Conflict              the row's state forbids it (e.g. superseding an already superseded fact)
+├── ModelError            a model's files are missing/corrupt or do not match the store
+└── StorageError          the storage engine failed or the store is unusable
 """
 
 from __future__ import annotations

@@ -165,8 +165,13 @@ def import_document(
     for i, ep in enumerate(doc.episodic):
         where = f"episodic[{i}]"
         row = EpisodicMemory(
-            id=new_id("episodic"), text=checked(ep.text, f"{where}.text"), user_id=handle.user_id,
-            created_at=now, timestamp=ep.at(now) or now, session_id=ep.session_id, metadata=ep.metadata,
+            id=new_id("episodic"),
+            text=checked(ep.text, f"{where}.text"),
+            user_id=handle.user_id,
+            created_at=now,
+            timestamp=ep.at(now) or now,
+            session_id=ep.session_id,
+            metadata=ep.metadata,
         )
         remember_key(ep.key, row.id, where)
         rows.append(row)
@@ -176,7 +181,9 @@ def import_document(
         row_id = new_id("semantic")
         unknown = [k for k in fact.supporting_episodes if not keys.get(k, "").startswith("epi_")]
         if unknown:
-            raise ImportFileError(f"invalid import file: {where}.supporting_episodes: {unknown} are not keys of episodes")
+            raise ImportFileError(
+                f"invalid import file: {where}.supporting_episodes: {unknown} are not keys of episodes"
+            )
         supersedes = None
         confidence = fact.confidence
         if fact.supersedes is not None:
@@ -201,18 +208,31 @@ def import_document(
         remember_key(fact.key, row_id, where)
         rows.append(
             SemanticMemory(
-                id=row_id, text=checked(fact.text, f"{where}.text"), user_id=handle.user_id,
-                created_at=fact.at(now) or now, metadata=fact.metadata, fact_type=fact.fact_type,
-                confidence=confidence, supporting_episode_ids=[keys[k] for k in fact.supporting_episodes],
-                supersedes=supersedes, contradiction=fact.contradiction if supersedes else None,
+                id=row_id,
+                text=checked(fact.text, f"{where}.text"),
+                user_id=handle.user_id,
+                created_at=fact.at(now) or now,
+                metadata=fact.metadata,
+                fact_type=fact.fact_type,
+                confidence=confidence,
+                supporting_episode_ids=[keys[k] for k in fact.supporting_episodes],
+                supersedes=supersedes,
+                contradiction=fact.contradiction if supersedes else None,
             )
         )
     for i, pb in enumerate(doc.procedural):
         where = f"procedural[{i}]"
         row = ProceduralMemory(
-            id=new_id("procedural"), text=pb.text, user_id=handle.user_id, created_at=pb.at(now) or now,
-            metadata=pb.metadata, name=checked(pb.name, f"{where}.name"), trigger_text=pb.trigger_text,
-            description=pb.description, steps=pb.steps, success_count=pb.success_count,
+            id=new_id("procedural"),
+            text=pb.text,
+            user_id=handle.user_id,
+            created_at=pb.at(now) or now,
+            metadata=pb.metadata,
+            name=checked(pb.name, f"{where}.name"),
+            trigger_text=pb.trigger_text,
+            description=pb.description,
+            steps=pb.steps,
+            success_count=pb.success_count,
             failure_count=pb.failure_count,
         )
         remember_key(pb.key, row.id, where)
@@ -235,7 +255,11 @@ def _import_catalog(engram: Engram, document: Sequence[Any], progress: bool) -> 
         except Exception as exc:
             raise ImportFileError(f"invalid import file: {exc}") from None
         row = CatalogItem(
-            id=new_id("catalog"), text=text, title=record.title, user_id=None, created_at=now,
+            id=new_id("catalog"),
+            text=text,
+            title=record.title,
+            user_id=None,
+            created_at=now,
             metadata=record.metadata,
         )
         if record.key:

@@ -44,9 +44,7 @@ WRITABLE_TYPES = ("semantic", "procedural")
 
 def validate_user_id(user_id: object) -> str:
     if not isinstance(user_id, str) or not _USER_ID.match(user_id):
-        raise InvalidInput(
-            "user_id must be 1-128 characters: letters, digits and . _ @ : + - (not first)"
-        )
+        raise InvalidInput("user_id must be 1-128 characters: letters, digits and . _ @ : + - (not first)")
     return user_id
 
 
@@ -113,8 +111,13 @@ class Engram:
         """The admin handle for the shared catalog (readable by all, writable only here)."""
         return CatalogAdmin(self)
 
-    def import_json(self, document: Mapping[str, Any] | Sequence[Any], *, user_id: str | None = None,
-                    progress: bool = False) -> dict[str, int]:
+    def import_json(
+        self,
+        document: Mapping[str, Any] | Sequence[Any],
+        *,
+        user_id: str | None = None,
+        progress: bool = False,
+    ) -> dict[str, int]:
         """Import a user document or a catalog list; see ``engram.importer``. All or nothing."""
         from engram.importer import import_document
 
@@ -318,9 +321,7 @@ class UserMemory(_Handle):
         if not record_use:
             return hits
         used = [
-            h.memory.id
-            for h in hits
-            if h.memory.memory_type == "semantic" and h.memory.superseded_by is None
+            h.memory.id for h in hits if h.memory.memory_type == "semantic" and h.memory.superseded_by is None
         ]
         engram.store.record_use(self.user_id, used, now)
         used_set = set(used)

@@ -23,7 +23,9 @@ from pydantic_settings import (
 # --- recall (the reference design's values unless said otherwise) ---------------------------------
 DEFAULT_LEG_CANDIDATES = 80  # each leg over-fetches enough that RRF sees both legs' long tails
 DEFAULT_RRF_K = 30  # tighter than the usual 60, so top ranks of each leg weigh more
-DEFAULT_RERANK_WINDOW = 10  # measured: windows 20-80 gave no better R@1/MRR at 1.4-5x the latency (docs/benchmarks.md)
+DEFAULT_RERANK_WINDOW = (
+    10  # measured: windows 20-80 gave no better R@1/MRR at 1.4-5x the latency (docs/benchmarks.md)
+)
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
 DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
 DEFAULT_DECAY_VALUE = 0.5  # ... a memory is worth half as much

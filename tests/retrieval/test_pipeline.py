@@ -22,9 +22,23 @@ def test_every_hit_explains_its_score(eng):
     assert hits
     for hit in hits:
         e = hit.explain
-        assert set(e) >= {"bm25_rank", "dense_rank", "rrf", "rerank", "decay", "use_count_boost", "source_prior", "final"}
+        assert set(e) >= {
+            "bm25_rank",
+            "dense_rank",
+            "rrf",
+            "rerank",
+            "decay",
+            "use_count_boost",
+            "source_prior",
+            "final",
+        }
         assert e["final"] == hit.score
-        product = (e["rerank"] if e["rerank"] is not None else e["rrf"]) * e["decay"] * e["use_count_boost"] * e["source_prior"]
+        product = (
+            (e["rerank"] if e["rerank"] is not None else e["rrf"])
+            * e["decay"]
+            * e["use_count_boost"]
+            * e["source_prior"]
+        )
         assert abs(product - hit.score) < 1e-12
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
 

@@ -1,3 +1,4 @@
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,7 +20,7 @@ def test_time_decay_curve(age, expected):
 
 def test_time_decay_is_monotonic_past_the_offset():
     values = [time_decay(d) for d in range(180, 6000, 100)]
-    assert all(a > b for a, b in zip(values, values[1:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(values))
     assert time_decay(4000) < 0.5
 
 
@@ -51,5 +52,7 @@ def test_multipliers_follow_each_type_lifecycle():
     assert multipliers(item, NOW, cfg)["source_prior"] == 0.85
     assert multipliers(item, NOW, cfg)["decay"] == 1.0
     assert multipliers(fact, NOW, cfg.but(multipliers=False)) == {
-        "decay": 1.0, "use_count_boost": 1.0, "source_prior": 1.0
+        "decay": 1.0,
+        "use_count_boost": 1.0,
+        "source_prior": 1.0,
     }

@@ -52,16 +52,29 @@ def test_every_type_round_trips_with_all_fields(store, embedder):
     ep = episode("sarah", "I got a new hub", at=T0 - timedelta(days=3))
     ep = ep.model_copy(update={"session_id": "s-1", "metadata": {"channel": "web", "nested": {"a": [1, 2]}}})
     fa = fact(
-        "sarah", "Sarah owns a Lumio Hub v2", fact_type="identity", confidence=0.8,
-        supporting_episode_ids=[ep.id], valid_from=T0, metadata={"src": "test"},
+        "sarah",
+        "Sarah owns a Lumio Hub v2",
+        fact_type="identity",
+        confidence=0.8,
+        supporting_episode_ids=[ep.id],
+        valid_from=T0,
+        metadata={"src": "test"},
     )
     pb = ProceduralMemory(
-        id=new_id("procedural"), text="", user_id="sarah", created_at=T0, name="Pair a sensor",
-        trigger_text="sensor will not pair", description="reset then pair",
+        id=new_id("procedural"),
+        text="",
+        user_id="sarah",
+        created_at=T0,
+        name="Pair a sensor",
+        trigger_text="sensor will not pair",
+        description="reset then pair",
         steps=[Step(order=1, instruction="hold reset", tool="ask_user"), Step(order=2, instruction="pair")],
-        success_count=2, failure_count=1,
+        success_count=2,
+        failure_count=1,
     )
-    cat = CatalogItem(id=new_id("catalog"), text="Hub v2 speaks Zigbee", title="Hub v2", user_id=None, created_at=T0)
+    cat = CatalogItem(
+        id=new_id("catalog"), text="Hub v2 speaks Zigbee", title="Hub v2", user_id=None, created_at=T0
+    )
     put(store, embedder, "sarah", ep, fa, pb)
     put(store, embedder, CATALOG, cat)
     got = store.get("sarah", [cat.id, pb.id, fa.id, ep.id])
@@ -71,7 +84,12 @@ def test_every_type_round_trips_with_all_fields(store, embedder):
 def test_get_is_scoped_to_the_tenant(store, embedder):
     mine = put(store, embedder, "sarah", fact("sarah", "Sarah likes tea"))
     theirs = put(store, embedder, "bob", fact("bob", "Bob likes coffee"))
-    cat = put(store, embedder, CATALOG, CatalogItem(id=new_id("catalog"), text="Tea is a drink", user_id=None, created_at=T0))
+    cat = put(
+        store,
+        embedder,
+        CATALOG,
+        CatalogItem(id=new_id("catalog"), text="Tea is a drink", user_id=None, created_at=T0),
+    )
     assert [m.id for m in store.get("sarah", [mine.id, theirs.id, cat.id])] == [mine.id, cat.id]
     assert [m.id for m in store.get("sarah", [mine.id, cat.id], include_catalog=False)] == [mine.id]
     assert store.get(CATALOG, [mine.id, theirs.id, cat.id]) == [cat]
@@ -85,11 +103,16 @@ def test_insert_refuses_rows_of_another_owner(store, embedder):
 
 
 def test_text_search_matches_exact_tokens_within_scope(store, embedder):
-    a = put(store, embedder, "marco", episode("marco", "deploy failed with ERR_SSL_PROTOCOL 0x1408F10B on staging"))
+    a = put(
+        store,
+        embedder,
+        "marco",
+        episode("marco", "deploy failed with ERR_SSL_PROTOCOL 0x1408F10B on staging"),
+    )
     b = put(store, embedder, "marco", fact("marco", "prod runs postgres v15.3 with pgvector 0.5.1"))
     put(store, embedder, "sarah", episode("sarah", "my error was 0x1408F10B too and I run v15.3"))
     assert [h.id for h in store.search_text("marco", "what was 0x1408F10B about?", ALL, 10)] == [a.id]
-    assert [h.id for h in store.search_text("marco", "postgres v15.3", ALL, 10)][0] == b.id
+    assert store.search_text("marco", "postgres v15.3", ALL, 10)[0].id == b.id
     only_facts = SearchFilter(frozenset({"semantic"}))
     assert [h.id for h in store.search_text("marco", "0x1408F10B v15.3", only_facts, 10)] == [b.id]
     hits = store.search_text("marco", "0x1408F10B", ALL, 10)
@@ -98,7 +121,18 @@ def test_text_search_matches_exact_tokens_within_scope(store, embedder):
 
 @pytest.mark.parametrize(
     "query",
-    ['"', "AND", "OR NOT", "NEAR(a b)", "a*", "-x", "body:x", "owner : ocatalog", "'; DROP TABLE memories; --", "((("],
+    [
+        '"',
+        "AND",
+        "OR NOT",
+        "NEAR(a b)",
+        "a*",
+        "-x",
+        "body:x",
+        "owner : ocatalog",
+        "'; DROP TABLE memories; --",
+        "(((",
+    ],
 )
 def test_text_search_survives_hostile_queries(store, embedder, query):
     put(store, embedder, "sarah", fact("sarah", "Sarah likes tea"))
@@ -107,7 +141,12 @@ def test_text_search_survives_hostile_queries(store, embedder, query):
 
 
 def test_vector_search_is_exact_and_scoped(store, embedder):
-    texts = [f"note {i}: {w}" for i, w in enumerate(["tea", "coffee", "dogs", "cats", "zigbee", "thread", "bristol", "edinburgh"] * 3)]
+    texts = [
+        f"note {i}: {w}"
+        for i, w in enumerate(
+            ["tea", "coffee", "dogs", "cats", "zigbee", "thread", "bristol", "edinburgh"] * 3
+        )
+    ]
     rows = put(store, embedder, "sarah", *[episode("sarah", t) for t in texts])
     put(store, embedder, "bob", *[episode("bob", t) for t in texts])
     q = embedder.embed_query("which hot drinks do I like")
@@ -116,7 +155,9 @@ def test_vector_search_is_exact_and_scoped(store, embedder):
     expected = np.argsort(-(vectors @ q))[:5]
     assert [h.id for h in hits] == [rows[i].id for i in expected]
     assert np.allclose([h.score for h in hits], (vectors @ q)[expected], atol=1e-5)
-    assert {m.user_id for m in store.get("sarah", [h.id for h in store.search_vector("sarah", q, ALL, 100)])} == {"sarah"}
+    assert {
+        m.user_id for m in store.get("sarah", [h.id for h in store.search_vector("sarah", q, ALL, 100)])
+    } == {"sarah"}
 
 
 def test_supersession_is_atomic_and_hides_the_old_row(store, embedder):

@@ -13,8 +13,9 @@ WRITER = textwrap.dedent(
     with Engram.open(sys.argv[1], rerank=False) as eng:
         mem = eng.for_user(sys.argv[2])
         for i in range(40):
-            mem.remember_turn(f"turn {i} from {sys.argv[2]}")
-            assert mem.recall(f"turn {i} from {sys.argv[2]}", k=1)[0].memory.text == f"turn {i} from {sys.argv[2]}"
+            text = f"turn {i} from {sys.argv[2]}"
+            mem.remember_turn(text)
+            assert mem.recall(text, k=1)[0].memory.text == text  # visible at once
     """
 )
 

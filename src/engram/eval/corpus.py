@@ -1,7 +1,7 @@
 """A corpus file: users' import documents, a catalog and questions whose gold answers are keys.
 
-    {"users": [<import document with "key"s>...], "catalog": [<catalog records>...],
-     "questions": [{"user": "...", "q": "...", "gold": ["key", ...]}]}
+{"users": [<import document with "key"s>...], "catalog": [<catalog records>...],
+ "questions": [{"user": "...", "q": "...", "gold": ["key", ...]}]}
 """
 
 from __future__ import annotations

@@ -247,5 +247,3 @@ def catalog_forget(memory_id: str, store: StoreOpt = None) -> None:
     """Delete a catalog item."""
     with _engram(store) as eng:
         _print_json(eng.catalog.forget(memory_id).model_dump(mode="json"))
-
-

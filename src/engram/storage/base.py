@@ -71,15 +71,11 @@ class Store(Protocol):
         """Rows in scope among ``ids``, in the order asked; ids out of scope are silently absent."""
         ...
 
-    def search_text(
-        self, tenant: Tenant, query: str, where: SearchFilter, limit: int
-    ) -> list[LegHit]:
+    def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
         """Full-text (BM25) candidates, best first."""
         ...
 
-    def search_vector(
-        self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int
-    ) -> list[LegHit]:
+    def search_vector(self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int) -> list[LegHit]:
         """Exact nearest neighbours by cosine similarity, best first."""
         ...
 
