@@ -3,8 +3,8 @@
 import hashlib
 import json
 import threading
-from typing import ClassVar
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import numpy as np
 import pytest
