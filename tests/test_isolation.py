@@ -78,6 +78,17 @@ def test_recall_never_returns_foreign_rows(tenants):
     assert {h.memory.id for h in bob.recall("garage code", k=50)} >= {rows["ep"].id}
 
 
+def test_provenance_cannot_cite_foreign_or_missing_episodes(tenants):
+    sarah, _, rows = tenants
+    own = sarah.remember_turn("I moved to Leith")
+    fact = sarah.write("Sarah lives in Leith", supporting_episode_ids=[own.id, own.id])
+    assert fact.supporting_episode_ids == [own.id]
+    for bad in (rows["ep"].id, rows["fact"].id, "epi_" + "A" * 22, fact.id):
+        with pytest.raises(NotFound):
+            sarah.write("Sarah likes tea", supporting_episode_ids=[own.id, bad])
+    assert len(sarah.list("semantic")) == 2
+
+
 def test_lists_and_use_counts_stay_per_tenant(tenants):
     sarah, bob, rows = tenants
     assert [

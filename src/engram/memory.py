@@ -234,6 +234,12 @@ class UserMemory(_Handle):
             )
         if memory_type == "semantic" or text != "":  # a playbook may carry everything in its fields
             text = engram._check_text(text)
+        supporting = list(dict.fromkeys(supporting_episode_ids))
+        if supporting:  # provenance must be this user's own episodes
+            found = {m.id for m in engram.store.get(self.user_id, supporting, include_catalog=False)}
+            for episode_id in supporting:
+                if episode_id not in found or not episode_id.startswith("epi_"):
+                    raise NotFound(str(episode_id))
         now = utcnow()
         supersede = None
         if supersedes_id is None:
@@ -263,7 +269,7 @@ class UserMemory(_Handle):
                 **common,
                 fact_type=fact_type,
                 confidence=confidence,
-                supporting_episode_ids=list(supporting_episode_ids),
+                supporting_episode_ids=supporting,
                 contradiction=contradiction if supersede else None,
                 valid_from=_aware(valid_from),
                 valid_to=_aware(valid_to),
@@ -412,6 +418,12 @@ class CatalogAdmin(_Handle):
 
     def list(self, *, limit: int = 50, offset: int = 0) -> list[Memory]:
         return self._engram.store.list(CATALOG, "catalog", limit=limit, offset=offset)
+
+    def import_json(self, items: Sequence[Any], *, progress: bool = False) -> dict[str, Any]:
+        """Import catalog items ``[{"title", "text", ...}]``; all or nothing."""
+        if not isinstance(items, Sequence) or isinstance(items, str | bytes):
+            raise InvalidInput("a catalog import is a JSON array of items")
+        return self._engram.import_json(items, progress=progress)
 
 
 def _check_types(memory_types: Iterable[Any]) -> list[MemoryType]:

@@ -247,3 +247,138 @@ def catalog_forget(memory_id: str, store: StoreOpt = None) -> None:
     """Delete a catalog item."""
     with _engram(store) as eng:
         _print_json(eng.catalog.forget(memory_id).model_dump(mode="json"))
+
+
+# -- the service ------------------------------------------------------------------------------------
+keys_app = typer.Typer(help="Manage API keys (one per user; only hashes are stored).", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(envvar="ENGRAM_HOST", help="interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="ENGRAM_PORT", help="TCP port")] = 8765,
+    store: StoreOpt = None,
+) -> None:
+    """Serve the REST API (/v1, docs at /docs), MCP (/mcp) and /healthz in one process."""
+    import os
+
+    import uvicorn
+
+    from engram.auth import ApiKeys
+    from engram.interfaces.rest import create_app
+
+    with _engram(store) as eng:
+        keys = ApiKeys(eng.store)  # type: ignore[arg-type]
+        admin_key = os.environ.get("ENGRAM_ADMIN_KEY")
+        if admin_key:
+            keys.adopt_admin_key(admin_key)
+        elif not keys.has_admin():
+            key, _ = keys.create(None, label="created on first start")
+            console.print(f"[bold]admin key[/bold] (shown once, keep it): {key}", highlight=False)
+        console.print(f"Engram on http://{host}:{port}  (REST /v1, docs /docs, MCP /mcp)", highlight=False)
+        uvicorn.run(create_app(eng, keys, host=host), host=host, port=port, log_level="warning")
+
+
+@keys_app.command("create")
+def keys_create(
+    user: UserOpt,
+    label: Annotated[str, typer.Option(help="a note, e.g. which agent uses it")] = "",
+    store: StoreOpt = None,
+) -> None:
+    """Create a key for a user and print it (only once)."""
+    from engram.auth import ApiKeys
+
+    with _engram(store, rerank=False) as eng:
+        key, record = ApiKeys(eng.store).create(user, label)  # type: ignore[arg-type]
+    console.print(f"{key}\n[dim]id {record.id} for user {record.user_id}; shown once[/dim]", highlight=False)
+
+
+@keys_app.command("list")
+def keys_list(
+    user: Annotated[str | None, typer.Option("--user", "-u")] = None, store: StoreOpt = None
+) -> None:
+    """List keys (ids, users, dates; never the keys)."""
+    from engram.auth import ApiKeys
+
+    with _engram(store, rerank=False) as eng:
+        records = ApiKeys(eng.store).list(user)  # type: ignore[arg-type]
+    _print_json([r.__dict__ for r in records])
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str, store: StoreOpt = None) -> None:
+    """Revoke a key by id; it stops working at once."""
+    from engram.auth import ApiKeys
+
+    with _engram(store, rerank=False) as eng:
+        ApiKeys(eng.store).revoke(key_id)  # type: ignore[arg-type]
+    console.print(f"revoked {key_id}")
+
+
+@app.command()
+def mcp(store: StoreOpt = None) -> None:
+    """Serve MCP over stdio for one user: ENGRAM_API_KEY (a user key) or ENGRAM_USER picks the tenant."""
+    import os
+
+    from engram.auth import ApiKeys
+    from engram.interfaces.mcp import run_stdio
+
+    err = Console(stderr=True)  # stdout carries the protocol
+    try:
+        with Engram.open(store) as eng:
+            key, user = os.environ.get("ENGRAM_API_KEY"), os.environ.get("ENGRAM_USER")
+            if key:
+                principal = ApiKeys(eng.store).resolve(key)  # type: ignore[arg-type]
+                if principal is None or principal.user_id is None:
+                    err.print("error: ENGRAM_API_KEY is not a live user key")
+                    raise typer.Exit(1)
+                user = principal.user_id
+            if not user:
+                err.print("error: set ENGRAM_API_KEY (a user key) or ENGRAM_USER")
+                raise typer.Exit(1)
+            run_stdio(eng, eng.for_user(user).user_id)
+    except EngramError as exc:
+        err.print(f"error: {exc}")
+        raise typer.Exit(1) from None
+
+
+@app.command("mcp-config")
+def mcp_config(
+    user: UserOpt,
+    url: Annotated[str, typer.Option(help="where `engram serve` listens")] = "http://127.0.0.1:8765",
+    key: Annotated[str, typer.Option(help="the user's API key (default: a placeholder)")] = "<API_KEY>",
+) -> None:
+    """Print ready-to-paste MCP config for Claude Desktop and Cursor (stdio and HTTP)."""
+    import shutil
+
+    command = shutil.which("engram") or "engram"
+    stdio = {"command": command, "args": ["mcp"], "env": {"ENGRAM_API_KEY": key}}
+    http = {"url": f"{url.rstrip('/')}/mcp", "headers": {"Authorization": f"Bearer {key}"}}
+    console.print(f"[bold]MCP config for user {user}[/bold]\n", highlight=False)
+    console.print(
+        "Claude Desktop: claude_desktop_config.json\n"
+        "  macOS:   ~/Library/Application Support/Claude/claude_desktop_config.json\n"
+        "  Windows: %APPDATA%\\Claude\\claude_desktop_config.json\n"
+        "  Linux:   ~/.config/Claude/claude_desktop_config.json\n"
+        "Cursor: ~/.cursor/mcp.json (all projects) or .cursor/mcp.json (one project)\n",
+        highlight=False,
+    )
+    console.print("stdio (Engram runs as a child process of the client, embedded store):", highlight=False)
+    _print_json({"mcpServers": {"engram": stdio}})
+    console.print("\nHTTP (a running `engram serve`; Cursor reads this form directly):", highlight=False)
+    _print_json({"mcpServers": {"engram": http}})
+    console.print(
+        "\nClaude Desktop speaks stdio to local servers; to reach an HTTP server from it use a bridge:",
+        highlight=False,
+    )
+    _print_json(
+        {
+            "mcpServers": {
+                "engram": {
+                    "command": "npx",
+                    "args": ["mcp-remote", http["url"], "--header", f"Authorization: Bearer {key}"],
+                }
+            }
+        }
+    )

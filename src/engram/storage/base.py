@@ -48,6 +48,31 @@ class LegHit:
     score: float
 
 
+@dataclass(frozen=True)
+class ApiKeyRecord:
+    """A stored API key, without the key: ``user_id`` None means the admin key."""
+
+    id: str
+    user_id: str | None
+    label: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+class KeyStore(Protocol):
+    """Where API keys live (by hash only). Backends implement it beside Store."""
+
+    def add_key(self, record: ApiKeyRecord, key_hash: str) -> None: ...
+
+    def find_key(self, key_hash: str) -> ApiKeyRecord | None: ...
+
+    def list_keys(self, user_id: str | None = None) -> list[ApiKeyRecord]: ...
+
+    def revoke_key(self, key_id: str, at: datetime) -> bool:
+        """True if a live key was revoked."""
+        ...
+
+
 class Store(Protocol):
     def ensure_model(self, name: str, dim: int) -> None:
         """Record the embedding model on first use; raise ModelError if the store was built with another."""

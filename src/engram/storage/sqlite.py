@@ -33,7 +33,7 @@ from engram.errors import Conflict, InvalidInput, ModelError, NotFound, StorageE
 from engram.models import Memory, MemoryType, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
 from engram.storage._rows import MEMORY_COLUMNS, memory_from_row, memory_to_row, search_text_of
-from engram.storage.base import LegHit, SearchFilter, Supersession, Tenant
+from engram.storage.base import ApiKeyRecord, LegHit, SearchFilter, Supersession, Tenant
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000  # writers queue behind each other rather than fail
@@ -72,6 +72,14 @@ CREATE TABLE IF NOT EXISTS memory_vec (
     embedding   BLOB NOT NULL,
     PRIMARY KEY (owner, rid)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS api_keys (
+    id          TEXT PRIMARY KEY,
+    key_hash    TEXT NOT NULL UNIQUE,         -- sha256 of the key; the key itself is never stored
+    user_id     TEXT,                         -- NULL for the admin key
+    label       TEXT NOT NULL DEFAULT '',
+    created_at  TEXT NOT NULL,
+    revoked_at  TEXT
+);
 CREATE TABLE IF NOT EXISTS tombstones (
     id           TEXT PRIMARY KEY,
     owner        TEXT NOT NULL,
@@ -412,6 +420,44 @@ class SQLiteStore:
         with self._errors():
             return self._rows(sql, (_owner_key(tenant), memory_type, limit, offset))
 
+    # -- KeyStore protocol ---------------------------------------------------------------------
+    def add_key(self, record: ApiKeyRecord, key_hash: str) -> None:
+        with self._errors():
+            conn = self._conn()
+            with self._write(conn):
+                conn.execute(
+                    "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, NULL)",
+                    (record.id, key_hash, record.user_id, record.label, record.created_at.isoformat()),
+                )
+
+    def find_key(self, key_hash: str) -> ApiKeyRecord | None:
+        with self._errors():
+            row = (
+                self._conn()
+                .execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE key_hash = ?", (key_hash,))
+                .fetchone()
+            )
+        return _key_record(row) if row else None
+
+    def list_keys(self, user_id: str | None = None) -> list[ApiKeyRecord]:
+        sql = f"SELECT {_KEY_COLUMNS} FROM api_keys"
+        params: tuple[str, ...] = ()
+        if user_id is not None:
+            sql, params = sql + " WHERE user_id = ?", (user_id,)
+        with self._errors():
+            rows = self._conn().execute(sql + " ORDER BY created_at", params).fetchall()
+        return [_key_record(r) for r in rows]
+
+    def revoke_key(self, key_id: str, at: datetime) -> bool:
+        with self._errors():
+            conn = self._conn()
+            with self._write(conn):
+                conn.execute(
+                    "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                    (at.isoformat(), key_id),
+                )
+                return conn.changes() > 0
+
     def close(self) -> None:
         with self._lock:
             for conn in self._all_connections:
@@ -439,6 +485,20 @@ class SQLiteStore:
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             users = conn.execute("SELECT count(DISTINCT owner) FROM memories WHERE owner != ''").fetchone()[0]
         return {"path": str(self.path), "counts": counts, "users": users, "meta": meta}
+
+
+_KEY_COLUMNS = "id, user_id, label, created_at, revoked_at"
+
+
+def _key_record(row: Sequence[Any]) -> ApiKeyRecord:
+    key_id, user_id, label, created_at, revoked_at = row
+    return ApiKeyRecord(
+        id=key_id,
+        user_id=user_id,
+        label=label,
+        created_at=datetime.fromisoformat(created_at),
+        revoked_at=datetime.fromisoformat(revoked_at) if revoked_at else None,
+    )
 
 
 def _marks(n: int) -> str:

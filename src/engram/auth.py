@@ -1,0 +1,86 @@
+"""API keys: a credential decides the tenant.
+
+A key is ``egk_`` + 256 random bits, shown once at creation; only its SHA-256 is stored (the key is
+random, so a fast hash is enough: there is nothing to brute-force). A key belongs to one user, or is
+the admin key (``user_id`` None), which manages keys and the catalog but reads no user's memories.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from engram.errors import InvalidInput, NotFound
+from engram.memory import validate_user_id
+from engram.models import utcnow
+from engram.storage.base import ApiKeyRecord, KeyStore
+
+KEY_PREFIX = "egk_"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a tenant (``user_id``) or the admin."""
+
+    key_id: str
+    user_id: str | None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.user_id is None
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class ApiKeys:
+    def __init__(self, store: KeyStore) -> None:
+        self._store = store
+
+    def create(self, user_id: str | None, label: str = "") -> tuple[str, ApiKeyRecord]:
+        """A new key for ``user_id`` (None: an admin key). Returns (the key, shown once; its record)."""
+        if user_id is not None:
+            validate_user_id(user_id)
+        key = KEY_PREFIX + secrets.token_urlsafe(32)
+        record = ApiKeyRecord(
+            id="key_" + secrets.token_urlsafe(9), user_id=user_id, label=label, created_at=utcnow()
+        )
+        self._store.add_key(record, hash_key(key))
+        return key, record
+
+    def adopt_admin_key(self, key: str) -> None:
+        """Register an admin key given from outside (e.g. ENGRAM_ADMIN_KEY), once."""
+        if len(key) < 24:
+            raise InvalidInput("an admin key must be at least 24 characters")
+        existing = self._store.find_key(hash_key(key))
+        if existing is None:
+            record = ApiKeyRecord(
+                id="key_" + secrets.token_urlsafe(9),
+                user_id=None,
+                label="from environment",
+                created_at=utcnow(),
+            )
+            self._store.add_key(record, hash_key(key))
+        elif existing.user_id is not None or existing.revoked_at is not None:
+            raise InvalidInput("ENGRAM_ADMIN_KEY is a user key or a revoked key")
+
+    def has_admin(self) -> bool:
+        return any(k.user_id is None and k.revoked_at is None for k in self._store.list_keys())
+
+    def resolve(self, key: str | None) -> Principal | None:
+        """The principal of a live key, or None for a missing, unknown or revoked key."""
+        if not key or len(key) > 512:
+            return None
+        record = self._store.find_key(hash_key(key))
+        if record is None or record.revoked_at is not None:
+            return None
+        return Principal(key_id=record.id, user_id=record.user_id)
+
+    def list(self, user_id: str | None = None) -> list[ApiKeyRecord]:
+        return self._store.list_keys(user_id)
+
+    def revoke(self, key_id: str) -> None:
+        if not self._store.revoke_key(key_id, utcnow()):
+            raise NotFound(key_id)

@@ -1,0 +1,136 @@
+"""The MCP server: recall_memory, write_memory, forget_memory, with the official SDK.
+
+The tenant of every tool call comes from a ``tenant_of(ctx)`` function chosen by the transport: over
+HTTP the bearer key checked by the REST app's middleware; over stdio the user fixed at start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from engram.errors import EngramError
+from engram.memory import Engram, UserMemory
+from engram.models import Contradiction, FactType, MemoryType
+
+INSTRUCTIONS = """Engram is this user's long-term memory. Call recall_memory with the user's own words
+before answering anything that may depend on what they told you before (their devices, preferences,
+history, earlier problems). Store stable facts and working playbooks with write_memory."""
+
+RECALL_DESCRIPTION = """Search the user's long-term memory (past messages, stable facts, playbooks) and the
+shared product catalog in one call. Pass the user's own words, keeping exact tokens (model numbers,
+versions, error codes) as written. Returns hits best first, each with its memory (id, text, type,
+timestamps) and a score breakdown. Superseded facts are hidden unless include_superseded is true
+(use it to answer "where did I live before?")."""
+
+WRITE_DESCRIPTION = """Store a durable memory about the user: a fact (memory_type="semantic", e.g. "Sarah
+owns a Lumio Hub v2") or a playbook (memory_type="procedural": name, trigger_text, description, ordered
+steps). Only store what the user said or confirmed, never your own advice.
+Contradictions: if the new fact contradicts a stored fact, recall it first and pass its id as
+supersedes_id - never write a second conflicting fact. contradiction="natural" when the world changed
+("we moved to Edinburgh"), "harsh" when the old fact was never true ("I never lived in Bristol, that was
+my sister"). Supersede every contradicted fact (one call per id); leave facts that merely mention the old
+value and stay true ("Bristol's thick walls weaken Zigbee") alone. Returns the stored memory."""
+
+FORGET_DESCRIPTION = """Permanently delete one of the user's memories by id. Only when the user explicitly
+asks to forget something; to record a change, use write_memory with supersedes_id instead."""
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    """Run an engine call, turning our errors into ToolErrors the client can read."""
+    try:
+        return fn()
+    except EngramError as exc:
+        raise ToolError(f"{exc.code}: {exc}") from exc
+
+
+def build_mcp_server(engram: Engram, tenant_of: Callable[[Context], str]) -> MCPServer:
+    server = MCPServer(name="engram", instructions=INSTRUCTIONS)
+
+    def memory(ctx: Context) -> UserMemory:
+        return engram.for_user(tenant_of(ctx))
+
+    @server.tool(name="recall_memory", description=RECALL_DESCRIPTION)
+    def recall_memory(
+        query: str,
+        ctx: Context,
+        memory_types: list[MemoryType] | None = None,
+        k: int = 10,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+    ) -> dict[str, Any]:
+        mem = memory(ctx)
+        if not 1 <= k <= 100:
+            raise ToolError("invalid_input: k must be between 1 and 100")
+        hits = _call(
+            lambda: mem.recall(
+                query,
+                k=k,
+                memory_types=memory_types,
+                include_catalog=include_catalog,
+                include_superseded=include_superseded,
+            )
+        )
+        return {"hits": [h.model_dump(mode="json") for h in hits]}
+
+    @server.tool(name="write_memory", description=WRITE_DESCRIPTION)
+    def write_memory(
+        text: str,
+        ctx: Context,
+        memory_type: Literal["semantic", "procedural"] = "semantic",
+        fact_type: FactType | None = None,
+        confidence: float | None = None,
+        supersedes_id: str | None = None,
+        contradiction: Contradiction | None = None,
+        valid_from: datetime | None = None,
+        valid_to: datetime | None = None,
+        name: str | None = None,
+        trigger_text: str | None = None,
+        description: str | None = None,
+        steps: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        mem = memory(ctx)
+        row = _call(
+            lambda: mem.write(
+                text,
+                memory_type=memory_type,
+                fact_type=fact_type or "identity",
+                confidence=1.0 if confidence is None else confidence,
+                supersedes_id=supersedes_id,
+                contradiction=contradiction,
+                valid_from=valid_from,
+                valid_to=valid_to,
+                name=name,
+                trigger_text=trigger_text or "",
+                description=description or "",
+                steps=steps or [],
+            )
+        )
+        return {"memory": row.model_dump(mode="json")}
+
+    @server.tool(name="forget_memory", description=FORGET_DESCRIPTION)
+    def forget_memory(memory_id: str, ctx: Context) -> dict[str, Any]:
+        mem = memory(ctx)
+        stone = _call(lambda: mem.forget(memory_id))
+        return {"forgotten": stone.model_dump(mode="json")}
+
+    return server
+
+
+def http_tenant(ctx: Context) -> str:
+    """The tenant the REST app's auth middleware stored on the HTTP request."""
+    request = ctx.request_context.request
+    user_id = getattr(getattr(request, "state", None), "engram_user", None)
+    if not user_id:  # unreachable behind the middleware; refuse rather than guess
+        raise ToolError("unauthorized: no tenant on this request")
+    return str(user_id)
+
+
+def run_stdio(engram: Engram, user_id: str) -> None:
+    """Serve MCP over stdin/stdout for one user (local clients such as Claude Desktop)."""
+    server = build_mcp_server(engram, lambda ctx: user_id)
+    server.run("stdio")

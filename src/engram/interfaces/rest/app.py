@@ -1,0 +1,178 @@
+"""create_app: one ASGI app serving the REST API (/v1), MCP (/mcp, /mcp/{user_id}) and /healthz."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from engram.auth import ApiKeys
+from engram.errors import (
+    Conflict,
+    EngramError,
+    InvalidInput,
+    ModelError,
+    NotFound,
+    PermissionDenied,
+    StorageError,
+)
+from engram.interfaces.mcp import build_mcp_server, http_tenant
+from engram.interfaces.rest.routes import admin, memories
+from engram.memory import Engram
+
+MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any turn or fact (16k chars), below abuse
+MAX_IMPORT_BYTES = 64 << 20  # imports carry whole histories
+
+# One table from our errors to HTTP statuses (most specific first).
+ERROR_STATUS: list[tuple[type[EngramError], int]] = [
+    (InvalidInput, 422),
+    (NotFound, 404),
+    (PermissionDenied, 403),
+    (Conflict, 409),
+    (ModelError, 503),
+    (StorageError, 503),
+    (EngramError, 500),
+]
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+}
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": code, "message": message}, status_code=status, headers=headers)
+
+
+def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> FastAPI:
+    mcp_server = build_mcp_server(engram, http_tenant)
+    mcp_app = mcp_server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with mcp_server.session_manager.run():
+            yield
+
+    app = FastAPI(
+        title="Engram",
+        summary="Persistent, multi-tenant memory for LLM agents",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.engram = engram
+    app.state.keys = keys
+    app.include_router(memories.router)
+    app.include_router(admin.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, Any]:
+        return {"status": "ok", "embedding_model": engram.embedder.name}
+
+    @app.exception_handler(EngramError)
+    async def engram_error(_: Request, exc: EngramError) -> JSONResponse:
+        status = next(code for cls, code in ERROR_STATUS if isinstance(exc, cls))
+        return _error(status, exc.code, str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return _error(
+            exc.status_code, _HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), exc.headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors()[:5]:
+            loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            problems.append(f"{loc or 'body'}: {err.get('msg')}")
+        return _error(422, "invalid_input", "; ".join(problems))
+
+    gate = McpGate(mcp_app, keys)
+    app.router.routes.append(Route("/mcp", gate, methods=["GET", "POST", "DELETE"]))
+    app.router.routes.append(Route("/mcp/{user_id}", gate, methods=["GET", "POST", "DELETE"]))
+    app.add_middleware(BodyLimit)
+    return app
+
+
+class McpGate:
+    """Authenticates MCP requests: the bearer key decides the tenant; a user in the path must match it."""
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        auth = headers.get("authorization", "")
+        key = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        principal = await anyio.to_thread.run_sync(self.keys.resolve, key)
+        if principal is None:
+            response = _error(
+                401, "unauthorized", "missing, unknown or revoked API key", {"WWW-Authenticate": "Bearer"}
+            )
+            return await response(scope, receive, send)
+        path_user = scope.get("path_params", {}).get("user_id")
+        if principal.user_id is None or (path_user is not None and path_user != principal.user_id):
+            message = (
+                "the admin key has no memory"
+                if principal.user_id is None
+                else "this key is not for that user"
+            )
+            return await _error(403, "forbidden", message)(scope, receive, send)
+        state = dict(scope.get("state") or {})
+        state["engram_user"] = principal.user_id
+        inner = {**scope, "path": "/mcp", "raw_path": b"/mcp", "root_path": "", "state": state}
+        await self.app(inner, receive, send)
+
+
+class BodyLimit:
+    """Refuses request bodies over the limit with 413, before any of it reaches a route."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        limit = MAX_IMPORT_BYTES if scope["path"].endswith("/import") else MAX_BODY_BYTES
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            return await _too_large(limit)(scope, receive, send)
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _BodyTooLarge:
+            await _too_large(limit)(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return _error(413, "payload_too_large", f"request body over {limit} bytes")
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,59 @@
+"""Dependencies: the Engram instance and the caller, resolved from the bearer key on every request."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from engram.auth import ApiKeys, Principal
+from engram.memory import CatalogAdmin, Engram, UserMemory
+
+_bearer = HTTPBearer(auto_error=False, description="an Engram API key")
+
+
+def get_engram(request: Request) -> Engram:
+    return request.app.state.engram  # type: ignore[no-any-return]
+
+
+def get_keys(request: Request) -> ApiKeys:
+    return request.app.state.keys  # type: ignore[no-any-return]
+
+
+def get_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    principal = get_keys(request).resolve(credentials.credentials if credentials else None)
+    if principal is None:
+        raise HTTPException(
+            401, "missing, unknown or revoked API key", headers={"WWW-Authenticate": "Bearer"}
+        )
+    return principal
+
+
+def get_user_memory(
+    principal: Annotated[Principal, Depends(get_principal)],
+    engram: Annotated[Engram, Depends(get_engram)],
+) -> UserMemory:
+    """The caller's own memory: the tenant comes from the key, never from the request."""
+    if principal.user_id is None:
+        raise HTTPException(403, "the admin key manages keys and the catalog; use a user key for memories")
+    return engram.for_user(principal.user_id)
+
+
+def get_admin(
+    principal: Annotated[Principal, Depends(get_principal)],
+    engram: Annotated[Engram, Depends(get_engram)],
+) -> CatalogAdmin:
+    if not principal.is_admin:
+        raise HTTPException(403, "this route needs the admin key")
+    return engram.catalog
+
+
+EngramDep = Annotated[Engram, Depends(get_engram)]
+KeysDep = Annotated[ApiKeys, Depends(get_keys)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+UserMemoryDep = Annotated[UserMemory, Depends(get_user_memory)]
+AdminDep = Annotated[CatalogAdmin, Depends(get_admin)]

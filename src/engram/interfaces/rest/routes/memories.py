@@ -1,0 +1,100 @@
+"""A tenant's own memories. Every route takes its tenant from the API key (UserMemoryDep)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Query, Request
+
+from engram.interfaces.rest.deps import UserMemoryDep
+from engram.interfaces.rest.schemas import (
+    ForgetResponse,
+    MemoryCreate,
+    MemoryList,
+    RecallRequest,
+    RecallResponse,
+    TurnCreate,
+)
+from engram.models import EpisodicMemory, Memory, MemoryType, ProceduralMemory, SemanticMemory
+
+router = APIRouter(prefix="/v1", tags=["memories"])
+
+
+@router.post("/turns", status_code=201, response_model=EpisodicMemory)
+def remember_turn(body: TurnCreate, mem: UserMemoryDep) -> EpisodicMemory:
+    """Store one user turn verbatim (episodic memory); visible to the very next recall."""
+    return mem.remember_turn(body.text, at=body.at, session_id=body.session_id, metadata=body.metadata)
+
+
+@router.post("/memories", status_code=201, response_model=SemanticMemory | ProceduralMemory)
+def write(body: MemoryCreate, mem: UserMemoryDep) -> SemanticMemory | ProceduralMemory:
+    """Write a fact or a playbook; with ``supersedes_id`` it replaces that live row atomically."""
+    return mem.write(
+        body.text,
+        memory_type=body.memory_type,
+        fact_type=body.fact_type,
+        confidence=body.confidence,
+        supporting_episode_ids=body.supporting_episode_ids,
+        supersedes_id=body.supersedes_id,
+        contradiction=body.contradiction,
+        valid_from=body.valid_from,
+        valid_to=body.valid_to,
+        name=body.name,
+        trigger_text=body.trigger_text,
+        description=body.description,
+        steps=body.steps,
+        metadata=body.metadata,
+    )
+
+
+@router.post("/recall", response_model=RecallResponse)
+def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse:
+    """Search all memory types and the catalog; each hit carries its score breakdown in ``explain``."""
+    hits = mem.recall(
+        body.query,
+        k=body.k,
+        memory_types=body.memory_types,
+        include_catalog=body.include_catalog,
+        include_superseded=body.include_superseded,
+    )
+    return RecallResponse(hits=hits)
+
+
+@router.get("/memories", response_model=MemoryList)
+def list_memories(
+    mem: UserMemoryDep,
+    memory_type: Annotated[MemoryType, Query(alias="type")] = "semantic",
+    include_superseded: bool = False,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> MemoryList:
+    """Your memories of one type, newest first, paged."""
+    rows = mem.list(memory_type, include_superseded=include_superseded, limit=limit, offset=offset)
+    return MemoryList(data=rows, limit=limit, offset=offset)
+
+
+@router.get("/memories/{memory_id}", response_model=Memory)
+def get(memory_id: str, mem: UserMemoryDep) -> Memory:
+    """One of your memories, or a catalog row."""
+    return mem.get(memory_id)
+
+
+@router.get("/memories/{memory_id}/history", response_model=MemoryList)
+def history(memory_id: str, mem: UserMemoryDep) -> MemoryList:
+    """The supersession chain containing this memory, oldest first."""
+    rows = mem.history(memory_id)
+    return MemoryList(data=rows, limit=len(rows), offset=0)
+
+
+@router.delete("/memories/{memory_id}", response_model=ForgetResponse)
+def forget(memory_id: str, mem: UserMemoryDep) -> ForgetResponse:
+    """Delete one of your memories for good; an audit tombstone without text remains."""
+    return ForgetResponse(forgotten=mem.forget(memory_id))
+
+
+@router.post("/import")
+def import_memories(
+    request: Request, mem: UserMemoryDep, document: Annotated[dict[str, Any], Body()]
+) -> dict[str, Any]:
+    """Import a user document (see the README) into your own memory. All or nothing."""
+    return request.app.state.engram.import_json(document, user_id=mem.user_id)  # type: ignore[no-any-return]

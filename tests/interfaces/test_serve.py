@@ -1,0 +1,89 @@
+"""`engram serve`, `engram keys` and `engram mcp-config` as real processes."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import httpx
+
+from tests.interfaces.conftest import free_port
+
+
+def test_serve_prints_admin_key_once_and_serves(tmp_path):
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        admin_key = None
+        deadline = time.time() + 60
+        while admin_key is None and time.time() < deadline:
+            line = proc.stdout.readline()
+            match = re.search(r"admin key.*: (egk_\S+)", line)
+            admin_key = match.group(1) if match else None
+        assert admin_key, "no admin key printed"
+        url = f"http://127.0.0.1:{port}"
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"{url}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        admin = {"Authorization": f"Bearer {admin_key}"}
+        key = httpx.post(f"{url}/v1/keys", json={"user_id": "sarah"}, headers=admin).json()["key"]
+        turn = httpx.post(
+            f"{url}/v1/turns",
+            json={"text": "hello from the real server"},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert turn.status_code == 201
+        assert httpx.get(f"{url}/docs").status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        proc.stdout.close()
+    # a second start finds the admin key already there and prints none
+    listed = subprocess.run(
+        [sys.executable, "-m", "engram", "keys", "list"], env=env, capture_output=True, text=True, check=True
+    )
+    keys = json.loads(listed.stdout)
+    assert [k["user_id"] for k in keys] == [None, "sarah"]
+
+
+def test_keys_cli_create_and_revoke(tmp_path):
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
+
+    def engram(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "engram", *args], env=env, capture_output=True, text=True, check=True
+        ).stdout
+
+    created = engram("keys", "create", "--user", "bob", "--label", "laptop")
+    key = re.search(r"(egk_\S+)", created).group(1)
+    key_id = re.search(r"id (key_\S+)", created).group(1)
+    records = json.loads(engram("keys", "list", "--user", "bob"))
+    assert records[0]["label"] == "laptop" and key not in json.dumps(records)
+    engram("keys", "revoke", key_id)
+    assert json.loads(engram("keys", "list"))[0]["revoked_at"] is not None
+
+
+def test_mcp_config_is_pasteable_json():
+    out = subprocess.run(
+        [sys.executable, "-m", "engram", "mcp-config", "--user", "sarah", "--key", "egk_x"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    blocks = [json.loads(b) for b in re.findall(r"^\{.*?^\}", out, re.S | re.M)]
+    stdio, http = blocks[0]["mcpServers"]["engram"], blocks[1]["mcpServers"]["engram"]
+    assert stdio["args"] == ["mcp"] and stdio["env"] == {"ENGRAM_API_KEY": "egk_x"}
+    assert http["url"] == "http://127.0.0.1:8765/mcp" and http["headers"]["Authorization"] == "Bearer egk_x"
+    assert "Application Support/Claude" in out and "%APPDATA%" in out and ".cursor/mcp.json" in out
