@@ -48,12 +48,19 @@ def validate_user_id(user_id: object) -> str:
     return user_id
 
 
-def open_store(url: str) -> Store:
-    """Open a store from a URL: ``sqlite:///path.db`` (or a bare path)."""
+def open_store(url: str, pg_admin_url: str | None = None) -> Store:
+    """Open a store from a URL: ``sqlite:///path.db`` (or a bare path), or ``postgresql://...``
+    (migrated first with ``pg_admin_url`` when given)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        from engram.storage.postgres import PostgresStore
+
+        return PostgresStore(url, admin_url=pg_admin_url)
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")  # sqlite:///rel.db, sqlite:////abs/path.db
     elif "://" in url:
-        raise InvalidInput(f"unsupported store URL {url!r}: expected sqlite:///PATH or a file path")
+        raise InvalidInput(
+            f"unsupported store URL {url!r}: expected sqlite:///PATH, postgresql://... or a file path"
+        )
     else:
         path = url
     from engram.storage.sqlite import SQLiteStore
@@ -91,7 +98,7 @@ class Engram:
     def from_settings(cls, settings: EngramSettings, url: str | None = None) -> Engram:
         from engram.providers import default_embedder, default_reranker
 
-        store = open_store(url or settings.store_url())
+        store = open_store(url or settings.store_url(), settings.pg_admin_url)
         try:
             return cls(
                 store,

@@ -51,6 +51,10 @@ class EngramSettings(BaseSettings):
     store: str | None = Field(
         default=None, description="store URL, e.g. sqlite:///path/to/engram.db; default: $home/engram.db"
     )
+    pg_admin_url: str | None = Field(
+        default=None,
+        description="PostgreSQL URL of the schema owner: migrations run with it; recall never does",
+    )
     leg_candidates: int = Field(default=DEFAULT_LEG_CANDIDATES, ge=1, le=1000)
     rrf_k: float = Field(default=DEFAULT_RRF_K, gt=0)
     rerank: bool = Field(default=True, description="use the cross-encoder at all")

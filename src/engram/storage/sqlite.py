@@ -33,6 +33,7 @@ from engram.errors import Conflict, InvalidInput, ModelError, NotFound, StorageE
 from engram.models import Memory, MemoryType, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
 from engram.storage._rows import MEMORY_COLUMNS, memory_from_row, memory_to_row, search_text_of
+from engram.storage._text import fts_words
 from engram.storage.base import ApiKeyRecord, LegHit, SearchFilter, Supersession, Tenant
 
 SCHEMA_VERSION = 1
@@ -91,20 +92,7 @@ CREATE TABLE IF NOT EXISTS tombstones (
 
 _SELECT = ", ".join(MEMORY_COLUMNS)
 
-# Query words too common to help BM25 but costly to match (they hit most rows of a tenant).
-_STOPWORDS = frozenset(
-    """
-    a about above after again all am an and any are as at be been before being below between both
-    but by can could did do does doing down during each few for from further had has have having he
-    her here hers herself him himself his how i if in into is it its itself just me more most my
-    myself no nor not now of off on once only or other our ours out over own same she should so some
-    such than that the their theirs them then there these they this those through to too under until
-    up very was we were what when where which while who whom why will with would you your yours
-    """.split()  # noqa: SIM905 - a word list reads better as text
-)
-_WORD = re.compile(r"\w+(?:[.\-']\w+)*")  # keeps v15.3, E-214, don't together as one query term
 _TOKEN = re.compile(r"[^\W_]+")  # what unicode61 treats as one token: a run of letters/digits
-_MAX_QUERY_TERMS = 32
 
 
 def owner_prefix(owner: str) -> str:
@@ -135,9 +123,7 @@ def fts_query(owners: Sequence[str], text: str) -> str | None:
     Each word becomes a phrase of its tokens, so ``v15.3`` matches the adjacent tokens v15, 3:
     exact version strings and error codes still match exactly. None if no usable term is left.
     """
-    words = [w.lower() for w in _WORD.findall(text)]
-    terms = [w for w in words if w not in _STOPWORDS] or words
-    unique = list(dict.fromkeys(terms))[:_MAX_QUERY_TERMS]
+    unique = fts_words(text)
     phrases = [
         '"' + " ".join(owner_prefix(owner) + token for token in _TOKEN.findall(word)) + '"'
         for word in unique

@@ -1,0 +1,168 @@
+"""PostgreSQL-only guarantees: isolation enforced by the server itself (raw SQL, no Engram query
+builder), a runtime role the policies apply to, idempotent migrations, race-free supersession."""
+
+import threading
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+
+from engram import Conflict, Engram, StorageError
+from engram.models import CatalogItem, SemanticMemory, new_id
+from engram.storage.postgres import PostgresStore, migrate
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def pg(pg_urls, embedder):
+    admin, runtime = pg_urls
+    store = PostgresStore(runtime, admin_url=admin)
+    store.ensure_model(embedder.name, embedder.dim)
+    for user in ("sarah", "bob"):
+        rows = [
+            SemanticMemory(id=new_id("semantic"), text=f"{user} fact {i}", user_id=user, created_at=T0)
+            for i in range(3)
+        ]
+        store.insert(user, rows, embedder.embed_documents([r.text for r in rows]))
+    item = CatalogItem(id=new_id("catalog"), text="shared", user_id=None, created_at=T0)
+    store.insert(None, [item], embedder.embed_documents(["shared"]))
+    yield store, admin, runtime
+    store.close()
+
+
+def as_tenant(runtime, tenant, sql, params=()):
+    """Raw SQL as the runtime role with a tenant bound, outside Engram's query builder."""
+    with psycopg.connect(runtime) as conn, conn.transaction():
+        if tenant is not None:
+            conn.execute("SELECT set_config('engram.tenant', %s, true)", (tenant,))
+        cur = conn.execute(sql, params)
+        return cur.fetchall() if cur.description else cur.rowcount
+
+
+def test_raw_select_sees_only_own_rows_and_catalog(pg):
+    _, _, runtime = pg
+    owners = [o for (o,) in as_tenant(runtime, "sarah", "SELECT owner FROM memories")]
+    assert sorted(set(owners)) == ["", "sarah"] and owners.count("sarah") == 3
+    assert [o for (o,) in as_tenant(runtime, None, "SELECT owner FROM memories")] == [
+        ""
+    ]  # no tenant: catalog only
+    assert as_tenant(runtime, "sarah", "SELECT count(*) FROM memories WHERE owner = 'bob'") == [(0,)]
+
+
+def test_raw_writes_for_another_tenant_are_refused_by_postgres(pg):
+    _, _, runtime = pg
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+        as_tenant(
+            runtime,
+            "sarah",
+            "INSERT INTO memories (id, owner, memory_type, text, search_text, embedding, created_at) "
+            "VALUES ('sem_x', 'bob', 'semantic', 't', 't', '[1,2]', now())",
+        )
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # a tenant cannot write the catalog
+        as_tenant(
+            runtime,
+            "sarah",
+            "INSERT INTO memories (id, owner, memory_type, text, search_text, embedding, created_at) "
+            "VALUES ('cat_x', '', 'catalog', 't', 't', '[1,2]', now())",
+        )
+    assert as_tenant(runtime, "sarah", "UPDATE memories SET text = 'pwned' WHERE owner = 'bob'") == 0
+    assert as_tenant(runtime, "sarah", "UPDATE memories SET text = 'pwned' WHERE owner = ''") == 0
+    assert as_tenant(runtime, "sarah", "DELETE FROM memories WHERE owner <> 'sarah'") == 0
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # moving own row to another tenant
+        as_tenant(runtime, "sarah", "UPDATE memories SET owner = 'bob' WHERE owner = 'sarah'")
+    assert as_tenant(
+        runtime, "bob", "SELECT count(*) FROM memories WHERE owner = 'bob' AND text LIKE 'bob fact%%'"
+    ) == [(3,)]
+
+
+def test_runtime_role_is_not_owner_nor_superuser(pg):
+    _, admin, runtime = pg
+    with psycopg.connect(runtime) as conn:
+        assert conn.execute(
+            "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        ).fetchone() == (False, False)
+        assert conn.execute(
+            "SELECT tableowner <> current_user FROM pg_tables WHERE tablename = 'memories'"
+        ).fetchone() == (True,)
+        assert conn.execute(
+            "SELECT relforcerowsecurity FROM pg_class WHERE relname = 'memories'"
+        ).fetchone() == (True,)
+    with pytest.raises(StorageError, match="refusing to run"):
+        PostgresStore(admin)  # the owner / a superuser would bypass the policies
+
+
+def test_migrations_are_idempotent(pg):
+    _, admin, _ = pg
+    assert migrate(admin) == []
+    with psycopg.connect(admin) as conn:
+        assert conn.execute("SELECT version FROM engram_migrations").fetchall() == [(1,)]
+
+
+def test_concurrent_supersessions_leave_one_live_fact(pg, embedder):
+    store, _, _ = pg
+    old = SemanticMemory(id=new_id("semantic"), text="Sarah lives in Bristol", user_id="sarah", created_at=T0)
+    store.insert("sarah", [old], embedder.embed_documents([old.text]))
+    vec = embedder.embed_documents(["Sarah lives somewhere new"])
+    outcomes = []
+
+    def supersede(i):
+        from engram.storage.base import Supersession
+
+        new = SemanticMemory(
+            id=new_id("semantic"),
+            text=f"Sarah lives in city {i}",
+            user_id="sarah",
+            created_at=T0,
+            supersedes=old.id,
+        )
+        try:
+            store.insert("sarah", [new], vec, {new.id: Supersession(old.id, retract=False, at=T0)})
+            outcomes.append("ok")
+        except Conflict:
+            outcomes.append("conflict")
+
+    threads = [threading.Thread(target=supersede, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["conflict"] * 7 + ["ok"]
+    facts = store.list("sarah", "semantic", include_superseded=True, limit=100)
+    live_new = [f for f in facts if f.supersedes == old.id]
+    assert len(live_new) == 1 and store.get("sarah", [old.id])[0].superseded_by == live_new[0].id
+
+
+def test_engram_open_with_a_postgres_url(pg_urls, tmp_path, monkeypatch):
+    admin, _ = pg_urls
+    monkeypatch.setenv("ENGRAM_HOME", str(tmp_path))
+    with Engram.open(
+        f"postgresql://engram_app@/{_dbname(admin)}?host={_host(admin)}", pg_admin_url=admin, rerank=False
+    ) as eng:
+        mem = eng.for_user("sarah")
+        f = mem.write("Sarah owns a Lumio Hub v2")
+        assert mem.recall("which hub")[0].memory.id == f.id
+
+
+def _dbname(conninfo):
+    return psycopg.conninfo.conninfo_to_dict(conninfo)["dbname"]
+
+
+def _host(conninfo):
+    return psycopg.conninfo.conninfo_to_dict(conninfo)["host"]
+
+
+def test_recall_quality_matches_the_sqlite_bar(pg_urls, embedder, reranker):
+    from pathlib import Path
+
+    from engram.eval.corpus import evaluate, load_corpus
+    from engram.settings import EngramSettings
+
+    admin, runtime = pg_urls
+    with Engram(
+        PostgresStore(runtime, admin_url=admin), embedder, reranker, settings=EngramSettings()
+    ) as eng:
+        questions, _ = load_corpus(eng, Path(__file__).parents[1] / "data" / "smoke_corpus.json")
+        result = evaluate(eng, questions)
+    assert result["leaks"] == 0
+    assert result["r_at_5"] >= 0.9 and result["r_at_10"] >= 0.95 and result["mrr"] >= 0.75
