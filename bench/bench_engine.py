@@ -7,12 +7,14 @@ take ~9 minutes here. Then, through the public API with the real models:
   * write: remember_turn (embedding + commit), p50/p95
   * recall without rerank, and with the default rerank window, p50/p95
 
-    python bench/bench_engine.py [--sizes 10000 100000] [--users 1000] [--json bench/results/engine.json]
+    python bench/bench_engine.py [--sizes 10000 100000] [--users 1000] [--store sqlite|postgres]
+                                 [--pg-url ADMIN_URL] [--json bench/results/engine.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -20,6 +22,7 @@ import resource
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -111,9 +114,55 @@ def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
-def run_size(total: int, users: int, samples: int, rng: random.Random) -> dict:
+@contextlib.contextmanager
+def open_engram(backend: str, tmp: str, pg_url: str | None) -> Iterator[Engram]:
+    """A fresh store: a SQLite file in ``tmp``, or a new database on the PostgreSQL server at ``pg_url``
+    (default: a bundled pgserver instance started in ``tmp``)."""
+    if backend == "sqlite":
+        with Engram.open(f"sqlite:///{tmp}/bench.db") as eng:
+            yield eng
+        return
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder
+    from engram.storage.postgres import PostgresStore
+
+    server = None
+    if pg_url is None:
+        import pgserver
+
+        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
+        pg_url = server.get_uri()
+    name = f"engram_bench_{os.getpid()}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    admin = make_conninfo(pg_url, dbname=name)
+    store = PostgresStore(make_conninfo(admin, user="engram_app"), admin_url=admin)
+    try:
+        with Engram(store, OnnxEmbedder.packaged(), OnnxCrossEncoder.packaged()) as eng:
+            yield eng
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        if server is not None:
+            server.cleanup()
+
+
+def disk_mb(eng: Engram, tmp: str) -> float:
+    if hasattr(eng.store, "url"):
+        import psycopg
+
+        with psycopg.connect(eng.store.url) as conn:
+            return round(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0] / 2**20, 1)
+    return round(sum(os.path.getsize(p) for p in Path(tmp).glob("bench.db*")) / 2**20, 1)
+
+
+def run_size(total: int, users: int, samples: int, backend: str, pg_url: str | None) -> dict:
     gen = TextGen(random.Random(total))
-    with tempfile.TemporaryDirectory() as tmp, Engram.open(f"sqlite:///{tmp}/bench.db") as eng:
+    rng = random.Random(total + 1)
+    with tempfile.TemporaryDirectory() as tmp, open_engram(backend, tmp, pg_url) as eng:
         eng.import_json([{"title": gen.sentence(2, 4), "text": gen.sentence(8, 20)} for _ in range(200)])
         load_s = bulk_load(eng, gen, random.Random(total), total, users)
         sizes = {f"user{u:04d}": n for u, n in enumerate(user_sizes(random.Random(total), users, total))}
@@ -126,6 +175,7 @@ def run_size(total: int, users: int, samples: int, rng: random.Random) -> dict:
             eng.for_user(user).remember_turn(text)
             writes.append((time.perf_counter() - t) * 1000)
         result: dict = {
+            "backend": backend,
             "rows": total,
             "users": users,
             "bulk_load_s": round(load_s, 1),
@@ -150,7 +200,7 @@ def run_size(total: int, users: int, samples: int, rng: random.Random) -> dict:
                 lat.append((time.perf_counter() - t) * 1000)
             result[f"{label}_rows"] = sizes[user]
             result[f"recall_norerank_{label}_p50_ms"] = pct(lat, 50)
-        result["disk_mb"] = round(sum(os.path.getsize(p) for p in Path(tmp).glob("bench.db*")) / 2**20, 1)
+        result["disk_mb"] = disk_mb(eng, tmp)
         result["rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return {k: round(v, 2) if isinstance(v, float) else v for k, v in result.items()}
 
@@ -160,11 +210,13 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--users", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--pg-url", help="admin URL of a PostgreSQL server (default: start pgserver)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = []
     for size in args.sizes:
-        r = run_size(size, args.users, args.samples, random.Random(size))
+        r = run_size(size, args.users, args.samples, args.store, args.pg_url)
         results.append(r)
         print(json.dumps(r))
     keys = [

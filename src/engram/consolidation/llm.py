@@ -1,0 +1,90 @@
+"""A client for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, llama.cpp server, Ollama).
+
+JSON mode, a timeout per call, retries with exponential backoff on timeouts, connection errors, 429
+and 5xx, and the reply validated against a pydantic model. Nothing else in Engram needs an LLM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from engram.errors import EngramError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T", bound=BaseModel)
+
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class LLMError(EngramError):
+    """The LLM could not be reached or kept failing."""
+
+    code = "llm_error"
+
+
+class LLMOutputError(LLMError):
+    """The LLM answered, but not with the JSON asked for."""
+
+    code = "llm_bad_output"
+
+
+class LLMClient:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        self.model = model
+        self.max_retries = max_retries
+        self.backoff = backoff
+
+    def complete_json(self, system: str, user: str, schema: type[T]) -> T:
+        """One chat call in JSON mode; the reply must validate as ``schema``."""
+        body = {
+            "model": self.model,
+            "temperature": 0,
+            "response_format": {"type": "json_object"},
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+        }
+        content = self._post(body)
+        try:
+            return schema.model_validate(json.loads(content))
+        except (json.JSONDecodeError, ValidationError) as exc:
+            raise LLMOutputError(f"the LLM's reply is not valid {schema.__name__} JSON: {exc}") from exc
+
+    def _post(self, body: dict[str, object]) -> str:
+        attempt = 0
+        while True:
+            try:
+                response = self._http.post("/chat/completions", json=body)
+                if response.status_code in RETRY_STATUSES:
+                    raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request,
+                                                response=response)
+                response.raise_for_status()
+                return str(response.json()["choices"][0]["message"]["content"])
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                retryable = not isinstance(exc, httpx.HTTPStatusError) or exc.response.status_code in RETRY_STATUSES
+                if not retryable or attempt >= self.max_retries:
+                    raise LLMError(f"LLM request to {self._http.base_url} failed: {exc}") from exc
+                delay = self.backoff * 2**attempt
+                log.warning("LLM call failed (%s), retrying in %.1fs", exc, delay)
+                time.sleep(delay)
+                attempt += 1
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise LLMOutputError(f"unexpected chat-completions response: {exc}") from exc
+
+    def close(self) -> None:
+        self._http.close()
