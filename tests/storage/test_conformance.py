@@ -250,3 +250,79 @@ def test_a_write_is_visible_to_another_connection_at_once(store, embedder, tmp_p
     t.start()
     t.join()
     assert [h.id for h in result["hits"]] == [f.id]
+
+
+# -- consolidation support -------------------------------------------------------------------------
+
+
+def plan(store, embedder, episodes, *, expected, rows=(), merges=(), feedback=(), supersede=None):
+    from engram.storage.base import ConsolidationWrite, Watermark
+
+    last = episodes[-1]
+    return ConsolidationWrite(
+        rows=list(rows),
+        vectors=embedder.embed_documents([search_text_of(r) for r in rows]) if rows else np.zeros((0, embedder.dim), np.float32),
+        supersede=supersede or {},
+        merges=list(merges),
+        feedback=list(feedback),
+        expected=expected,
+        watermark=Watermark(last.created_at, last.id),
+        at=T0 + timedelta(days=1),
+    )
+
+
+def test_episodes_after_a_watermark_come_oldest_first(store, embedder):
+    from engram.storage.base import Watermark
+
+    rows = [episode("sarah", f"turn {i}", at=T0 + timedelta(seconds=i)) for i in range(5)]
+    rows = [r.model_copy(update={"created_at": r.timestamp}) for r in rows]
+    put(store, embedder, "sarah", *rows)
+    put(store, embedder, "bob", episode("bob", "bob's turn"))
+    assert store.watermark("sarah") is None
+    assert [e.text for e in store.episodes_after("sarah", None, 3)] == ["turn 0", "turn 1", "turn 2"]
+    after = Watermark(rows[1].created_at, rows[1].id)
+    assert [e.text for e in store.episodes_after("sarah", after, 10)] == ["turn 2", "turn 3", "turn 4"]
+    assert store.tenants() == ["bob", "sarah"]
+
+
+def test_apply_consolidation_is_atomic_and_compare_and_set(store, embedder):
+    from engram.storage.base import FactMerge, PlaybookFeedback
+
+    eps = put(store, embedder, "sarah", episode("sarah", "the reset worked"), episode("sarah", "I live in Leith"))
+    old_fact = put(store, embedder, "sarah", fact("sarah", "Sarah lives in Leith"))
+    pb = ProceduralMemory(id=new_id("procedural"), text="", user_id="sarah", created_at=T0, name="Reset a sensor",
+                          steps=[Step(order=1, instruction="hold reset")])
+    put(store, embedder, "sarah", pb)
+    new_fact = fact("sarah", "Sarah's sensor reset worked", supporting_episode_ids=[eps[0].id])
+    write = plan(store, embedder, eps, expected=None, rows=[new_fact],
+                 merges=[FactMerge(old_fact.id, (eps[1].id,))], feedback=[PlaybookFeedback(pb.id, success=True)])
+    store.apply_consolidation("sarah", write)
+    assert store.watermark("sarah") == write.watermark
+    merged = store.get("sarah", [old_fact.id])[0]
+    assert merged.supporting_episode_ids == [eps[1].id] and merged.use_count == 1
+    got_pb = store.get("sarah", [pb.id])[0]
+    assert got_pb.success_count == 1 and got_pb.last_success_at == write.at
+    assert store.get("sarah", [new_fact.id])[0].text == new_fact.text
+    # a second run that started from the old watermark is refused whole
+    again = fact("sarah", "a duplicate from a stale run")
+    with pytest.raises(Conflict):
+        store.apply_consolidation("sarah", plan(store, embedder, eps, expected=None, rows=[again]))
+    assert store.get("sarah", [again.id]) == []
+    # failure feedback refines the steps and bumps the version
+    refine = plan(store, embedder, eps, expected=write.watermark,
+                  feedback=[PlaybookFeedback(pb.id, success=False, refined_steps=(Step(order=1, instruction="hold 20 s"),))])
+    store.apply_consolidation("sarah", refine)
+    got_pb = store.get("sarah", [pb.id])[0]
+    assert (got_pb.failure_count, got_pb.version, got_pb.refined_steps[0].instruction) == (1, 2, "hold 20 s")
+
+
+def test_apply_consolidation_cannot_touch_another_tenant(store, embedder):
+    from engram.storage.base import FactMerge, PlaybookFeedback
+
+    eps = put(store, embedder, "sarah", episode("sarah", "hello"))
+    bobs = put(store, embedder, "bob", fact("bob", "Bob likes tea"))
+    for bad in ({"merges": [FactMerge(bobs.id, (eps.id,))]}, {"feedback": [PlaybookFeedback(bobs.id, success=True)]}):
+        with pytest.raises(NotFound):
+            store.apply_consolidation("sarah", plan(store, embedder, [eps], expected=None, **bad))
+    assert store.watermark("sarah") is None
+    assert store.get("bob", [bobs.id])[0].use_count == 0

@@ -96,7 +96,7 @@ def test_migrations_are_idempotent(pg):
     _, admin, _ = pg
     assert migrate(admin) == []
     with psycopg.connect(admin) as conn:
-        assert conn.execute("SELECT version FROM engram_migrations").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM engram_migrations ORDER BY 1").fetchall() == [(1,), (2,)]
 
 
 def test_concurrent_supersessions_leave_one_live_fact(pg, embedder):

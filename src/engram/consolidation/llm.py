@@ -71,12 +71,14 @@ class LLMClient:
             try:
                 response = self._http.post("/chat/completions", json=body)
                 if response.status_code in RETRY_STATUSES:
-                    raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request,
-                                                response=response)
+                    raise httpx.HTTPStatusError(
+                        f"HTTP {response.status_code}", request=response.request, response=response
+                    )
                 response.raise_for_status()
                 return str(response.json()["choices"][0]["message"]["content"])
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-                retryable = not isinstance(exc, httpx.HTTPStatusError) or exc.response.status_code in RETRY_STATUSES
+                status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
+                retryable = status is None or status in RETRY_STATUSES
                 if not retryable or attempt >= self.max_retries:
                     raise LLMError(f"LLM request to {self._http.base_url} failed: {exc}") from exc
                 delay = self.backoff * 2**attempt

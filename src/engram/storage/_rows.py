@@ -7,7 +7,8 @@ Fields that change after the write are real columns; the other type-specific fie
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -18,6 +19,7 @@ from engram.models import (
     Memory,
     ProceduralMemory,
     SemanticMemory,
+    Step,
 )
 
 _MEMORY: TypeAdapter[Memory] = TypeAdapter(Memory)
@@ -74,7 +76,7 @@ def memory_to_row(memory: Memory) -> dict[str, Any]:
         "id": memory.id,
         "memory_type": memory.memory_type,
         "text": memory.text,
-        "created_at": memory.created_at.isoformat(),
+        "created_at": memory.created_at.astimezone(UTC).isoformat(timespec="microseconds"),
         "event_at": data.get("timestamp"),
         "metadata": json.dumps(data["metadata"]),
     }
@@ -117,3 +119,20 @@ def _loads(value: Any) -> Any:
     if isinstance(value, dict):  # drivers that decode JSON columns themselves (psycopg)
         return value
     return json.loads(value) if value else {}
+
+
+def merged_provenance(attrs: Any, episode_ids: Sequence[str]) -> str:
+    """A fact's attrs JSON with ``episode_ids`` added to its supporting episodes (no duplicates)."""
+    data = _loads(attrs)
+    known = list(data.get("supporting_episode_ids", []))
+    data["supporting_episode_ids"] = known + [i for i in episode_ids if i not in known]
+    return json.dumps(data)
+
+
+def refined_attrs(attrs: Any, refined_steps: Sequence[Step] | None) -> str:
+    """A playbook's attrs JSON after a failure: new refined steps bump its version."""
+    data = _loads(attrs)
+    if refined_steps:
+        data["refined_steps"] = [s.model_dump(mode="json") for s in refined_steps]
+        data["version"] = int(data.get("version", 1)) + 1
+    return json.dumps(data)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from engram.models import Memory, MemoryType, Tombstone
+from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone
 from engram.providers.base import Vectors
 
 CATALOG: None = None  # the tenant that owns catalog rows
@@ -46,6 +46,65 @@ class LegHit:
 
     id: str
     score: float
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """How far consolidation has read a user's episodes: the last episode consumed, by system time."""
+
+    created_at: datetime
+    episode_id: str
+
+
+@dataclass(frozen=True)
+class FactMerge:
+    """A candidate fact that repeats a stored one: add its provenance and bump the stored fact."""
+
+    fact_id: str
+    episode_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PlaybookFeedback:
+    """A playbook worked or failed (evidence in the user's own words); failures may refine its steps."""
+
+    playbook_id: str
+    success: bool
+    refined_steps: tuple[Step, ...] | None = None
+
+
+@dataclass
+class ConsolidationWrite:
+    """Everything one consolidation batch writes, applied in one transaction with the watermark move.
+
+    ``expected`` is the watermark the batch started from: if another run moved it meanwhile, nothing
+    is written (Conflict), so two workers never apply the same episodes twice.
+    """
+
+    rows: Sequence[Memory]
+    vectors: Vectors
+    supersede: Mapping[str, Supersession]
+    merges: Sequence[FactMerge]
+    feedback: Sequence[PlaybookFeedback]
+    expected: Watermark | None
+    watermark: Watermark
+    at: datetime
+
+
+class ConsolidationStore(Protocol):
+    """What consolidation needs beside Store. Tenant-scoped like Store."""
+
+    def watermark(self, tenant: str) -> Watermark | None: ...
+
+    def episodes_after(self, tenant: str, after: Watermark | None, limit: int) -> list[EpisodicMemory]:
+        """The tenant's episodes stored after ``after``, oldest first."""
+        ...
+
+    def apply_consolidation(self, tenant: str, write: ConsolidationWrite) -> None: ...
+
+    def tenants(self) -> list[str]:
+        """Every user id that has memories (ids only)."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,26 @@ from typing import Any
 import numpy as np
 
 from engram.errors import Conflict, InvalidInput, ModelError, NotFound, StorageError
-from engram.models import Memory, MemoryType, Tombstone, is_well_formed_id
+from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
-from engram.storage._rows import MEMORY_COLUMNS, memory_from_row, memory_to_row, search_text_of
+from engram.storage._rows import (
+    MEMORY_COLUMNS,
+    memory_from_row,
+    memory_to_row,
+    merged_provenance,
+    refined_attrs,
+    search_text_of,
+)
 from engram.storage._text import fts_words
-from engram.storage.base import ApiKeyRecord, LegHit, SearchFilter, Supersession, Tenant
+from engram.storage.base import (
+    ApiKeyRecord,
+    ConsolidationWrite,
+    LegHit,
+    SearchFilter,
+    Supersession,
+    Tenant,
+    Watermark,
+)
 
 RUNTIME_ROLE = "engram_app"
 CATALOG_TENANT = "*catalog*"  # the value bound for catalog writes; no user id can take it
@@ -93,6 +108,22 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE POLICY tombstones_insert ON tombstones FOR INSERT WITH CHECK (engram_may_write(owner));
         """,
     ),
+    (
+        2,
+        """
+        CREATE TABLE consolidation_state (
+            owner text PRIMARY KEY, created_at timestamptz NOT NULL, episode_id text NOT NULL,
+            updated_at timestamptz NOT NULL
+        );
+        ALTER TABLE consolidation_state ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE consolidation_state FORCE ROW LEVEL SECURITY;
+        CREATE POLICY consolidation_state_own ON consolidation_state
+            USING (engram_may_write(owner)) WITH CHECK (engram_may_write(owner));
+        -- user ids only (no content): lets a worker find the users to consolidate under RLS
+        CREATE TABLE engram_tenants (owner text PRIMARY KEY);
+        INSERT INTO engram_tenants SELECT DISTINCT owner FROM memories WHERE owner <> '';
+        """,
+    ),
 ]
 
 
@@ -105,6 +136,8 @@ def _grants(role: str) -> str:
         GRANT USAGE, SELECT ON SEQUENCE memories_rid_seq TO {role};
         GRANT SELECT, INSERT ON tombstones TO {role};
         GRANT SELECT, INSERT, UPDATE ON api_keys TO {role};
+        GRANT SELECT, INSERT, UPDATE ON consolidation_state TO {role};
+        GRANT SELECT, INSERT ON engram_tenants TO {role};
     """
 
 
@@ -221,12 +254,27 @@ class PostgresStore:
             if (row.user_id or "") != owner:
                 raise InvalidInput(f"row {row.id} does not belong to this tenant")
         with self._tx(tenant) as conn:
-            with conn.cursor() as cur:
-                cur.executemany(
-                    _INSERT, [_params(row, owner, vec) for row, vec in zip(rows, vectors, strict=True)]
-                )
-            for new_id, spec in (supersede or {}).items():
-                self._supersede(conn, owner, new_rows[new_id], spec)
+            self._insert_rows(conn, owner, rows, vectors, supersede or {})
+
+    def _insert_rows(
+        self,
+        conn: Any,
+        owner: str,
+        rows: Sequence[Memory],
+        vectors: Vectors,
+        supersede: Mapping[str, Supersession],
+    ) -> None:
+        if not rows:
+            return
+        new_rows = {row.id: row for row in rows}
+        with conn.cursor() as cur:
+            cur.executemany(
+                _INSERT, [_params(row, owner, vec) for row, vec in zip(rows, vectors, strict=True)]
+            )
+        if owner:
+            conn.execute("INSERT INTO engram_tenants VALUES (%s) ON CONFLICT DO NOTHING", (owner,))
+        for new_id, spec in supersede.items():
+            self._supersede(conn, owner, new_rows[new_id], spec)
 
     def _supersede(self, conn: Any, owner: str, new: Memory, spec: Supersession) -> None:
         old = conn.execute(
@@ -343,6 +391,78 @@ class PostgresStore:
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             catalog = conn.execute("SELECT count(*) FROM memories WHERE owner = ''").fetchone()[0]
         return {"url": self.url.split("@")[-1], "counts": {"catalog": catalog}, "meta": meta}
+
+    # -- ConsolidationStore protocol -----------------------------------------------------------
+    def watermark(self, tenant: str) -> Watermark | None:
+        with self._tx(tenant) as conn:
+            return self._watermark(conn, tenant)
+
+    @staticmethod
+    def _watermark(conn: Any, tenant: str) -> Watermark | None:
+        row = conn.execute(
+            "SELECT created_at, episode_id FROM consolidation_state WHERE owner = %s", (tenant,)
+        ).fetchone()
+        return Watermark(row[0], row[1]) if row else None
+
+    def episodes_after(self, tenant: str, after: Watermark | None, limit: int) -> list[EpisodicMemory]:
+        sql = f"SELECT {_SELECT} FROM memories WHERE owner = %s AND memory_type = 'episodic'"
+        params: list[Any] = [tenant]
+        if after is not None:
+            sql += " AND (created_at, id) > (%s, %s)"
+            params += [after.created_at, after.episode_id]
+        with self._tx(tenant) as conn:
+            rows = conn.execute(sql + " ORDER BY created_at, id LIMIT %s", [*params, limit]).fetchall()
+        return [m for m in map(_memory, rows) if isinstance(m, EpisodicMemory)]
+
+    def apply_consolidation(self, tenant: str, write: ConsolidationWrite) -> None:
+        with self._tx(tenant) as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (tenant,))  # one run per user
+            if self._watermark(conn, tenant) != write.expected:
+                raise Conflict(f"consolidation of {tenant!r} moved on meanwhile; batch discarded")
+            self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede)
+            for merge in write.merges:
+                row = conn.execute(
+                    "SELECT rid, attrs FROM memories "
+                    "WHERE id = %s AND owner = %s AND memory_type = 'semantic' FOR UPDATE",
+                    (merge.fact_id, tenant),
+                ).fetchone()
+                if row is None:
+                    raise NotFound(merge.fact_id)
+                conn.execute(
+                    "UPDATE memories SET attrs = %s::jsonb, use_count = use_count + 1, last_used_at = %s "
+                    "WHERE rid = %s",
+                    (merged_provenance(row[1], merge.episode_ids), write.at, row[0]),
+                )
+            for feedback in write.feedback:
+                row = conn.execute(
+                    "SELECT rid, attrs FROM memories "
+                    "WHERE id = %s AND owner = %s AND memory_type = 'procedural' FOR UPDATE",
+                    (feedback.playbook_id, tenant),
+                ).fetchone()
+                if row is None:
+                    raise NotFound(feedback.playbook_id)
+                if feedback.success:
+                    conn.execute(
+                        "UPDATE memories SET success_count = success_count + 1, last_success_at = %s "
+                        "WHERE rid = %s",
+                        (write.at, row[0]),
+                    )
+                else:
+                    conn.execute(
+                        "UPDATE memories SET failure_count = failure_count + 1, attrs = %s::jsonb "
+                        "WHERE rid = %s",
+                        (refined_attrs(row[1], feedback.refined_steps), row[0]),
+                    )
+            conn.execute(
+                """INSERT INTO consolidation_state VALUES (%s, %s, %s, %s) ON CONFLICT (owner) DO UPDATE
+                   SET created_at = excluded.created_at, episode_id = excluded.episode_id,
+                       updated_at = excluded.updated_at""",
+                (tenant, write.watermark.created_at, write.watermark.episode_id, write.at),
+            )
+
+    def tenants(self) -> list[str]:
+        with self._tx("") as conn:
+            return [r[0] for r in conn.execute("SELECT owner FROM engram_tenants ORDER BY owner").fetchall()]
 
     # -- KeyStore protocol ---------------------------------------------------------------------
     def add_key(self, record: ApiKeyRecord, key_hash: str) -> None:

@@ -21,7 +21,7 @@ import hashlib
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,28 @@ import numpy as np
 import sqlite_vec
 
 from engram.errors import Conflict, InvalidInput, ModelError, NotFound, StorageError
-from engram.models import Memory, MemoryType, Tombstone, is_well_formed_id
+from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
-from engram.storage._rows import MEMORY_COLUMNS, memory_from_row, memory_to_row, search_text_of
+from engram.storage._rows import (
+    MEMORY_COLUMNS,
+    memory_from_row,
+    memory_to_row,
+    merged_provenance,
+    refined_attrs,
+    search_text_of,
+)
 from engram.storage._text import fts_words
-from engram.storage.base import ApiKeyRecord, LegHit, SearchFilter, Supersession, Tenant
+from engram.storage.base import (
+    ApiKeyRecord,
+    ConsolidationWrite,
+    FactMerge,
+    LegHit,
+    PlaybookFeedback,
+    SearchFilter,
+    Supersession,
+    Tenant,
+    Watermark,
+)
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000  # writers queue behind each other rather than fail
@@ -73,6 +90,12 @@ CREATE TABLE IF NOT EXISTS memory_vec (
     embedding   BLOB NOT NULL,
     PRIMARY KEY (owner, rid)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS consolidation_state (
+    owner        TEXT PRIMARY KEY,
+    created_at   TEXT NOT NULL,               -- watermark: the last episode consumed
+    episode_id   TEXT NOT NULL,
+    updated_at   TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS api_keys (
     id          TEXT PRIMARY KEY,
     key_hash    TEXT NOT NULL UNIQUE,         -- sha256 of the key; the key itself is never stored
@@ -240,10 +263,21 @@ class SQLiteStore:
         with self._errors():
             conn = self._conn()
             with self._write(conn):
-                for row, vector in zip(rows, vectors, strict=True):
-                    self._insert_one(conn, owner, row, vector)
-                for new_id, spec in (supersede or {}).items():
-                    self._supersede(conn, owner, new_rows[new_id], spec)
+                self._insert_rows(conn, owner, rows, vectors, supersede or {})
+
+    def _insert_rows(
+        self,
+        conn: apsw.Connection,
+        owner: str,
+        rows: Sequence[Memory],
+        vectors: Vectors,
+        supersede: Mapping[str, Supersession],
+    ) -> None:
+        new_rows = {row.id: row for row in rows}
+        for row, vector in zip(rows, vectors, strict=True):
+            self._insert_one(conn, owner, row, vector)
+        for new_id, spec in supersede.items():
+            self._supersede(conn, owner, new_rows[new_id], spec)
 
     def _supersede(self, conn: apsw.Connection, owner: str, new: Memory, spec: Supersession) -> None:
         old = conn.execute(
@@ -264,7 +298,7 @@ class SQLiteStore:
             )
         conn.execute(
             "UPDATE memories SET superseded_by = ?, superseded_at = ?, retracted = ? WHERE rid = ?",
-            (new.id, spec.at.isoformat(), int(spec.retract), rid),
+            (new.id, _ts(spec.at), int(spec.retract), rid),
         )
         conn.execute("UPDATE memory_vec SET live = 0 WHERE owner = ? AND rid = ?", (owner, rid))
 
@@ -358,7 +392,7 @@ class SQLiteStore:
         with self._errors():
             conn = self._conn()
             with self._write(conn):
-                conn.execute(sql, (at.isoformat(), tenant, *ids))
+                conn.execute(sql, (_ts(at), tenant, *ids))
 
     def forget(self, tenant: Tenant, memory_id: str, at: datetime) -> Tombstone:
         owner = _owner_key(tenant)
@@ -379,7 +413,7 @@ class SQLiteStore:
                 conn.execute("DELETE FROM memories WHERE rid = ?", (rid,))
                 conn.execute(
                     "INSERT INTO tombstones VALUES (?, ?, ?, ?, ?)",
-                    (memory_id, owner, memory_type, created_at, at.isoformat()),
+                    (memory_id, owner, memory_type, created_at, _ts(at)),
                 )
         return Tombstone(
             id=memory_id,
@@ -406,6 +440,86 @@ class SQLiteStore:
         with self._errors():
             return self._rows(sql, (_owner_key(tenant), memory_type, limit, offset))
 
+    # -- ConsolidationStore protocol -----------------------------------------------------------
+    def watermark(self, tenant: str) -> Watermark | None:
+        with self._errors():
+            row = (
+                self._conn()
+                .execute("SELECT created_at, episode_id FROM consolidation_state WHERE owner = ?", (tenant,))
+                .fetchone()
+            )
+        return Watermark(datetime.fromisoformat(row[0]), row[1]) if row else None
+
+    def episodes_after(self, tenant: str, after: Watermark | None, limit: int) -> list[EpisodicMemory]:
+        sql = f"SELECT {_SELECT} FROM memories WHERE owner = ? AND memory_type = 'episodic'"
+        params: list[Any] = [tenant]
+        if after is not None:
+            at = _ts(after.created_at)
+            sql += " AND (created_at > ? OR (created_at = ? AND id > ?))"
+            params += [at, at, after.episode_id]
+        with self._errors():
+            rows = self._rows(sql + " ORDER BY created_at, id LIMIT ?", [*params, limit])
+        return [r for r in rows if isinstance(r, EpisodicMemory)]
+
+    def apply_consolidation(self, tenant: str, write: ConsolidationWrite) -> None:
+        with self._errors():
+            conn = self._conn()
+            with self._write(conn):
+                if self.watermark(tenant) != write.expected:
+                    raise Conflict(f"consolidation of {tenant!r} moved on meanwhile; batch discarded")
+                self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede)
+                for merge in write.merges:
+                    self._merge_fact(conn, tenant, merge, write.at)
+                for feedback in write.feedback:
+                    self._playbook_feedback(conn, tenant, feedback, write.at)
+                conn.execute(
+                    "INSERT INTO consolidation_state VALUES (?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET "
+                    "created_at = excluded.created_at, episode_id = excluded.episode_id, "
+                    "updated_at = excluded.updated_at",
+                    (tenant, _ts(write.watermark.created_at), write.watermark.episode_id, _ts(write.at)),
+                )
+
+    def _merge_fact(self, conn: apsw.Connection, owner: str, merge: FactMerge, at: datetime) -> None:
+        row = conn.execute(
+            "SELECT rid, attrs FROM memories WHERE id = ? AND owner = ? AND memory_type = 'semantic'",
+            (merge.fact_id, owner),
+        ).fetchone()
+        if row is None:
+            raise NotFound(merge.fact_id)
+        conn.execute(
+            "UPDATE memories SET attrs = ?, use_count = use_count + 1, last_used_at = ? WHERE rid = ?",
+            (merged_provenance(row[1], merge.episode_ids), _ts(at), row[0]),
+        )
+
+    def _playbook_feedback(
+        self, conn: apsw.Connection, owner: str, feedback: PlaybookFeedback, at: datetime
+    ) -> None:
+        row = conn.execute(
+            "SELECT rid, attrs FROM memories WHERE id = ? AND owner = ? AND memory_type = 'procedural'",
+            (feedback.playbook_id, owner),
+        ).fetchone()
+        if row is None:
+            raise NotFound(feedback.playbook_id)
+        if feedback.success:
+            conn.execute(
+                "UPDATE memories SET success_count = success_count + 1, last_success_at = ? WHERE rid = ?",
+                (_ts(at), row[0]),
+            )
+        else:
+            conn.execute(
+                "UPDATE memories SET failure_count = failure_count + 1, attrs = ? WHERE rid = ?",
+                (refined_attrs(row[1], feedback.refined_steps), row[0]),
+            )
+
+    def tenants(self) -> list[str]:
+        with self._errors():
+            rows = (
+                self._conn()
+                .execute("SELECT DISTINCT owner FROM memories WHERE owner != '' ORDER BY owner")
+                .fetchall()
+            )
+        return [r[0] for r in rows]
+
     # -- KeyStore protocol ---------------------------------------------------------------------
     def add_key(self, record: ApiKeyRecord, key_hash: str) -> None:
         with self._errors():
@@ -413,7 +527,7 @@ class SQLiteStore:
             with self._write(conn):
                 conn.execute(
                     "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, NULL)",
-                    (record.id, key_hash, record.user_id, record.label, record.created_at.isoformat()),
+                    (record.id, key_hash, record.user_id, record.label, _ts(record.created_at)),
                 )
 
     def find_key(self, key_hash: str) -> ApiKeyRecord | None:
@@ -440,7 +554,7 @@ class SQLiteStore:
             with self._write(conn):
                 conn.execute(
                     "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-                    (at.isoformat(), key_id),
+                    (_ts(at), key_id),
                 )
                 return conn.changes() > 0
 
@@ -485,6 +599,11 @@ def _key_record(row: Sequence[Any]) -> ApiKeyRecord:
         created_at=datetime.fromisoformat(created_at),
         revoked_at=datetime.fromisoformat(revoked_at) if revoked_at else None,
     )
+
+
+def _ts(at: datetime) -> str:
+    """Stored timestamps: UTC ISO 8601 with microseconds always, so text order is time order."""
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def _marks(n: int) -> str:
