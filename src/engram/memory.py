@@ -130,6 +130,33 @@ class Engram:
 
         return import_document(self, document, user_id=user_id, progress=progress)
 
+    def consolidate(self, user_id: str, llm: Any = None) -> Any:
+        """Turn the user's episodes since the last run into facts and playbooks; returns a
+        ConsolidationReport (status "disabled: no LLM configured" when there is no LLM)."""
+        from engram.consolidation import ConsolidationPolicy, ConsolidationReport, Consolidator, LLMClient
+
+        s = self.settings
+        if llm is None:
+            if not (s.llm_base_url and s.llm_model):
+                return ConsolidationReport(
+                    user_id=validate_user_id(user_id), status="disabled: no LLM configured"
+                )
+            llm = LLMClient(
+                s.llm_base_url,
+                s.llm_model,
+                api_key=s.llm_api_key,
+                timeout=s.llm_timeout_s,
+                max_retries=s.llm_max_retries,
+            )
+        policy = ConsolidationPolicy(
+            batch_size=s.consolidation_batch,
+            duplicate_similarity=s.dedup_similarity,
+            judge_similarity=s.dedup_judge_similarity,
+            confidence_floor=s.confidence_floor,
+            supersede_penalty=s.supersede_penalty,
+        )
+        return Consolidator(self, llm, policy).run(user_id)
+
     def close(self) -> None:
         self.store.close()
 
@@ -193,7 +220,11 @@ class UserMemory(_Handle):
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> EpisodicMemory:
-        """Store one user turn verbatim (episodic), visible to the very next recall."""
+        """Store one user turn verbatim (episodic), visible to the very next recall.
+
+        ``metadata["assistant_context"]`` may carry the assistant message this turn replied to:
+        consolidation shows it to the LLM as context, and never lets it become a fact.
+        """
         row = _build(
             EpisodicMemory,
             id=new_id("episodic"),

@@ -64,10 +64,32 @@ class EngramSettings(BaseSettings):
     decay_value: float = Field(default=DEFAULT_DECAY_VALUE, gt=0, lt=1)
     use_count_weight: float = Field(default=DEFAULT_USE_COUNT_WEIGHT, ge=0)
     catalog_prior: float = Field(default=DEFAULT_CATALOG_PRIOR, gt=0)
+    procedural_feedback: bool = Field(
+        default=True, description="rank playbooks by their success record (neutral with no feedback)"
+    )
     supersede_penalty: float = Field(default=DEFAULT_SUPERSEDE_PENALTY, ge=0, le=1)
     max_text_chars: int = Field(default=DEFAULT_MAX_TEXT_CHARS, ge=1)
     embed_batch: int = Field(default=DEFAULT_EMBED_BATCH, ge=1)
     model_threads: int = Field(default=DEFAULT_MODEL_THREADS, ge=1)
+    # Consolidation (needs an OpenAI-compatible chat endpoint; nothing else in Engram uses an LLM).
+    llm_base_url: str | None = Field(default=None, description="e.g. http://localhost:11434/v1 (Ollama)")
+    llm_model: str | None = Field(default=None, description="model name sent to llm_base_url")
+    llm_api_key: str | None = Field(default=None, description="bearer key for llm_base_url")
+    llm_timeout_s: float = Field(default=60.0, gt=0, description="one chat call; extraction is slow on CPUs")
+    llm_max_retries: int = Field(
+        default=3, ge=0, description="retries on timeouts, 429 and 5xx, backoff 0.5s*2^n"
+    )
+    consolidation_batch: int = Field(
+        default=40, ge=1, description="episodes per LLM call: fits small contexts"
+    )
+    dedup_similarity: float = Field(default=0.90, gt=0, le=1, description="cosine at/above: same fact, merge")
+    dedup_judge_similarity: float = Field(
+        default=0.75, gt=0, le=1, description="cosine from here to dedup_similarity: the LLM judge decides"
+    )
+    confidence_floor: float = Field(default=0.6, ge=0, le=1, description="extracted facts below are dropped")
+    consolidation_worker: bool = Field(default=True, description="run consolidation inside `engram serve`")
+    consolidate_every_episodes: int = Field(default=20, ge=1, description="new turns that trigger a run")
+    consolidate_every_hours: float = Field(default=24.0, gt=0, description="a run at least this often")
     # Optional providers; the default is always the packaged local models.
     embedder_onnx_dir: Path | None = Field(
         default=None, description="a local BERT-style ONNX embedder (model.onnx + tokenizer.json)"

@@ -47,7 +47,15 @@ def test_multipliers_follow_each_type_lifecycle():
     recently_used = fact.model_copy(update={"last_used_at": NOW - timedelta(days=1)})
     assert multipliers(recently_used, NOW, cfg)["decay"] == 1.0  # relevance decay, not fact decay
     playbook = ProceduralMemory(id="pro_x", text="", user_id="u", created_at=old, name="n")
-    assert multipliers(playbook, NOW, cfg) == {"decay": 1.0, "use_count_boost": 1.0, "source_prior": 1.0}
+    assert multipliers(playbook, NOW, cfg) == {
+        "decay": 1.0,
+        "use_count_boost": 1.0,
+        "source_prior": 1.0,
+        "success_prior": 1.0,
+    }
+    proven = playbook.model_copy(update={"success_count": 9})
+    assert multipliers(proven, NOW, cfg)["success_prior"] == pytest.approx(1.409, abs=1e-3)
+    assert multipliers(proven, NOW, cfg.but(procedural_feedback=False))["success_prior"] == 1.0
     item = CatalogItem(id="cat_x", text="t", user_id=None, created_at=old)
     assert multipliers(item, NOW, cfg)["source_prior"] == 0.85
     assert multipliers(item, NOW, cfg)["decay"] == 1.0
@@ -55,4 +63,14 @@ def test_multipliers_follow_each_type_lifecycle():
         "decay": 1.0,
         "use_count_boost": 1.0,
         "source_prior": 1.0,
+        "success_prior": 1.0,
     }
+
+
+@pytest.mark.parametrize(
+    ("s", "f", "expected"), [(0, 0, 1.0), (1, 0, 1.1667), (0, 1, 0.8333), (9, 0, 1.4091), (0, 9, 0.5909)]
+)
+def test_success_prior(s, f, expected):
+    from engram.retrieval.scoring import success_prior
+
+    assert success_prior(s, f) == pytest.approx(expected, abs=1e-4)

@@ -261,7 +261,9 @@ def plan(store, embedder, episodes, *, expected, rows=(), merges=(), feedback=()
     last = episodes[-1]
     return ConsolidationWrite(
         rows=list(rows),
-        vectors=embedder.embed_documents([search_text_of(r) for r in rows]) if rows else np.zeros((0, embedder.dim), np.float32),
+        vectors=embedder.embed_documents([search_text_of(r) for r in rows])
+        if rows
+        else np.zeros((0, embedder.dim), np.float32),
         supersede=supersede or {},
         merges=list(merges),
         feedback=list(feedback),
@@ -288,14 +290,29 @@ def test_episodes_after_a_watermark_come_oldest_first(store, embedder):
 def test_apply_consolidation_is_atomic_and_compare_and_set(store, embedder):
     from engram.storage.base import FactMerge, PlaybookFeedback
 
-    eps = put(store, embedder, "sarah", episode("sarah", "the reset worked"), episode("sarah", "I live in Leith"))
+    eps = put(
+        store, embedder, "sarah", episode("sarah", "the reset worked"), episode("sarah", "I live in Leith")
+    )
     old_fact = put(store, embedder, "sarah", fact("sarah", "Sarah lives in Leith"))
-    pb = ProceduralMemory(id=new_id("procedural"), text="", user_id="sarah", created_at=T0, name="Reset a sensor",
-                          steps=[Step(order=1, instruction="hold reset")])
+    pb = ProceduralMemory(
+        id=new_id("procedural"),
+        text="",
+        user_id="sarah",
+        created_at=T0,
+        name="Reset a sensor",
+        steps=[Step(order=1, instruction="hold reset")],
+    )
     put(store, embedder, "sarah", pb)
     new_fact = fact("sarah", "Sarah's sensor reset worked", supporting_episode_ids=[eps[0].id])
-    write = plan(store, embedder, eps, expected=None, rows=[new_fact],
-                 merges=[FactMerge(old_fact.id, (eps[1].id,))], feedback=[PlaybookFeedback(pb.id, success=True)])
+    write = plan(
+        store,
+        embedder,
+        eps,
+        expected=None,
+        rows=[new_fact],
+        merges=[FactMerge(old_fact.id, (eps[1].id,))],
+        feedback=[PlaybookFeedback(pb.id, success=True)],
+    )
     store.apply_consolidation("sarah", write)
     assert store.watermark("sarah") == write.watermark
     merged = store.get("sarah", [old_fact.id])[0]
@@ -309,8 +326,15 @@ def test_apply_consolidation_is_atomic_and_compare_and_set(store, embedder):
         store.apply_consolidation("sarah", plan(store, embedder, eps, expected=None, rows=[again]))
     assert store.get("sarah", [again.id]) == []
     # failure feedback refines the steps and bumps the version
-    refine = plan(store, embedder, eps, expected=write.watermark,
-                  feedback=[PlaybookFeedback(pb.id, success=False, refined_steps=(Step(order=1, instruction="hold 20 s"),))])
+    refine = plan(
+        store,
+        embedder,
+        eps,
+        expected=write.watermark,
+        feedback=[
+            PlaybookFeedback(pb.id, success=False, refined_steps=(Step(order=1, instruction="hold 20 s"),))
+        ],
+    )
     store.apply_consolidation("sarah", refine)
     got_pb = store.get("sarah", [pb.id])[0]
     assert (got_pb.failure_count, got_pb.version, got_pb.refined_steps[0].instruction) == (1, 2, "hold 20 s")
@@ -321,7 +345,10 @@ def test_apply_consolidation_cannot_touch_another_tenant(store, embedder):
 
     eps = put(store, embedder, "sarah", episode("sarah", "hello"))
     bobs = put(store, embedder, "bob", fact("bob", "Bob likes tea"))
-    for bad in ({"merges": [FactMerge(bobs.id, (eps.id,))]}, {"feedback": [PlaybookFeedback(bobs.id, success=True)]}):
+    for bad in (
+        {"merges": [FactMerge(bobs.id, (eps.id,))]},
+        {"feedback": [PlaybookFeedback(bobs.id, success=True)]},
+    ):
         with pytest.raises(NotFound):
             store.apply_consolidation("sarah", plan(store, embedder, [eps], expected=None, **bad))
     assert store.watermark("sarah") is None

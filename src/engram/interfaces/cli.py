@@ -277,7 +277,34 @@ def serve(
             key, _ = keys.create(None, label="created on first start")
             console.print(f"[bold]admin key[/bold] (shown once, keep it): {key}", highlight=False)
         console.print(f"Engram on http://{host}:{port}  (REST /v1, docs /docs, MCP /mcp)", highlight=False)
-        uvicorn.run(create_app(eng, keys, host=host), host=host, port=port, log_level="warning")
+        worker = _consolidation_worker(eng)
+        try:
+            uvicorn.run(create_app(eng, keys, host=host), host=host, port=port, log_level="warning")
+        finally:
+            if worker is not None:
+                worker.stop()
+
+
+def _consolidation_worker(eng: Engram) -> Any:
+    """Start background consolidation when an LLM is configured and the worker is on."""
+    s = eng.settings
+    if not s.consolidation_worker:
+        console.print("consolidation worker: off (ENGRAM_CONSOLIDATION_WORKER=false)")
+        return None
+    if not (s.llm_base_url and s.llm_model):
+        console.print("consolidation: disabled: no LLM configured (ENGRAM_LLM_BASE_URL, ENGRAM_LLM_MODEL)")
+        return None
+    from engram.consolidation.worker import ConsolidationWorker
+
+    worker = ConsolidationWorker(
+        eng, every_episodes=s.consolidate_every_episodes, every_hours=s.consolidate_every_hours
+    )
+    worker.start()
+    console.print(
+        f"consolidation worker: every {s.consolidate_every_episodes} new turns "
+        f"or {s.consolidate_every_hours} h"
+    )
+    return worker
 
 
 @keys_app.command("create")
@@ -382,3 +409,22 @@ def mcp_config(
             }
         }
     )
+
+
+@app.command()
+def consolidate(
+    user: Annotated[str | None, typer.Option("--user", "-u", help="the user to consolidate")] = None,
+    all_users: Annotated[bool, typer.Option("--all", help="every user with memories")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Turn new episodes into facts and playbooks with the configured LLM (ENGRAM_LLM_BASE_URL,
+    ENGRAM_LLM_MODEL, ENGRAM_LLM_API_KEY); prints one report per user."""
+    if bool(user) == all_users:
+        console.print("[red]error:[/red] give --user U or --all")
+        raise typer.Exit(2)
+    with _engram(store, rerank=False) as eng:
+        users = eng.store.tenants() if all_users else [user]  # type: ignore[attr-defined]
+        reports = [eng.consolidate(u).as_dict() for u in users]
+    _print_json(reports)
+    if any(r["status"].startswith("error") for r in reports):
+        raise typer.Exit(1)

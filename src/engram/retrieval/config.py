@@ -23,6 +23,7 @@ class RetrievalConfig:
     decay_value: float = s.DEFAULT_DECAY_VALUE
     use_count_weight: float = s.DEFAULT_USE_COUNT_WEIGHT
     catalog_prior: float = s.DEFAULT_CATALOG_PRIOR
+    procedural_feedback: bool = True  # success_prior on playbooks; see docs/benchmarks.md (ablation)
 
     def but(self, **changes: object) -> RetrievalConfig:
         """A copy with some fields changed (the preset itself stays as it was)."""
@@ -40,4 +41,5 @@ class RetrievalConfig:
             decay_value=settings.decay_value,
             use_count_weight=settings.use_count_weight,
             catalog_prior=settings.catalog_prior,
+            procedural_feedback=settings.procedural_feedback,
         )

@@ -1,9 +1,9 @@
-"""Ranking multipliers: pure functions of a row's age, use count and source.
+"""Ranking multipliers: pure functions of a row's age, use count, source and feedback.
 
-The final score of a hit is ``relevance × decay × use_count_boost × source_prior`` where relevance is
-the cross-encoder's probability ``sigmoid(logit)`` in (0, 1) when the hit was reranked, else its RRF
-score. Multiplying a probability keeps the factors meaningful: a 0.5 decay halves a hit's
-relevance, it cannot flip the sign of a raw logit.
+The final score of a hit is ``relevance × decay × use_count_boost × source_prior × success_prior``,
+where relevance is the cross-encoder's probability ``sigmoid(logit)`` in (0, 1) when the hit was
+reranked, else its RRF score. Multiplying a probability keeps the factors meaningful: a 0.5 decay
+halves a hit's relevance, it cannot flip the sign of a raw logit.
 """
 
 from __future__ import annotations
@@ -39,6 +39,16 @@ def use_count_boost(use_count: int, weight: float = 0.2) -> float:
     return 1.0 + weight * math.log10(1 + max(0, use_count))
 
 
+def success_prior(successes: int, failures: int) -> float:
+    """Playbook feedback: ``0.5 + (s + 1) / (s + f + 2)``, the Laplace-smoothed success rate shifted so
+    that a playbook with no feedback is neutral (1.0). Range (0.5, 1.5): 1 success -> 1.167,
+    1 failure -> 0.833, 9 successes -> 1.409, 9 failures -> 0.591. Bounded so feedback re-orders close
+    calls but never buries a playbook that clearly matches the query.
+    """
+    s, f = max(0, successes), max(0, failures)
+    return 0.5 + (s + 1) / (s + f + 2)
+
+
 def ranking_time(memory: Memory) -> datetime | None:
     """The time a row's decay is measured from: event time for episodes, last use (else creation)
     for facts; None for procedural and catalog rows, which do not decay."""
@@ -51,9 +61,11 @@ def ranking_time(memory: Memory) -> datetime | None:
 
 def multipliers(memory: Memory, now: datetime, config: RetrievalConfig) -> dict[str, float]:
     """The named multipliers for one row (all 1.0 when ``config.multipliers`` is off)."""
-    result = {"decay": 1.0, "use_count_boost": 1.0, "source_prior": 1.0}
+    result = {"decay": 1.0, "use_count_boost": 1.0, "source_prior": 1.0, "success_prior": 1.0}
     if not config.multipliers:
         return result
+    if memory.memory_type == "procedural" and config.procedural_feedback:
+        result["success_prior"] = success_prior(memory.success_count, memory.failure_count)
     at = ranking_time(memory)
     if at is not None:
         age_days = (now - at).total_seconds() / SECONDS_PER_DAY

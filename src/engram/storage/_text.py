@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 # Query words too common to help BM25 but costly to match (they hit most rows of a tenant).
-_STOPWORDS = frozenset(
+STOPWORDS = frozenset(
     """
     a about above after again all am an and any are as at be been before being below between both
     but by can could did do does doing down during each few for from further had has have having he
@@ -22,5 +22,5 @@ MAX_QUERY_TERMS = 32
 def fts_words(text: str) -> list[str]:
     """The query's distinct words, lowercased, stopwords dropped (unless nothing else is left)."""
     words = [w.lower() for w in _WORD.findall(text)]
-    terms = [w for w in words if w not in _STOPWORDS] or words
+    terms = [w for w in words if w not in STOPWORDS] or words
     return list(dict.fromkeys(terms))[:MAX_QUERY_TERMS]

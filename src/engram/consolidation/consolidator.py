@@ -1,0 +1,298 @@
+"""Consolidation: turn a user's new episodes into facts, playbooks, supersessions and feedback.
+
+Per batch of episodes since the user's watermark: one LLM call extracts candidates; guards filter them
+(cited episodes of this batch only, assistant words never become facts, confidence floor, duplicate
+check against the hybrid top-5 neighbours with one batched judge call for the unclear ones); then
+everything is written in ONE transaction together with the watermark move (compare-and-set). A crash
+before the commit leaves nothing behind and the batch is simply read again; a batch whose LLM reply
+is malformed is skipped with the watermark kept, so it is retried next run.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from engram.consolidation import guards
+from engram.consolidation.llm import LLMClient, LLMError, LLMOutputError
+from engram.consolidation.prompts import (
+    ASSISTANT_CONTEXT_KEY,
+    EXTRACT_SYSTEM,
+    JUDGE_SYSTEM,
+    extraction_prompt,
+    judge_prompt,
+)
+from engram.consolidation.schema import Extraction, JudgeVerdicts
+from engram.errors import Conflict
+from engram.models import EpisodicMemory, Memory, ProceduralMemory, SemanticMemory, new_id, utcnow
+from engram.retrieval.config import RetrievalConfig
+from engram.storage._rows import search_text_of
+from engram.storage.base import ConsolidationWrite, FactMerge, PlaybookFeedback, Supersession, Watermark
+
+if TYPE_CHECKING:
+    from engram.memory import Engram
+
+log = logging.getLogger(__name__)
+NEIGHBOURS = 5  # hybrid top-k existing facts each candidate is compared with
+_NEIGHBOUR_SEARCH = RetrievalConfig(rerank=False, multipliers=False)
+
+
+@dataclass(frozen=True)
+class ConsolidationPolicy:
+    batch_size: int = 40
+    duplicate_similarity: float = 0.90  # cosine at or above: the same fact, merge provenance
+    judge_similarity: float = 0.75  # cosine in [judge, duplicate): ask the LLM judge
+    confidence_floor: float = 0.6  # below: dropped
+    supersede_penalty: float = 0.1
+
+
+@dataclass
+class ConsolidationReport:
+    user_id: str
+    status: str = "ok"
+    batches: int = 0
+    episodes: int = 0
+    written: list[str] = field(default_factory=list)
+    merged: list[str] = field(default_factory=list)
+    superseded: list[str] = field(default_factory=list)
+    feedback: list[str] = field(default_factory=list)
+    dropped: list[dict[str, str]] = field(default_factory=list)
+    skipped_batches: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Consolidator:
+    def __init__(self, engram: Engram, llm: LLMClient, policy: ConsolidationPolicy | None = None) -> None:
+        self.engram = engram
+        self.llm = llm
+        self.policy = policy or ConsolidationPolicy()
+
+    def run(self, user_id: str) -> ConsolidationReport:
+        user = self.engram.for_user(user_id).user_id
+        store = self.engram.store
+        report = ConsolidationReport(user_id=user)
+        while True:
+            start = store.watermark(user)  # type: ignore[attr-defined]
+            episodes = store.episodes_after(user, start, self.policy.batch_size)  # type: ignore[attr-defined]
+            if not episodes:
+                break
+            try:
+                write = self._plan(user, episodes, start, report)
+                store.apply_consolidation(user, write)  # type: ignore[attr-defined]
+            except LLMOutputError as exc:
+                log.warning("consolidation of %s: skipping a batch, watermark kept: %s", user, exc)
+                report.skipped_batches.append(str(exc))
+                report.status = "partial: a batch was skipped (malformed LLM output); it will be retried"
+                break
+            except LLMError as exc:
+                report.status = f"error: {exc}"
+                break
+            except Conflict:
+                report.status = "stopped: another consolidation of this user ran meanwhile"
+                break
+            report.batches += 1
+            report.episodes += len(episodes)
+            report.written += [r.id for r in write.rows]
+            report.merged += [m.fact_id for m in write.merges]
+            report.superseded += list(
+                write.supersede.values() and [s.old_id for s in write.supersede.values()]
+            )
+            report.feedback += [
+                f"{f.playbook_id}:{'success' if f.success else 'failure'}" for f in write.feedback
+            ]
+            if len(episodes) < self.policy.batch_size:
+                break
+        return report
+
+    # -- one batch ------------------------------------------------------------------------------
+    def _plan(
+        self, user: str, episodes: list[EpisodicMemory], start: Watermark | None, report: ConsolidationReport
+    ) -> ConsolidationWrite:
+        store, now = self.engram.store, utcnow()
+        facts = [m for m in store.list(user, "semantic", limit=500) if isinstance(m, SemanticMemory)]
+        playbooks = [m for m in store.list(user, "procedural", limit=200) if isinstance(m, ProceduralMemory)]
+        extraction = self.llm.complete_json(
+            EXTRACT_SYSTEM, extraction_prompt(episodes, facts, playbooks), Extraction
+        )
+        batch = {e.id: e for e in episodes}
+        assistant = [
+            e.metadata[ASSISTANT_CONTEXT_KEY]
+            for e in episodes
+            if isinstance(e.metadata.get(ASSISTANT_CONTEXT_KEY), str)
+        ]
+        rows: list[Memory] = []
+        supersede: dict[str, Supersession] = {}
+        merges: dict[str, set[str]] = {}
+
+        def drop(text: str, reason: str) -> None:
+            report.dropped.append({"text": text, "reason": reason})
+
+        def admissible(
+            text: str, cited_ids: list[str], confidence: float, facts_only: bool = True
+        ) -> list[str] | None:
+            support = guards.cited(cited_ids, set(batch))
+            if not support:
+                drop(text, "cites no episode of this user's batch")
+                return None
+            if confidence < self.policy.confidence_floor:
+                drop(text, f"confidence {confidence:.2f} below the floor {self.policy.confidence_floor}")
+                return None
+            # Facts are about the user, so only the user's words count. A playbook is often the
+            # assistant's procedure that the user confirmed; its provenance check is the citation.
+            leaked = (
+                guards.assistant_only_words(text, [e.text for e in episodes], assistant)
+                if facts_only
+                else None
+            )
+            if leaked:
+                drop(text, f"words only the assistant said: {', '.join(sorted(leaked))}")
+                return None
+            return support
+
+        # supersessions first: the replaced facts must not also count as duplicates below
+        live = {f.id: f for f in facts}
+        for s in extraction.supersessions:
+            support = admissible(s.new_text, s.supporting_episode_ids, s.confidence)
+            if support is None:
+                continue
+            if s.fact_id not in live or s.fact_id in {x.old_id for x in supersede.values()}:
+                drop(s.new_text, f"supersedes {s.fact_id!r}, which is not a live fact of this user")
+                continue
+            harsh = s.contradiction == "harsh"
+            row = SemanticMemory(
+                id=new_id("semantic"),
+                text=s.new_text,
+                user_id=user,
+                created_at=now,
+                fact_type=s.fact_type,
+                confidence=max(0.0, s.confidence - (self.policy.supersede_penalty if harsh else 0.0)),
+                supporting_episode_ids=support,
+                supersedes=s.fact_id,
+                contradiction=s.contradiction,
+            )
+            rows.append(row)
+            supersede[row.id] = Supersession(old_id=s.fact_id, retract=harsh, at=now)
+        replaced = {x.old_id for x in supersede.values()}
+
+        unclear: list[tuple[str, list[SemanticMemory], list[str], Any]] = []
+        for fact in extraction.facts:
+            support = admissible(fact.text, fact.supporting_episode_ids, fact.confidence)
+            if support is None:
+                continue
+            pending = [r for r in rows if isinstance(r, SemanticMemory)]
+            neighbours = [n for n in self._neighbours(user, fact.text) if n.id not in replaced] + pending
+            similarity, best = self._closest(fact.text, neighbours)
+            kind = guards.classify(similarity, self.policy.duplicate_similarity, self.policy.judge_similarity)
+            if kind == "duplicate" and best is not None:
+                self._merge(best, support, rows, merges)
+            elif kind == "judge":
+                unclear.append((fact.text, neighbours, support, fact))
+            else:
+                rows.append(self._fact_row(user, fact, support, now))
+        if unclear:
+            verdicts = self.llm.complete_json(
+                JUDGE_SYSTEM, judge_prompt([(t, n) for t, n, _, _ in unclear]), JudgeVerdicts
+            )
+            duplicate_of = {v.index: v.duplicate_of for v in verdicts.verdicts}
+            for index, (_text, neighbours, support, fact) in enumerate(unclear):
+                target = next((n for n in neighbours if n.id == duplicate_of.get(index)), None)
+                if target is not None:
+                    self._merge(target, support, rows, merges)
+                else:
+                    rows.append(self._fact_row(user, fact, support, now))
+
+        for pb in extraction.playbooks:
+            support = admissible(pb.name, pb.supporting_episode_ids, 1.0, facts_only=False)
+            if support is None:
+                continue
+            row = ProceduralMemory(
+                id=new_id("procedural"),
+                text="",
+                user_id=user,
+                created_at=now,
+                name=pb.name,
+                trigger_text=pb.trigger_text,
+                description=pb.description,
+                steps=pb.steps,
+                metadata={"supporting_episode_ids": support},
+            )
+            similarity, _ = self._closest(search_text_of(row), playbooks)
+            if similarity >= self.policy.duplicate_similarity:
+                drop(pb.name, "duplicate of a stored playbook")
+                continue
+            rows.append(row)
+
+        known_playbooks = {p.id for p in playbooks}
+        feedback: list[PlaybookFeedback] = []
+        for update in extraction.procedural_updates:
+            evidence = guards.cited(update.evidence_episode_ids, set(batch))
+            if update.playbook_id not in known_playbooks:
+                drop(update.playbook_id, "feedback for a playbook this user does not have")
+            elif not evidence:
+                drop(update.playbook_id, f"{update.outcome} without evidence in the user's own words")
+            else:
+                refined = (
+                    tuple(update.refined_steps)
+                    if update.refined_steps and update.outcome == "failure"
+                    else None
+                )
+                feedback.append(PlaybookFeedback(update.playbook_id, update.outcome == "success", refined))
+
+        vectors = self.engram.embedder.embed_documents([search_text_of(r) for r in rows])
+        last = episodes[-1]
+        return ConsolidationWrite(
+            rows=rows,
+            vectors=vectors,
+            supersede=supersede,
+            merges=[FactMerge(fact_id, tuple(sorted(ids))) for fact_id, ids in merges.items()],
+            feedback=feedback,
+            expected=start,
+            watermark=Watermark(last.created_at, last.id),
+            at=now,
+        )
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _neighbours(self, user: str, text: str) -> list[SemanticMemory]:
+        hits = self.engram.for_user(user).recall(
+            text,
+            k=NEIGHBOURS,
+            memory_types=["semantic"],
+            include_catalog=False,
+            config=_NEIGHBOUR_SEARCH,
+            record_use=False,
+        )
+        return [h.memory for h in hits if isinstance(h.memory, SemanticMemory)]
+
+    def _closest(self, text: str, neighbours: list[Any]) -> tuple[float, Any]:
+        if not neighbours:
+            return 0.0, None
+        vectors = self.engram.embedder.embed_documents([text] + [search_text_of(n) for n in neighbours])
+        sims = guards.cosine_to_neighbours(vectors[0], vectors[1:])
+        best = int(sims.argmax())
+        return float(sims[best]), neighbours[best]
+
+    @staticmethod
+    def _merge(
+        target: SemanticMemory, support: list[str], rows: list[Memory], merges: dict[str, set[str]]
+    ) -> None:
+        for i, row in enumerate(rows):
+            if row.id == target.id and isinstance(row, SemanticMemory):  # a fact new in this same batch
+                ids = list(dict.fromkeys([*row.supporting_episode_ids, *support]))
+                rows[i] = row.model_copy(update={"supporting_episode_ids": ids})
+                return
+        merges.setdefault(target.id, set()).update(support)
+
+    @staticmethod
+    def _fact_row(user: str, fact: Any, support: list[str], now: Any) -> SemanticMemory:
+        return SemanticMemory(
+            id=new_id("semantic"),
+            text=fact.text,
+            user_id=user,
+            created_at=now,
+            fact_type=fact.fact_type,
+            confidence=fact.confidence,
+            supporting_episode_ids=support,
+        )

@@ -1,0 +1,61 @@
+"""The background consolidation cadence inside `engram serve`: a user is consolidated once they have
+``every_episodes`` new turns, or at least every ``every_hours`` when any turn is waiting."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engram.memory import Engram
+
+log = logging.getLogger(__name__)
+
+
+class ConsolidationWorker:
+    def __init__(
+        self, engram: Engram, *, every_episodes: int, every_hours: float, poll_seconds: float = 30.0
+    ) -> None:
+        self.engram = engram
+        self.every_episodes = every_episodes
+        self.every_seconds = every_hours * 3600
+        self.poll_seconds = poll_seconds
+        self._started = time.monotonic()
+        self._last_run: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="engram-consolidation", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_seconds):
+            try:
+                self.tick()
+            except Exception:  # the worker must outlive any one failure; the next tick retries
+                log.exception("consolidation tick failed")
+
+    def tick(self) -> list[dict[str, Any]]:
+        """Consolidate every user that is due; returns their reports."""
+        store: Any = self.engram.store
+        now = time.monotonic()
+        reports = []
+        for user in store.tenants():
+            if self._stop.is_set():
+                break
+            pending = len(store.episodes_after(user, store.watermark(user), self.every_episodes))
+            waited = now - self._last_run.get(user, self._started)
+            if pending and (pending >= self.every_episodes or waited >= self.every_seconds):
+                report = self.engram.consolidate(user).as_dict()
+                self._last_run[user] = now
+                log.info("consolidated %s: %s", user, {k: report[k] for k in ("status", "episodes")})
+                reports.append(report)
+        return reports

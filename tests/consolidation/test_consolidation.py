@@ -1,0 +1,379 @@
+"""Consolidation end to end through the real HTTP client against a scripted OpenAI-protocol server."""
+
+from __future__ import annotations
+
+import pytest
+
+from engram.consolidation import LLMClient
+from tests.consolidation.conftest import ok, raw
+
+
+def episode_id(prompt, needle):
+    return next(e["id"] for e in prompt["episodes"] if needle in e["user_said"])
+
+
+def fact_id(prompt, needle):
+    return next(f["id"] for f in prompt["stored_facts"] if needle in f["text"])
+
+
+def llm_for(fake, **kw):
+    return LLMClient(
+        fake.url, "test-model", api_key="sk-test", timeout=kw.pop("timeout", 5), backoff=0.01, **kw
+    )
+
+
+def test_without_an_llm_consolidation_is_disabled(eng):
+    eng.for_user("sarah").remember_turn("hello")
+    report = eng.consolidate("sarah")
+    assert report.status == "disabled: no LLM configured" and report.written == []
+
+
+def test_scripted_scenario_ends_with_the_right_memory(eng, fake_llm):
+    mem = eng.for_user("sarah")
+    mem.remember_turn("hi! just got a Lumio Hub v2, and my dog Rex keeps chewing the sensor cables")
+    mem.remember_turn(
+        "ok thanks, maybe",
+        metadata={"assistant_context": "Try a chew-proof protector sleeve for the cables."},
+    )
+    mem.remember_turn("we live in Bristol btw")
+    fake_llm.script(
+        ok(
+            lambda p: {
+                "facts": [
+                    {
+                        "text": "Sarah owns a Lumio Hub v2",
+                        "fact_type": "identity",
+                        "confidence": 0.95,
+                        "supporting_episode_ids": [episode_id(p, "Lumio Hub")],
+                    },
+                    {
+                        "text": "Sarah's dog Rex chews sensor cables",
+                        "fact_type": "constraint",
+                        "confidence": 0.9,
+                        "supporting_episode_ids": [episode_id(p, "Rex")],
+                    },
+                    {
+                        "text": "Sarah lives in Bristol",
+                        "fact_type": "identity",
+                        "confidence": 0.9,
+                        "supporting_episode_ids": [episode_id(p, "Bristol")],
+                    },
+                    {
+                        "text": "Sarah uses a chew-proof protector sleeve",
+                        "confidence": 0.8,  # the assistant's idea
+                        "supporting_episode_ids": [episode_id(p, "maybe")],
+                    },
+                    {
+                        "text": "Sarah likes cats",
+                        "confidence": 0.9,
+                        "supporting_episode_ids": [],
+                    },  # no provenance
+                    {
+                        "text": "Sarah might move soon",
+                        "confidence": 0.3,
+                        "supporting_episode_ids": [episode_id(p, "Bristol")],
+                    },  # below the floor
+                    {
+                        "text": "Sarah has a garden",
+                        "confidence": 0.9,
+                        "supporting_episode_ids": ["epi_notFromThisBatch00000"],
+                    },
+                ],
+            }
+        )
+    )
+    first = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert first.status == "ok" and len(first.written) == 3 and first.episodes == 3, str(first.as_dict())
+    reasons = {d["text"]: d["reason"] for d in first.dropped}
+    assert "assistant" in reasons["Sarah uses a chew-proof protector sleeve"]
+    assert (
+        "cites no episode" in reasons["Sarah likes cats"]
+        and "cites no episode" in reasons["Sarah has a garden"]
+    )
+    assert "below the floor" in reasons["Sarah might move soon"]
+
+    mem.remember_turn("big news, we moved to Edinburgh last month")
+    mem.remember_turn("the kitchen sensor is offline again, and yes I still have the Lumio Hub v2")
+    mem.remember_turn(
+        "that worked, thanks!",
+        metadata={"assistant_context": "Hold reset for 10 s, then re-add it in the app."},
+    )
+    fake_llm.script(
+        ok(
+            lambda p: {
+                "supersessions": [
+                    {
+                        "fact_id": fact_id(p, "Bristol"),
+                        "new_text": "Sarah lives in Edinburgh",
+                        "contradiction": "natural",
+                        "confidence": 0.95,
+                        "supporting_episode_ids": [episode_id(p, "Edinburgh")],
+                    }
+                ],
+                "facts": [
+                    {
+                        "text": "Sarah owns a Lumio Hub v2",
+                        "confidence": 0.9,  # already stored: a duplicate
+                        "supporting_episode_ids": [episode_id(p, "kitchen")],
+                    }
+                ],
+                "playbooks": [
+                    {
+                        "name": "Re-pair an offline sensor",
+                        "trigger_text": "a sensor shows offline",
+                        "description": "reset the sensor and add it again",
+                        "steps": [
+                            {"order": 1, "instruction": "Hold reset for 10 s"},
+                            {"order": 2, "instruction": "Re-add the sensor in the app"},
+                        ],
+                        "supporting_episode_ids": [episode_id(p, "kitchen"), episode_id(p, "worked")],
+                    }
+                ],
+            }
+        )
+    )
+    second = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert second.status == "ok" and len(second.superseded) == 1 and len(second.merged) == 1, str(
+        second.as_dict()
+    )
+    assert len(second.written) == 2, str(second.as_dict())
+
+    mem.remember_turn("the reset trick worked again on the hallway sensor")
+    mem.remember_turn("can you suggest a good film?")
+    fake_llm.script(
+        ok(
+            lambda p: {
+                "procedural_updates": [
+                    {
+                        "playbook_id": p["stored_playbooks"][0]["id"],
+                        "outcome": "success",
+                        "evidence_episode_ids": [episode_id(p, "hallway")],
+                    },
+                    {
+                        "playbook_id": p["stored_playbooks"][0]["id"],
+                        "outcome": "success",
+                        "evidence_episode_ids": [],
+                    },  # unconfirmed: no evidence
+                ],
+            }
+        )
+    )
+    third = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert third.feedback and "without evidence" in third.dropped[0]["reason"]
+
+    facts = {f.text: f for f in mem.list("semantic", include_superseded=True)}
+    assert set(facts) == {
+        "Sarah owns a Lumio Hub v2",
+        "Sarah's dog Rex chews sensor cables",
+        "Sarah lives in Bristol",
+        "Sarah lives in Edinburgh",
+    }
+    assert facts["Sarah lives in Bristol"].superseded_by == facts["Sarah lives in Edinburgh"].id
+    assert len(facts["Sarah owns a Lumio Hub v2"].supporting_episode_ids) == 2  # merged provenance
+    own_episodes = {e.id for e in mem.list("episodic", limit=100)}
+    assert all(
+        f.supporting_episode_ids and set(f.supporting_episode_ids) <= own_episodes for f in facts.values()
+    )
+    (playbook,) = mem.list("procedural")
+    assert (playbook.success_count, playbook.failure_count) == (1, 0) and playbook.last_success_at is not None
+    top = mem.recall("where does sarah live", memory_types=["semantic"])[0]
+    assert top.memory.text == "Sarah lives in Edinburgh"
+    # nothing new: no LLM call at all
+    calls = len(fake_llm.requests)
+    assert eng.consolidate("sarah", llm=llm_for(fake_llm)).episodes == 0 and len(fake_llm.requests) == calls
+
+
+def test_malformed_output_skips_the_batch_and_keeps_the_watermark(eng, fake_llm):
+    mem = eng.for_user("sarah")
+    mem.remember_turn("I drive a red Volvo")
+    fake_llm.script(raw(200, "Sure! Here are the facts: Volvo"))
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.status.startswith("partial") and report.skipped_batches and report.written == []
+    assert eng.store.watermark("sarah") is None
+    fake_llm.script(
+        ok(
+            lambda p: {
+                "facts": [
+                    {
+                        "text": "Sarah drives a red Volvo",
+                        "confidence": 0.9,
+                        "supporting_episode_ids": [p["episodes"][0]["id"]],
+                    }
+                ]
+            }
+        )
+    )
+    assert len(eng.consolidate("sarah", llm=llm_for(fake_llm)).written) == 1
+
+
+def test_retries_with_backoff_on_5xx_and_timeouts(eng, fake_llm):
+    eng.for_user("sarah").remember_turn("I drive a red Volvo")
+    good = ok(
+        lambda p: {
+            "facts": [
+                {
+                    "text": "Sarah drives a red Volvo",
+                    "confidence": 0.9,
+                    "supporting_episode_ids": [p["episodes"][0]["id"]],
+                }
+            ]
+        }
+    )
+    fake_llm.script(raw(503, "overloaded"), raw(200, "{}", delay=2.0), good)
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm, timeout=0.5))
+    assert report.status == "ok" and len(report.written) == 1
+    assert len(fake_llm.requests) == 3
+    assert fake_llm.requests[0]["response_format"] == {"type": "json_object"}
+
+
+def test_gives_up_after_the_retries_and_writes_nothing(eng, fake_llm):
+    eng.for_user("sarah").remember_turn("I drive a red Volvo")
+    fake_llm.script(*[raw(503, "down")] * 3)
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm, max_retries=2))
+    assert report.status.startswith("error") and len(fake_llm.requests) == 3
+    assert eng.store.watermark("sarah") is None and eng.for_user("sarah").list("semantic") == []
+
+
+def test_batches_and_the_judge(make_engram, fake_llm, embedder):
+    existing, candidate = "Sarah owns a Lumio Hub v2", "Sarah's smart home hub is a Lumio, version two"
+    vectors = embedder.embed_documents([existing, candidate])
+    cos = float(vectors[0] @ vectors[1])
+    eng = make_engram(
+        dedup_similarity=min(1.0, cos + 0.02), dedup_judge_similarity=cos - 0.1, consolidation_batch=2
+    )
+    mem = eng.for_user("sarah")
+    stored = mem.write(existing)
+    for text in ["my hub is a lumio v2", "I said it already: lumio hub, version 2", "and I like tea"]:
+        mem.remember_turn(text)
+
+    def extract(p):
+        return {
+            "facts": [
+                {"text": candidate, "confidence": 0.9, "supporting_episode_ids": [p["episodes"][0]["id"]]}
+            ]
+        }
+
+    def judge(p, duplicate):
+        return {"verdicts": [{"index": 0, "duplicate_of": p[0]["existing"][0]["id"] if duplicate else None}]}
+
+    fake_llm.script(ok(extract), ok(lambda p: judge(p, True)), ok(extract), ok(lambda p: judge(p, False)))
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.batches == 2 and report.episodes == 3
+    assert report.merged == [stored.id] and len(report.written) == 1  # batch 1 merged, batch 2 judged new
+    assert len(fake_llm.requests) == 4
+
+
+def test_a_crash_before_commit_repeats_the_batch_without_duplicates(tmp_path, fake_llm):
+    """Kill a consolidating process while it waits for the LLM, then run again: one copy of each fact."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from engram import Engram
+
+    url = f"sqlite:///{tmp_path}/crash.db"
+    with Engram.open(url, rerank=False) as eng:
+        eng.for_user("sarah").remember_turn("I drive a red Volvo")
+    arrived, release = threading.Event(), threading.Event()
+
+    def slow(body):
+        arrived.set()
+        release.wait(30)
+        return 200, "{}", 0.0
+
+    fake_llm.script(slow)
+    env = dict(os.environ, ENGRAM_LLM_BASE_URL=fake_llm.url, ENGRAM_LLM_MODEL="m", ENGRAM_HOME=str(tmp_path))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "engram", "consolidate", "--user", "sarah", "--store", url],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    assert arrived.wait(60)
+    child.kill()
+    child.wait(10)
+    release.set()
+    good = ok(
+        lambda p: {
+            "facts": [
+                {
+                    "text": "Sarah drives a red Volvo",
+                    "confidence": 0.9,
+                    "supporting_episode_ids": [p["episodes"][0]["id"]],
+                }
+            ]
+        }
+    )
+    fake_llm.script(good, good)
+    with Engram.open(url, rerank=False) as eng:
+        assert eng.store.watermark("sarah") is None
+        assert len(eng.consolidate("sarah", llm=llm_for(fake_llm)).written) == 1
+        eng.for_user("sarah").remember_turn("yes, the red Volvo, like I said")
+        again = eng.consolidate("sarah", llm=llm_for(fake_llm))
+        assert again.written == [] and len(again.merged) == 1
+        assert [f.text for f in eng.for_user("sarah").list("semantic")] == ["Sarah drives a red Volvo"]
+
+
+@pytest.mark.parametrize("bad", ["sem_notyours", "pro_unknown"])
+def test_llm_cannot_reach_other_tenants_rows(eng, fake_llm, bad):
+    bob = eng.for_user("bob").write("Bob lives in York")
+    bob_pb = eng.for_user("bob").write("", memory_type="procedural", name="Bob's playbook")
+    eng.for_user("sarah").remember_turn("I moved to Leeds, and the fix worked")
+    target = bob.id if bad.startswith("sem") else bob_pb.id
+    fake_llm.script(
+        ok(
+            lambda p: {
+                "supersessions": [
+                    {
+                        "fact_id": target,
+                        "new_text": "Sarah lives in Leeds",
+                        "supporting_episode_ids": [p["episodes"][0]["id"]],
+                    }
+                ],
+                "procedural_updates": [
+                    {
+                        "playbook_id": target,
+                        "outcome": "success",
+                        "evidence_episode_ids": [p["episodes"][0]["id"]],
+                    }
+                ],
+                "facts": [
+                    {"text": "Sarah lives in Leeds", "confidence": 0.9, "supporting_episode_ids": [bob.id]}
+                ],
+            }
+        )
+    )
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.written == [] and report.superseded == [] and report.feedback == []
+    assert eng.for_user("bob").get(bob.id).superseded_by is None
+    assert eng.for_user("bob").get(bob_pb.id).success_count == 0
+
+
+def test_worker_runs_users_that_are_due(make_engram, fake_llm):
+    from engram.consolidation.worker import ConsolidationWorker
+
+    eng = make_engram(llm_base_url=fake_llm.url, llm_model="m", llm_max_retries=0)
+    eng.for_user("sarah").remember_turn("I drive a red Volvo")
+    eng.for_user("bob").remember_turn("hi")
+    worker = ConsolidationWorker(eng, every_episodes=2, every_hours=24)
+    assert worker.tick() == [] and fake_llm.requests == []  # one turn each: not due yet
+    eng.for_user("sarah").remember_turn("and a blue bike")
+    fake_llm.script(
+        ok(
+            lambda p: {
+                "facts": [
+                    {
+                        "text": "Sarah drives a red Volvo",
+                        "confidence": 0.9,
+                        "supporting_episode_ids": [p["episodes"][0]["id"]],
+                    }
+                ]
+            }
+        )
+    )
+    (report,) = worker.tick()
+    assert report["user_id"] == "sarah" and len(report["written"]) == 1
+    hourly = ConsolidationWorker(eng, every_episodes=100, every_hours=0)  # due on time alone
+    fake_llm.script(ok(lambda p: {}))
+    assert [r["user_id"] for r in hourly.tick()] == ["bob"]
