@@ -65,7 +65,8 @@ class EngramSettings(BaseSettings):
     use_count_weight: float = Field(default=DEFAULT_USE_COUNT_WEIGHT, ge=0)
     catalog_prior: float = Field(default=DEFAULT_CATALOG_PRIOR, gt=0)
     procedural_feedback: bool = Field(
-        default=True, description="rank playbooks by their success record (neutral with no feedback)"
+        default=False,
+        description="rank playbooks by their success record; off: it cost MRR on the eval corpus",
     )
     supersede_penalty: float = Field(default=DEFAULT_SUPERSEDE_PENALTY, ge=0, le=1)
     max_text_chars: int = Field(default=DEFAULT_MAX_TEXT_CHARS, ge=1)

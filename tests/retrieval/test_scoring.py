@@ -54,8 +54,10 @@ def test_multipliers_follow_each_type_lifecycle():
         "success_prior": 1.0,
     }
     proven = playbook.model_copy(update={"success_count": 9})
-    assert multipliers(proven, NOW, cfg)["success_prior"] == pytest.approx(1.409, abs=1e-3)
-    assert multipliers(proven, NOW, cfg.but(procedural_feedback=False))["success_prior"] == 1.0
+    assert multipliers(proven, NOW, cfg)["success_prior"] == 1.0  # off by default
+    assert multipliers(proven, NOW, cfg.but(procedural_feedback=True))["success_prior"] == pytest.approx(
+        1.409, abs=1e-3
+    )
     item = CatalogItem(id="cat_x", text="t", user_id=None, created_at=old)
     assert multipliers(item, NOW, cfg)["source_prior"] == 0.85
     assert multipliers(item, NOW, cfg)["decay"] == 1.0

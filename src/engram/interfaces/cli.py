@@ -428,3 +428,57 @@ def consolidate(
     _print_json(reports)
     if any(r["status"].startswith("error") for r in reports):
         raise typer.Exit(1)
+
+
+@app.command("eval")
+def eval_(
+    split: Annotated[str, typer.Option(help="dev, heldout (the CI gate's split) or all")] = "heldout",
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures as JSON here")] = None,
+    ablate: Annotated[
+        bool, typer.Option("--ablate", help="also run each pipeline stage alone; PNG chart")
+    ] = False,
+    chart: Annotated[Path, typer.Option(help="where --ablate writes its chart")] = Path("eval-ablation.png"),
+    corpus: Annotated[
+        Path | None, typer.Option(help="evaluation directory (default: the repo's eval/)")
+    ] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="store URL to load into (default: a fresh temporary SQLite)")
+    ] = None,
+) -> None:
+    """Evaluate recall on the evaluation corpus: R@1/5/10, MRR per type, latency, leak probes."""
+    import tempfile
+
+    from engram.eval.runner import DEFAULT_EVAL_DIR, ablation_chart, evaluate_corpus
+    from engram.retrieval.recipes import ABLATION
+
+    with tempfile.TemporaryDirectory() as tmp, _engram(store or f"sqlite:///{tmp}/eval.db") as eng:
+        result = evaluate_corpus(
+            eng, corpus or DEFAULT_EVAL_DIR, split=split, configs=ABLATION if ablate else None, progress=True
+        )
+    console.print(f"[bold]{result['questions']} questions, split {split}[/bold]")
+    console.print(
+        f"R@1 {result['r_at_1']:.3f}  R@5 {result['r_at_5']:.3f}  R@10 {result['r_at_10']:.3f}  "
+        f"MRR {result['mrr']:.3f}  p50 {result['latency_p50_ms']:.0f} ms  "
+        f"p95 {result['latency_p95_ms']:.0f} ms"
+    )
+    for group in ("per_type", "per_kind"):
+        for name, m in result[group].items():
+            console.print(
+                f"  {name:<11} n={m['n']:<4} R@1 {m['r_at_1']:.3f}  R@5 {m['r_at_5']:.3f}  "
+                f"R@10 {m['r_at_10']:.3f}  MRR {m['mrr']:.3f}"
+            )
+    console.print(f"leak probes: {result['leak_probes']}, leaks: {result['leaks']}")
+    if ablate:
+        console.print("\n[bold]ablation[/bold]")
+        for name, m in result["ablation"].items():
+            console.print(
+                f"  {name:<32} R@1 {m['r_at_1']:.3f}  R@5 {m['r_at_5']:.3f}  R@10 {m['r_at_10']:.3f}  "
+                f"MRR {m['mrr']:.3f}  p50 {m['latency_p50_ms']:.0f} ms"
+            )
+        try:
+            ablation_chart(result["ablation"], chart)
+            console.print(f"chart: {chart}")
+        except ImportError:
+            console.print("chart skipped: install matplotlib (pip install 'engram-memory[eval]')")
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=2, default=str))

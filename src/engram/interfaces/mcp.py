@@ -49,7 +49,7 @@ def _call(fn: Callable[[], Any]) -> Any:
 
 
 def build_mcp_server(engram: Engram, tenant_of: Callable[[Context], str]) -> MCPServer:
-    server = MCPServer(name="engram", instructions=INSTRUCTIONS)
+    server = MCPServer(name="engram", instructions=INSTRUCTIONS, log_level="WARNING")
 
     def memory(ctx: Context) -> UserMemory:
         return engram.for_user(tenant_of(ctx))

@@ -23,7 +23,9 @@ class RetrievalConfig:
     decay_value: float = s.DEFAULT_DECAY_VALUE
     use_count_weight: float = s.DEFAULT_USE_COUNT_WEIGHT
     catalog_prior: float = s.DEFAULT_CATALOG_PRIOR
-    procedural_feedback: bool = True  # success_prior on playbooks; see docs/benchmarks.md (ablation)
+    procedural_feedback: bool = (
+        False  # success_prior: off, it cost MRR on the eval corpus (docs/benchmarks.md)
+    )
 
     def but(self, **changes: object) -> RetrievalConfig:
         """A copy with some fields changed (the preset itself stays as it was)."""

@@ -14,14 +14,14 @@ HYBRID = RetrievalConfig(rerank=False, multipliers=False)
 # Fused and reranked, but no decay / use-count / catalog prior.
 HYBRID_RERANK = RetrievalConfig(multipliers=False)
 
-# Everything but the playbook success prior.
-NO_FEEDBACK = RetrievalConfig(procedural_feedback=False)
+# The default plus the playbook success prior (off by default: it cost MRR in the evaluation).
+WITH_FEEDBACK = RetrievalConfig(procedural_feedback=True)
 
 ABLATION = {
     "bm25": BM25_ONLY,
     "dense": DENSE_ONLY,
     "hybrid": HYBRID,
     "hybrid+rerank": HYBRID_RERANK,
-    "hybrid+rerank+scoring-feedback": NO_FEEDBACK,
     "hybrid+rerank+scoring": FULL,
+    "hybrid+rerank+scoring+feedback": WITH_FEEDBACK,
 }

@@ -1,0 +1,58 @@
+"""The CI quality gate: the held-out split of the evaluation corpus (eval/), full pipeline, real models,
+leak probes through the Python API and the REST API. Thresholds: R@10 >= 0.90, R@5 >= 0.80, 0 leaks
+(the reference design gated at 0.85 / 0.75)."""
+
+import pytest
+
+from engram import Engram
+from engram.eval.runner import DEFAULT_EVAL_DIR, evaluate_corpus
+from engram.settings import EngramSettings
+from engram.storage.sqlite import SQLiteStore
+
+R_AT_10_GATE = 0.90
+R_AT_5_GATE = 0.80
+
+
+@pytest.fixture(scope="module")
+def heldout(tmp_path_factory, embedder, reranker):
+    eng = Engram(
+        SQLiteStore(tmp_path_factory.mktemp("eval") / "eval.db"),
+        embedder,
+        reranker,
+        settings=EngramSettings(),
+    )
+    try:
+        yield evaluate_corpus(eng, DEFAULT_EVAL_DIR, split="heldout")
+    finally:
+        eng.close()
+
+
+def test_corpus_has_the_promised_shape():
+    import json
+
+    questions = json.loads((DEFAULT_EVAL_DIR / "questions.json").read_text())
+    assert len(questions) >= 400 and {q["split"] for q in questions} == {"dev", "heldout"}
+    users = [
+        json.loads(p.read_text()) for p in (DEFAULT_EVAL_DIR / "corpus").glob("*.json") if p.stem != "catalog"
+    ]
+    assert len(users) >= 4
+    for doc in users:
+        assert len(doc["episodic"]) >= 150 and len(doc["semantic"]) >= 60 and len(doc["procedural"]) >= 8
+        assert any("supersedes" in f for f in doc["semantic"])
+    texts = [r["text"] for doc in users for r in doc["episodic"] + doc["semantic"]]
+    assert len(texts) == len(set(texts)), "exact duplicates in the corpus"
+    assert len(json.loads((DEFAULT_EVAL_DIR / "corpus" / "catalog.json").read_text())) >= 40
+
+
+def test_heldout_recall_meets_the_gate(heldout):
+    print(
+        {k: heldout[k] for k in ("questions", "r_at_1", "r_at_5", "r_at_10", "mrr", "leak_probes", "leaks")}
+    )
+    assert heldout["split"] == "heldout" and heldout["questions"] >= 200
+    assert heldout["r_at_10"] >= R_AT_10_GATE
+    assert heldout["r_at_5"] >= R_AT_5_GATE
+
+
+def test_no_leaks_through_any_entry_point(heldout):
+    assert heldout["leak_probes"] >= 150
+    assert heldout["leaks"] == 0, heldout["leak_details"][:5]
