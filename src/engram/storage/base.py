@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from engram.errors import Conflict, InvalidInput
 from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone
 from engram.providers.base import Vectors
 
@@ -130,6 +131,30 @@ class KeyStore(Protocol):
     def revoke_key(self, key_id: str, at: datetime) -> bool:
         """True if a live key was revoked."""
         ...
+
+
+def check_insert(
+    owner: str, rows: Sequence[Memory], vectors: Vectors, supersede: Mapping[str, Supersession] | None
+) -> None:
+    """The rules of ``Store.insert`` every backend enforces before touching its engine."""
+    if len(rows) != len(vectors):
+        raise InvalidInput("one vector per row is required")
+    if supersede and not supersede.keys() <= {row.id for row in rows}:
+        raise InvalidInput("a supersession must name a row of the same insert")
+    for row in rows:
+        if (row.user_id or "") != owner:
+            raise InvalidInput(f"row {row.id} does not belong to this tenant")
+
+
+def check_supersession(spec: Supersession, new: Memory, old_type: str, superseded_by: str | None) -> None:
+    """The old row (found in the tenant's scope, else NotFound earlier) must be live and of the same type."""
+    if old_type != new.memory_type:
+        raise InvalidInput(f"a {new.memory_type} memory cannot supersede a {old_type} memory ({spec.old_id})")
+    if superseded_by is not None:
+        raise Conflict(
+            f"memory {spec.old_id} is already superseded by {superseded_by}; "
+            "supersede the current one instead"
+        )
 
 
 class Store(Protocol):

@@ -43,6 +43,8 @@ from engram.storage.base import (
     Supersession,
     Tenant,
     Watermark,
+    check_insert,
+    check_supersession,
 )
 
 RUNTIME_ROLE = "engram_app"
@@ -245,14 +247,7 @@ class PostgresStore:
         supersede: Mapping[str, Supersession] | None = None,
     ) -> None:
         owner = "" if tenant is None else tenant
-        if len(rows) != len(vectors):
-            raise InvalidInput("one vector per row is required")
-        new_rows = {row.id: row for row in rows}
-        if supersede and not supersede.keys() <= new_rows.keys():
-            raise InvalidInput("a supersession must name a row of the same insert")
-        for row in rows:
-            if (row.user_id or "") != owner:
-                raise InvalidInput(f"row {row.id} does not belong to this tenant")
+        check_insert(owner, rows, vectors, supersede)
         with self._tx(tenant) as conn:
             self._insert_rows(conn, owner, rows, vectors, supersede or {})
 
@@ -284,15 +279,7 @@ class PostgresStore:
         if old is None:
             raise NotFound(spec.old_id)
         rid, old_type, superseded_by = old
-        if old_type != new.memory_type:
-            raise InvalidInput(
-                f"a {new.memory_type} memory cannot supersede a {old_type} memory ({spec.old_id})"
-            )
-        if superseded_by is not None:
-            raise Conflict(
-                f"memory {spec.old_id} is already superseded by {superseded_by}; "
-                "supersede the current one instead"
-            )
+        check_supersession(spec, new, old_type, superseded_by)
         conn.execute(
             "UPDATE memories SET superseded_by = %s, superseded_at = %s, retracted = %s WHERE rid = %s",
             (new.id, spec.at, int(spec.retract), rid),

@@ -51,6 +51,8 @@ from engram.storage.base import (
     Supersession,
     Tenant,
     Watermark,
+    check_insert,
+    check_supersession,
 )
 
 SCHEMA_VERSION = 1
@@ -252,14 +254,7 @@ class SQLiteStore:
         supersede: Mapping[str, Supersession] | None = None,
     ) -> None:
         owner = _owner_key(tenant)
-        if len(rows) != len(vectors):
-            raise InvalidInput("one vector per row is required")
-        new_rows = {row.id: row for row in rows}
-        if supersede and not supersede.keys() <= new_rows.keys():
-            raise InvalidInput("a supersession must name a row of the same insert")
-        for row in rows:
-            if _owner_key(row.user_id) != owner:
-                raise InvalidInput(f"row {row.id} does not belong to this tenant")
+        check_insert(owner, rows, vectors, supersede)
         with self._errors():
             conn = self._conn()
             with self._write(conn):
@@ -287,15 +282,7 @@ class SQLiteStore:
         if old is None:
             raise NotFound(spec.old_id)
         rid, old_type, superseded_by = old
-        if old_type != new.memory_type:
-            raise InvalidInput(
-                f"a {new.memory_type} memory cannot supersede a {old_type} memory ({spec.old_id})"
-            )
-        if superseded_by is not None:
-            raise Conflict(
-                f"memory {spec.old_id} is already superseded by {superseded_by}; "
-                "supersede the current one instead"
-            )
+        check_supersession(spec, new, old_type, superseded_by)
         conn.execute(
             "UPDATE memories SET superseded_by = ?, superseded_at = ?, retracted = ? WHERE rid = ?",
             (new.id, _ts(spec.at), int(spec.retract), rid),
