@@ -408,26 +408,14 @@ class PostgresStore:
                 raise Conflict(f"consolidation of {tenant!r} moved on meanwhile; batch discarded")
             self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede)
             for merge in write.merges:
-                row = conn.execute(
-                    "SELECT rid, attrs FROM memories "
-                    "WHERE id = %s AND owner = %s AND memory_type = 'semantic' FOR UPDATE",
-                    (merge.fact_id, tenant),
-                ).fetchone()
-                if row is None:
-                    raise NotFound(merge.fact_id)
+                row = _lock_row(conn, merge.fact_id, tenant, "semantic")
                 conn.execute(
                     "UPDATE memories SET attrs = %s::jsonb, use_count = use_count + 1, last_used_at = %s "
                     "WHERE rid = %s",
                     (merged_provenance(row[1], merge.episode_ids), write.at, row[0]),
                 )
             for feedback in write.feedback:
-                row = conn.execute(
-                    "SELECT rid, attrs FROM memories "
-                    "WHERE id = %s AND owner = %s AND memory_type = 'procedural' FOR UPDATE",
-                    (feedback.playbook_id, tenant),
-                ).fetchone()
-                if row is None:
-                    raise NotFound(feedback.playbook_id)
+                row = _lock_row(conn, feedback.playbook_id, tenant, "procedural")
                 if feedback.success:
                     conn.execute(
                         "UPDATE memories SET success_count = success_count + 1, last_success_at = %s "
@@ -487,32 +475,23 @@ class PostgresStore:
 
 _SELECT = ", ".join(MEMORY_COLUMNS)
 _KEY_COLUMNS = "id, user_id, label, created_at, revoked_at"
-_INSERT_COLUMNS = (
-    "id",
-    "owner",
-    "memory_type",
-    "text",
-    "search_text",
-    "embedding",
-    "created_at",
-    "event_at",
-    "metadata",
-    "attrs",
-    "last_used_at",
-    "use_count",
-    "success_count",
-    "failure_count",
-    "last_success_at",
-    "supersedes",
-    "superseded_by",
-    "superseded_at",
-    "retracted",
-)
+_INSERT_COLUMNS = (*MEMORY_COLUMNS, "search_text", "embedding")
 _CASTS = {"embedding": "::vector", "metadata": "::jsonb", "attrs": "::jsonb"}
 _INSERT = (
     f"INSERT INTO memories ({', '.join(_INSERT_COLUMNS)}) VALUES "
     f"({', '.join('%(' + c + ')s' + _CASTS.get(c, '') for c in _INSERT_COLUMNS)})"
 )
+
+
+def _lock_row(conn: Any, memory_id: str, owner: str, memory_type: str) -> tuple[int, Any]:
+    """(rid, attrs) of one of the owner's rows of that type, locked for this transaction."""
+    row = conn.execute(
+        "SELECT rid, attrs FROM memories WHERE id = %s AND owner = %s AND memory_type = %s FOR UPDATE",
+        (memory_id, owner, memory_type),
+    ).fetchone()
+    if row is None:
+        raise NotFound(memory_id)
+    return row[0], row[1]
 
 
 def _params(row: Memory, owner: str, vector: Vectors) -> dict[str, Any]:

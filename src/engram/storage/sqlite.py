@@ -467,35 +467,25 @@ class SQLiteStore:
                 )
 
     def _merge_fact(self, conn: apsw.Connection, owner: str, merge: FactMerge, at: datetime) -> None:
-        row = conn.execute(
-            "SELECT rid, attrs FROM memories WHERE id = ? AND owner = ? AND memory_type = 'semantic'",
-            (merge.fact_id, owner),
-        ).fetchone()
-        if row is None:
-            raise NotFound(merge.fact_id)
+        rid, attrs = _typed_row(conn, merge.fact_id, owner, "semantic")
         conn.execute(
             "UPDATE memories SET attrs = ?, use_count = use_count + 1, last_used_at = ? WHERE rid = ?",
-            (merged_provenance(row[1], merge.episode_ids), _ts(at), row[0]),
+            (merged_provenance(attrs, merge.episode_ids), _ts(at), rid),
         )
 
     def _playbook_feedback(
         self, conn: apsw.Connection, owner: str, feedback: PlaybookFeedback, at: datetime
     ) -> None:
-        row = conn.execute(
-            "SELECT rid, attrs FROM memories WHERE id = ? AND owner = ? AND memory_type = 'procedural'",
-            (feedback.playbook_id, owner),
-        ).fetchone()
-        if row is None:
-            raise NotFound(feedback.playbook_id)
+        rid, attrs = _typed_row(conn, feedback.playbook_id, owner, "procedural")
         if feedback.success:
             conn.execute(
                 "UPDATE memories SET success_count = success_count + 1, last_success_at = ? WHERE rid = ?",
-                (_ts(at), row[0]),
+                (_ts(at), rid),
             )
         else:
             conn.execute(
                 "UPDATE memories SET failure_count = failure_count + 1, attrs = ? WHERE rid = ?",
-                (refined_attrs(row[1], feedback.refined_steps), row[0]),
+                (refined_attrs(attrs, feedback.refined_steps), rid),
             )
 
     def tenants(self) -> list[str]:
@@ -586,6 +576,17 @@ def _key_record(row: Sequence[Any]) -> ApiKeyRecord:
         created_at=datetime.fromisoformat(created_at),
         revoked_at=datetime.fromisoformat(revoked_at) if revoked_at else None,
     )
+
+
+def _typed_row(conn: apsw.Connection, memory_id: str, owner: str, memory_type: str) -> tuple[int, Any]:
+    """(rid, attrs) of one of the owner's rows of that type (the caller holds the write lock)."""
+    row = conn.execute(
+        "SELECT rid, attrs FROM memories WHERE id = ? AND owner = ? AND memory_type = ?",
+        (memory_id, owner, memory_type),
+    ).fetchone()
+    if row is None:
+        raise NotFound(memory_id)
+    return row[0], row[1]
 
 
 def _ts(at: datetime) -> str:
