@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from dataclasses import dataclass, field
 
 import httpx
 import pytest
-import uvicorn
 
 from engram import Engram
 from engram.auth import ApiKeys
 from engram.interfaces.rest import create_app
+from engram.interfaces.rest.background import BackgroundServer
 from engram.settings import EngramSettings
 from engram.storage.sqlite import SQLiteStore
 
@@ -35,32 +32,15 @@ class Service:
         return client
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def service(tmp_path, embedder, reranker):
     engram = Engram(SQLiteStore(tmp_path / "svc.db"), embedder, reranker, settings=EngramSettings())
     keys = ApiKeys(engram.store)
     admin_key, _ = keys.create(None, "test admin")
     user_keys = {user: keys.create(user)[0] for user in ("sarah", "bob")}
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(engram, keys), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started:
-        assert time.time() < deadline, "server did not start"
-        time.sleep(0.02)
-    svc = Service(f"http://127.0.0.1:{port}", engram, keys, admin_key, user_keys)
-    yield svc
-    for client in svc.clients:
-        client.close()
-    server.should_exit = True
-    thread.join(10)
+    with BackgroundServer(create_app(engram, keys)) as url:
+        svc = Service(url, engram, keys, admin_key, user_keys)
+        yield svc
+        for client in svc.clients:
+            client.close()
     engram.close()

@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from tests.interfaces.conftest import free_port
+from engram.interfaces.rest.background import free_port
 
 
 def test_serve_prints_admin_key_once_and_serves(tmp_path):

@@ -136,31 +136,16 @@ def leak_probes(
 
 def rest_recaller(eng: Engram) -> tuple[Callable[[str, str], list[dict[str, Any]]], Callable[[], None]]:
     """Serve the REST API on a free loopback port with one key per user; return (recall fn, stop fn)."""
-    import socket
-    import threading
-
     import httpx
-    import uvicorn
 
     from engram.auth import ApiKeys
     from engram.interfaces.rest import create_app
+    from engram.interfaces.rest.background import BackgroundServer
 
     keys = ApiKeys(eng.store)  # type: ignore[arg-type]
     tokens = {u: keys.create(u, "eval leak probe")[0] for u in eng.store.tenants()}  # type: ignore[attr-defined]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(eng, keys), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started:
-        if time.time() > deadline:
-            raise RuntimeError("eval REST server did not start")
-        time.sleep(0.02)
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    server = BackgroundServer(create_app(eng, keys))
+    client = httpx.Client(base_url=server.__enter__(), timeout=60)
 
     def recall(user: str, query: str) -> list[dict[str, Any]]:
         r = client.post(
@@ -173,8 +158,7 @@ def rest_recaller(eng: Engram) -> tuple[Callable[[str, str], list[dict[str, Any]
 
     def stop() -> None:
         client.close()
-        server.should_exit = True
-        thread.join(10)
+        server.__exit__(None, None, None)
 
     return recall, stop
 
