@@ -12,8 +12,8 @@ from engram.memory import Engram
 from engram.settings import load_settings
 
 QUERIES = [
-    ("sarah", "where do I live now?", {}),
-    ("sarah", "where do I live now?", {"include_superseded": True}),
+    ("sarah", "which city does Sarah live in?", {}),
+    ("sarah", "which city does Sarah live in?", {"include_superseded": True}),
     ("sarah", "my kitchen sensor went offline", {}),
     ("sarah", "will the signal get through thick walls?", {}),
     ("marco", "which pgvector version is prod on?", {}),
