@@ -19,7 +19,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from rerank_window import ROOT, distractors
 
 from engram import Engram
-from engram.eval.corpus import evaluate, load_corpus
+from engram.eval.corpus import load_corpus
+from engram.eval.runner import run_questions
 from engram.retrieval.recipes import ABLATION
 
 
@@ -37,11 +38,13 @@ def main() -> None:
         print(f"{len(questions)} questions, {args.distractors} distractor turns per user")
         print(f"{'stage':<32} {'R@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6} {'p50 ms':>8}")
         for name, config in ABLATION.items():
-            r = evaluate(eng, questions, config)
-            rows.append({"stage": name, **{k: v for k, v in r.items() if k != "ranks"}})
+            r = run_questions(eng, questions, config)
+            rows.append(
+                {"stage": name, **{k: v for k, v in r.items() if k not in ("misses", "per_type", "per_kind")}}
+            )
             print(
                 f"{name:<32} {r['r_at_1']:>6.3f} {r['r_at_5']:>6.3f} {r['r_at_10']:>6.3f} {r['mrr']:>6.3f} "
-                f"{r['p50_ms']:>8.1f}"
+                f"{r['latency_p50_ms']:>8.1f}"
             )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 
 from engram import Engram
-from engram.eval.corpus import evaluate, load_corpus
+from engram.eval.corpus import load_corpus
+from engram.eval.runner import run_questions
 from engram.retrieval.config import RetrievalConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,17 +78,22 @@ def main() -> None:
         questions, _ = load_corpus(eng, ROOT / "tests" / "data" / "smoke_corpus.json")
         for user in sorted({q.user for q in questions}):
             eng.import_json(distractors(user, args.distractors, rng))
-        evaluate(eng, questions[:3])  # warm-up
+        run_questions(eng, questions[:3])  # warm-up
         rows = []
         print(f"{len(questions)} questions, {args.distractors} distractor turns per user")
         print(f"{'window':>6} {'R@1':>6} {'R@5':>6} {'MRR':>6} {'p50 ms':>8} {'p95 ms':>8}")
         for window in args.windows:
             config = RetrievalConfig(rerank=window > 0, rerank_window=window)
-            r = evaluate(eng, questions, config)
-            rows.append({"window": window, **{k: v for k, v in r.items() if k != "ranks"}})
+            r = run_questions(eng, questions, config)
+            rows.append(
+                {
+                    "window": window,
+                    **{k: v for k, v in r.items() if k not in ("misses", "per_type", "per_kind")},
+                }
+            )
             print(
                 f"{window:>6} {r['r_at_1']:>6.3f} {r['r_at_5']:>6.3f} {r['mrr']:>6.3f} "
-                f"{r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f}"
+                f"{r['latency_p50_ms']:>8.1f} {r['latency_p95_ms']:>8.1f}"
             )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -155,7 +155,8 @@ def _host(conninfo):
 def test_recall_quality_matches_the_sqlite_bar(pg_urls, embedder, reranker):
     from pathlib import Path
 
-    from engram.eval.corpus import evaluate, load_corpus
+    from engram.eval.corpus import load_corpus
+    from engram.eval.runner import run_questions
     from engram.settings import EngramSettings
 
     admin, runtime = pg_urls
@@ -163,6 +164,6 @@ def test_recall_quality_matches_the_sqlite_bar(pg_urls, embedder, reranker):
         PostgresStore(runtime, admin_url=admin), embedder, reranker, settings=EngramSettings()
     ) as eng:
         questions, _ = load_corpus(eng, Path(__file__).parents[1] / "data" / "smoke_corpus.json")
-        result = evaluate(eng, questions)
-    assert result["leaks"] == 0
+        result = run_questions(eng, questions)
+    assert result["foreign_hits"] == 0
     assert result["r_at_5"] >= 0.9 and result["r_at_10"] >= 0.95 and result["mrr"] >= 0.75

@@ -26,6 +26,10 @@ DEFAULT_EVAL_DIR = Path(__file__).resolve().parents[3] / "eval"
 PROBES_PER_PAIR = 8  # queries built from one persona's facts, sent as each other persona
 
 
+def type_of(memory_id: str) -> str:
+    return {"epi": "episodic", "sem": "semantic", "pro": "procedural", "cat": "catalog"}[memory_id[:3]]
+
+
 @dataclass(frozen=True)
 class EvalQuestion:
     id: str
@@ -53,8 +57,9 @@ def load_eval_corpus(
     for q in json.loads((directory / "questions.json").read_text()):
         gold = frozenset(ids[k] for k in q["gold"])
         primary = ids[q["gold"][0]]
-        gold_type = {"epi": "episodic", "sem": "semantic", "pro": "procedural", "cat": "catalog"}[primary[:3]]
-        questions.append(EvalQuestion(q["id"], q["user"], q["q"], gold, gold_type, q["kind"], q["split"]))
+        questions.append(
+            EvalQuestion(q["id"], q["user"], q["q"], gold, type_of(primary), q["kind"], q["split"])
+        )
     return questions, ids
 
 
@@ -79,12 +84,14 @@ def run_questions(
     by_type: dict[str, list[int | None]] = defaultdict(list)
     by_kind: dict[str, list[int | None]] = defaultdict(list)
     misses = []
+    foreign = 0
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("questions", total=len(questions))
         for q in questions:
             start = time.perf_counter()
             hits = eng.for_user(q.user).recall(q.text, k=10, config=config, record_use=False)
             latencies.append(1000 * (time.perf_counter() - start))
+            foreign += sum(1 for h in hits if h.memory.user_id not in (q.user, None))
             rank = first_gold_rank([h.memory.id for h in hits], q.gold)
             ranks.append(rank)
             by_type[q.gold_type].append(rank)
@@ -99,6 +106,7 @@ def run_questions(
         "per_kind": {k: _metrics(r) for k, r in sorted(by_kind.items())},
         "latency_p50_ms": latencies[len(latencies) // 2] if latencies else 0.0,
         "latency_p95_ms": latencies[int(len(latencies) * 0.95)] if latencies else 0.0,
+        "foreign_hits": foreign,
         "misses": misses,
     }
 
