@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engram import Engram
-from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder
+from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
 from engram.settings import EngramSettings
 from engram.storage.base import Store
 from engram.storage.sqlite import SQLiteStore
@@ -24,6 +24,11 @@ def embedder() -> OnnxEmbedder:
 @pytest.fixture(scope="session")
 def reranker() -> OnnxCrossEncoder:
     return OnnxCrossEncoder.packaged()
+
+
+@pytest.fixture(scope="session")
+def token_encoder() -> OnnxTokenEncoder:
+    return OnnxTokenEncoder.packaged()
 
 
 @pytest.fixture(autouse=True)
@@ -86,8 +91,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, embedder: OnnxEmbedder
 
 @pytest.fixture
 def make_engram(
-    tmp_path: Path, embedder: OnnxEmbedder, reranker: OnnxCrossEncoder
+    tmp_path: Path, embedder: OnnxEmbedder, reranker: OnnxCrossEncoder, token_encoder: OnnxTokenEncoder
 ) -> Iterator[Callable[..., Engram]]:
+    """Engrams on fresh SQLite files with the default pipeline (all three packaged models)."""
     opened: list[Engram] = []
 
     def factory(name: str = "engram.db", **settings: object) -> Engram:
@@ -95,6 +101,7 @@ def make_engram(
             SQLiteStore(tmp_path / name),
             embedder,
             reranker,
+            token_encoder=token_encoder,
             settings=EngramSettings(**settings),  # type: ignore[arg-type]
         )
         opened.append(eng)

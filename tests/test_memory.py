@@ -1,6 +1,6 @@
 """The public Python API, end to end on a real SQLite file with the real models."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -13,6 +13,66 @@ def test_a_turn_is_visible_to_the_very_next_recall(eng):
     hits = mem.recall("what's my device list? range extender")
     assert hits[0].memory.id == ev.id
     assert hits[0].memory.metadata == {"ch": "web"} and hits[0].memory.session_id == "s1"
+
+
+def test_an_elliptic_reply_is_recalled_by_what_it_answered(eng):
+    mem = eng.for_user("sarah")
+    mem.remember_turn("Did the new Zigbee door sensor ever pair?", session_id="s1")
+    mem.remember_turn("something unrelated in another chat", session_id="s2")
+    reply = mem.remember_turn("yes, on the third try", session_id="s1")
+    assert (reply.text, reply.context) == (
+        "yes, on the third try",
+        "Did the new Zigbee door sensor ever pair?",
+    )
+    bm25_only = eng.config.but(legs=("bm25",), rerank=False)
+    assert reply.id in [h.memory.id for h in mem.recall("zigbee door sensor", config=bm25_only)]
+    # An assistant message passed with the turn is its context, and no session is needed.
+    answer = mem.remember_turn(
+        "the hallway one", metadata={"assistant_context": "Which motion sensor drops?"}
+    )
+    assert (answer.context, answer.context_id) == ("Which motion sensor drops?", None)
+    # Without a session or an assistant message there is no context; other users' turns never are.
+    assert mem.remember_turn("standalone").context is None
+    assert eng.for_user("bob").remember_turn("hi", session_id="s1").context is None
+
+
+def test_an_import_indexes_each_turn_with_the_previous_turn_of_its_session(eng):
+    doc = {
+        "user_id": "sarah",
+        "episodic": [
+            {
+                "key": "b",
+                "text": "Yeah, it was amazing!",
+                "timestamp": "2024-05-01T10:01:00Z",
+                "session_id": "x",
+            },
+            {
+                "key": "a",
+                "text": "How was the Lisbon trip?",
+                "timestamp": "2024-05-01T10:00:00Z",
+                "session_id": "x",
+            },
+            {"key": "c", "text": "no session here", "timestamp": "2024-05-01T10:02:00Z"},
+        ],
+    }
+    ids = eng.import_json(doc)["ids"]
+    mem = eng.for_user("sarah")
+    assert (
+        mem.get(ids["b"]).context == "How was the Lisbon trip?" and mem.get(ids["b"]).context_id == ids["a"]
+    )
+    assert mem.get(ids["a"]).context is None and mem.get(ids["c"]).context is None
+
+
+def test_recall_as_of_measures_decay_from_that_present(eng):
+    mem = eng.for_user("sarah")
+    said = datetime(2019, 6, 1, tzinfo=UTC)
+    ev = mem.remember_turn("the garage sensor runs on a CR2032", at=said)
+    (today,) = mem.recall("garage sensor battery", k=1)
+    (then,) = mem.recall("garage sensor battery", k=1, as_of=said + timedelta(days=30))
+    assert today.memory.id == then.memory.id == ev.id
+    assert today.explain["decay"] < 1.0 and then.explain["decay"] == 1.0
+    with pytest.raises(InvalidInput, match="range"):
+        mem.recall("q", as_of=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))))
 
 
 def test_backfilled_timestamps_are_kept(eng):

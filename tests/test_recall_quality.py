@@ -12,13 +12,17 @@ CORPUS = Path(__file__).parent / "data" / "smoke_corpus.json"
 
 
 @pytest.fixture(scope="module")
-def loaded(tmp_path_factory, embedder, reranker):
+def loaded(tmp_path_factory, embedder, reranker, token_encoder):
     from engram import Engram
     from engram.settings import EngramSettings
     from engram.storage.sqlite import SQLiteStore
 
     eng = Engram(
-        SQLiteStore(tmp_path_factory.mktemp("q") / "q.db"), embedder, reranker, settings=EngramSettings()
+        SQLiteStore(tmp_path_factory.mktemp("q") / "q.db"),
+        embedder,
+        reranker,
+        token_encoder=token_encoder,
+        settings=EngramSettings(),
     )
     questions, ids = load_corpus(eng, CORPUS)
     yield eng, questions, ids

@@ -36,10 +36,10 @@ from engram.models import (
     ProceduralMemory,
     SemanticMemory,
     Step,
+    episode_context,
     new_id,
     utcnow,
 )
-from engram.storage._rows import search_text_of
 from engram.storage.base import CATALOG, Supersession
 
 if TYPE_CHECKING:
@@ -162,6 +162,7 @@ def import_document(
             raise ImportFileError(f"invalid import file: {where}.key {key!r} is used twice")
         keys[key] = row_id
 
+    episodes: list[EpisodicMemory] = []
     for i, ep in enumerate(doc.episodic):
         where = f"episodic[{i}]"
         row = EpisodicMemory(
@@ -174,7 +175,12 @@ def import_document(
             metadata=ep.metadata,
         )
         remember_key(ep.key, row.id, where)
-        rows.append(row)
+        episodes.append(row)
+    for i, before in _previous_turns(episodes).items():
+        context, context_id = episode_context(episodes[i].metadata, episodes[before] if before >= 0 else None)
+        if context is not None:
+            episodes[i] = episodes[i].model_copy(update={"context": context, "context_id": context_id})
+    rows.extend(episodes)
     superseded: set[str] = set()
     for i, fact in enumerate(doc.semantic):
         where = f"semantic[{i}]"
@@ -271,6 +277,20 @@ def _import_catalog(engram: Engram, document: Sequence[Any], progress: bool) -> 
     return {**_counts(rows), "ids": keys}
 
 
+def _previous_turns(episodes: Sequence[EpisodicMemory]) -> dict[int, int]:
+    """Index of each episode -> index of the turn before it in its session (by event time, then file
+    order), -1 for a session's first turn and for turns without a session."""
+    previous = dict.fromkeys(range(len(episodes)), -1)
+    sessions: dict[str, list[int]] = {}
+    for i, ep in enumerate(episodes):
+        if ep.session_id is not None:
+            sessions.setdefault(ep.session_id, []).append(i)
+    for members in sessions.values():
+        members.sort(key=lambda i: (episodes[i].timestamp, i))
+        previous.update(zip(members[1:], members[:-1], strict=True))
+    return previous
+
+
 def _embed_and_insert(
     engram: Engram,
     tenant: str | None,
@@ -280,15 +300,16 @@ def _embed_and_insert(
 ) -> None:
     import numpy as np
 
-    texts = [search_text_of(r) for r in rows]
-    chunks = []
+    vectors, tokens = [], []
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("embedding", total=len(texts))
-        for start in range(0, len(texts), EMBED_CHUNK):
-            chunks.append(engram.embedder.embed_documents(texts[start : start + EMBED_CHUNK]))
-            bar.advance(task, len(chunks[-1]))
-    vectors = np.concatenate(chunks) if chunks else np.zeros((0, engram.embedder.dim), np.float32)
-    engram.store.insert(tenant, rows, vectors, supersede)
+        task = bar.add_task("embedding", total=len(rows))
+        for start in range(0, len(rows), EMBED_CHUNK):
+            chunk_vectors, chunk_tokens = engram.encode_rows(rows[start : start + EMBED_CHUNK])
+            vectors.append(chunk_vectors)
+            tokens.extend(chunk_tokens or [])
+            bar.advance(task, len(chunk_vectors))
+    stacked = np.concatenate(vectors) if vectors else np.zeros((0, engram.embedder.dim), np.float32)
+    engram.store.insert(tenant, rows, stacked, supersede, tokens if engram.token_encoder else None)
 
 
 def _counts(rows: list[Memory]) -> dict[str, int]:

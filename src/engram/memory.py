@@ -28,11 +28,13 @@ from engram.models import (
     SemanticMemory,
     Step,
     Tombstone,
+    episode_context,
     new_id,
     utcnow,
 )
-from engram.providers.base import Embedder, Reranker
+from engram.providers.base import Embedder, Reranker, TokenEncoder, Vectors
 from engram.retrieval.config import RetrievalConfig
+from engram.retrieval.late_interaction import pack
 from engram.retrieval.pipeline import recall as run_recall
 from engram.settings import EngramSettings, load_settings
 from engram.storage._rows import search_text_of
@@ -40,6 +42,7 @@ from engram.storage.base import CATALOG, Store, Supersession, Tenant
 
 _USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+\-]{0,127}$")
 WRITABLE_TYPES = ("semantic", "procedural")
+SESSION_LOOKBACK = 16  # a new turn's session is looked for among the user's last 16 turns
 
 
 def validate_user_id(user_id: object) -> str:
@@ -77,6 +80,7 @@ class Engram:
         embedder: Embedder,
         reranker: Reranker | None,
         *,
+        token_encoder: TokenEncoder | None = None,
         config: RetrievalConfig | None = None,
         settings: EngramSettings | None = None,
     ) -> None:
@@ -84,6 +88,7 @@ class Engram:
         self.store = store
         self.embedder = embedder
         self.reranker = reranker
+        self.token_encoder = token_encoder  # late interaction; None: recall skips that stage
         self.config = config or RetrievalConfig.from_settings(self.settings)
         store.ensure_model(embedder.name, embedder.dim)
 
@@ -96,7 +101,7 @@ class Engram:
 
     @classmethod
     def from_settings(cls, settings: EngramSettings, url: str | None = None) -> Engram:
-        from engram.providers import default_embedder, default_reranker
+        from engram.providers import default_embedder, default_reranker, default_token_encoder
 
         store = open_store(url or settings.store_url(), settings.pg_admin_url)
         try:
@@ -104,6 +109,7 @@ class Engram:
                 store,
                 default_embedder(settings),
                 default_reranker(settings) if settings.rerank else None,
+                token_encoder=default_token_encoder(settings) if settings.late_interaction else None,
                 settings=settings,
             )
         except BaseException:
@@ -176,9 +182,17 @@ class Engram:
             )
         return text
 
+    def encode_rows(self, rows: Sequence[Memory]) -> tuple[Vectors, list[bytes] | None]:
+        """Rows' embeddings and packed late-interaction token vectors (None without a token encoder)."""
+        texts = [search_text_of(r) for r in rows]
+        vectors = self.embedder.embed_documents(texts)
+        if self.token_encoder is None:
+            return vectors, None
+        return vectors, [pack(m) for m in self.token_encoder.encode_documents(texts)]
+
     def _store_row(self, tenant: Tenant, row: Memory, supersede: Supersession | None = None) -> None:
-        vectors = self.embedder.embed_documents([search_text_of(row)])
-        self.store.insert(tenant, [row], vectors, {row.id: supersede} if supersede else None)
+        vectors, tokens = self.encode_rows([row])
+        self.store.insert(tenant, [row], vectors, {row.id: supersede} if supersede else None, tokens)
 
 
 class _Handle:
@@ -223,20 +237,35 @@ class UserMemory(_Handle):
         """Store one user turn verbatim (episodic), visible to the very next recall.
 
         ``metadata["assistant_context"]`` may carry the assistant message this turn replied to:
-        consolidation shows it to the LLM as context, and never lets it become a fact.
+        consolidation shows it to the LLM as context, and never lets it become a fact. The turn is
+        searched together with that message, else with the previous turn of its ``session_id``, so an
+        elliptic reply ("yes, twice last week") is found by the words of what it answers.
         """
+        text = self._engram._check_text(text)
+        meta = dict(metadata or {})
+        context, context_id = episode_context(meta, self._previous_turn(session_id))
         row = _build(
             EpisodicMemory,
             id=new_id("episodic"),
-            text=self._engram._check_text(text),
+            text=text,
             user_id=self.user_id,
             created_at=utcnow(),
             timestamp=_aware(at) or utcnow(),
             session_id=session_id,
-            metadata=dict(metadata or {}),
+            metadata=meta,
+            context=context,
+            context_id=context_id,
         )
         self._engram._store_row(self.user_id, row)
         return row
+
+    def _previous_turn(self, session_id: str | None) -> EpisodicMemory | None:
+        """The latest turn of the session among the user's most recent turns (sessions interleave
+        little: a turn continues one of the last few), or None."""
+        if session_id is None:
+            return None
+        recent = self._engram.store.list(self.user_id, "episodic", limit=SESSION_LOOKBACK)
+        return next((m for m in recent if isinstance(m, EpisodicMemory) and m.session_id == session_id), None)
 
     def write(
         self,
@@ -335,12 +364,15 @@ class UserMemory(_Handle):
         include_superseded: bool = False,
         config: RetrievalConfig | None = None,
         record_use: bool = True,
+        as_of: datetime | None = None,
     ) -> list[Hit]:
         """Search all of the user's memory types and the catalog in one call.
 
         Returned semantic facts get ``use_count + 1`` and ``last_used_at = now`` (atomically); the
         returned rows show the values after that bump, their explain the values before it.
-        ``record_use=False`` leaves them untouched (evaluations, previews).
+        ``record_use=False`` leaves them untouched (evaluations, previews). ``as_of`` is the present
+        that time decay measures ages from (default: now), for replays, audits and evaluations of
+        recorded conversations; it does not hide rows written after it.
         """
         engram = self._engram
         query = engram._check_text(query, "query")
@@ -354,13 +386,14 @@ class UserMemory(_Handle):
             engram.store,
             engram.embedder,
             engram.reranker,
+            engram.token_encoder,
             self.user_id,
             query,
             k=k,
             memory_types=frozenset(types),
             include_superseded=include_superseded,
             config=config or engram.config,
-            now=now,
+            now=_aware(as_of) or now,
         )
         if not record_use:
             return hits
@@ -480,7 +513,10 @@ def _aware(at: datetime | None) -> datetime | None:
         return None
     if not isinstance(at, datetime):
         raise InvalidInput(f"expected a datetime, got {type(at).__name__}")
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    try:
+        return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 has no UTC equivalent
+        raise InvalidInput(f"{at.isoformat()} is out of the representable range") from None
 
 
 def _build(model: type[Any], **fields: Any) -> Any:

@@ -66,6 +66,27 @@ class EpisodicMemory(_MemoryBase):
     memory_type: Literal["episodic"] = "episodic"
     timestamp: datetime = Field(description="event time: when the user said it")
     session_id: str | None = None
+    context: str | None = Field(
+        default=None,
+        description="what the turn replied to (the assistant message, else the previous turn of its "
+        "session): searched together with the turn, never part of its text",
+    )
+    context_id: str | None = Field(
+        default=None, description="the episode the context was taken from; forgetting it clears the context"
+    )
+
+
+def episode_context(
+    metadata: dict[str, Any], previous_turn: EpisodicMemory | None
+) -> tuple[str | None, str | None]:
+    """(context, context_id) an episode is searched with: the assistant message it replied to when the
+    caller passed one (``metadata["assistant_context"]``), else the previous turn of its session."""
+    assistant = metadata.get("assistant_context")
+    if isinstance(assistant, str) and assistant.strip():
+        return assistant, None
+    if previous_turn is None:
+        return None, None
+    return previous_turn.text, previous_turn.id
 
 
 class SemanticMemory(_MemoryBase):

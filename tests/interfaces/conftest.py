@@ -33,8 +33,14 @@ class Service:
 
 
 @pytest.fixture
-def service(tmp_path, embedder, reranker):
-    engram = Engram(SQLiteStore(tmp_path / "svc.db"), embedder, reranker, settings=EngramSettings())
+def service(tmp_path, embedder, reranker, token_encoder):
+    engram = Engram(
+        SQLiteStore(tmp_path / "svc.db"),
+        embedder,
+        reranker,
+        token_encoder=token_encoder,
+        settings=EngramSettings(),
+    )
     keys = ApiKeys(engram.store)
     admin_key, _ = keys.create(None, "test admin")
     user_keys = {user: keys.create(user)[0] for user in ("sarah", "bob")}

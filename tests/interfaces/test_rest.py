@@ -116,6 +116,8 @@ def test_bad_input_gets_4xx_json_and_changes_nothing(service):
         ("post", "/v1/recall", {"json": {"query": ""}}, 422),
         ("post", "/v1/recall", {"json": {"query": "q", "k": 0}}, 422),
         ("post", "/v1/recall", {"json": {"query": "q", "memory_types": ["nope"]}}, 422),
+        ("post", "/v1/recall", {"json": {"query": "q", "as_of": "0001-01-01T00:00:00+01:00"}}, 422),
+        ("post", "/v1/turns", {"json": {"text": "t", "at": "0001-01-01T00:00:00+01:00"}}, 422),
         ("get", "/v1/memories", {"params": {"type": "nope"}}, 422),
         ("get", "/v1/memories/%27%20OR%201=1", {}, 404),
         ("delete", "/v1/memories/sem_AAAAAAAAAAAAAAAAAAAAAA", {}, 404),

@@ -14,6 +14,19 @@ class BrokenReranker:
         raise RuntimeError("onnxruntime exploded")
 
 
+class BrokenTokenEncoder:
+    """A late-interaction encoder that fails at run time."""
+
+    name = "broken"
+    dim = 384
+
+    def encode_documents(self, texts):
+        raise RuntimeError("onnxruntime exploded")
+
+    def encode_query(self, text):
+        raise RuntimeError("onnxruntime exploded")
+
+
 def test_every_hit_explains_its_score(eng):
     mem = eng.for_user("sarah")
     mem.write("Sarah owns a Lumio Hub v2")
@@ -26,6 +39,7 @@ def test_every_hit_explains_its_score(eng):
             "bm25_rank",
             "dense_rank",
             "rrf",
+            "late_interaction",
             "rerank",
             "decay",
             "use_count_boost",
@@ -33,8 +47,9 @@ def test_every_hit_explains_its_score(eng):
             "final",
         }
         assert e["final"] == hit.score
+        relevance = {"rerank": e["rerank"], "late_interaction": e["late_interaction"], "rrf": e["rrf"]}
         product = (
-            (e["rerank"] if e["rerank"] is not None else e["rrf"])
+            relevance[e["relevance"]]
             * e["decay"]
             * e["use_count_boost"]
             * e["source_prior"]
@@ -44,16 +59,35 @@ def test_every_hit_explains_its_score(eng):
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
 
 
-def test_reranker_failure_falls_back_to_rrf_order(eng):
+def test_model_stage_failures_fall_back_to_the_previous_order(eng):
     mem = eng.for_user("sarah")
     for text in ["Sarah owns a Lumio Hub v2", "Sarah's dog chews cables", "Sarah lives in Leith"]:
         mem.write(text)
     eng.reranker = BrokenReranker()
     hits = mem.recall("what hub does sarah own")
     assert hits[0].memory.text == "Sarah owns a Lumio Hub v2"
-    assert all(h.explain["relevance"] == "rrf" and h.explain["rerank"] is None for h in hits)
+    assert all(h.explain["relevance"] == "late_interaction" and h.explain["rerank"] is None for h in hits)
     assert "onnxruntime exploded" in hits[0].explain["rerank_error"]
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    eng.token_encoder = BrokenTokenEncoder()
+    hits = mem.recall("what hub does sarah own")
+    assert hits[0].memory.text == "Sarah owns a Lumio Hub v2"
+    assert all(h.explain["relevance"] == "rrf" and h.explain["late_interaction"] is None for h in hits)
+    assert "onnxruntime exploded" in hits[0].explain["late_interaction_error"]
+
+
+def test_rows_stored_without_token_vectors_are_scored_too(make_engram, token_encoder):
+    """Rows written with late interaction off (or by Engram 0.1) get their token vectors at recall."""
+    eng = make_engram()
+    eng.token_encoder = None
+    old = eng.for_user("sarah").write("Sarah's garage sensor runs on a CR2032 coin cell")
+    assert eng.store.token_vectors("sarah", [old.id]) == {}
+    eng.token_encoder = token_encoder
+    new = eng.for_user("sarah").write("Sarah's doorbell uses AA batteries")
+    assert set(eng.store.token_vectors("sarah", [old.id, new.id])) == {new.id}
+    hits = eng.for_user("sarah").recall("which battery does the garage sensor take?", k=2)
+    assert hits[0].memory.id == old.id
+    assert all(h.explain["late_interaction"] is not None for h in hits)
 
 
 def test_decay_changes_the_final_order(eng):
@@ -68,6 +102,12 @@ def test_decay_changes_the_final_order(eng):
 
 def test_window_limits_what_the_reranker_sees(make_engram):
     eng = make_engram(rerank_window=2)
+    mem = eng.for_user("sarah")
+    for i in range(5):
+        mem.write(f"Sarah's sensor number {i} is in room {i}")
+    hits = mem.recall("sensor room", k=5)
+    assert [h.explain["relevance"] for h in hits] == ["rerank", "rerank"] + ["late_interaction"] * 3
+    eng = make_engram("no-late.db", rerank_window=2, late_interaction=False)
     mem = eng.for_user("sarah")
     for i in range(5):
         mem.write(f"Sarah's sensor number {i} is in room {i}")

@@ -227,6 +227,47 @@ def test_forget_removes_everywhere_and_leaves_a_tombstone(store, embedder):
         store.forget("sarah", f.id, T0)
 
 
+def test_an_episode_is_found_by_the_words_of_its_context(store, embedder):
+    question = episode("sarah", "Do you still play the drums?")
+    reply = episode("sarah", "Yeah, for a month now!").model_copy(
+        update={"context": question.text, "context_id": question.id}
+    )
+    put(store, embedder, "sarah", question, reply)
+    found = [h.id for h in store.search_text("sarah", "drums", ALL, 10)]
+    assert set(found) == {question.id, reply.id}
+    assert store.get("sarah", [reply.id])[0].text == "Yeah, for a month now!"  # stored text unchanged
+    assert store.search_text("bob", "drums", ALL, 10) == []
+
+
+def test_forgetting_a_turn_removes_its_words_from_the_turns_quoting_it(store, embedder):
+    secret = episode("sarah", "My locker code is marmalade")
+    reply = episode("sarah", "Got it, noted").model_copy(
+        update={"context": secret.text, "context_id": secret.id}
+    )
+    other = episode("sarah", "Thanks").model_copy(update={"context": "assistant said marmalade"})
+    put(store, embedder, "sarah", secret, reply, other)
+    store.forget("sarah", secret.id, T0)
+    assert [h.id for h in store.search_text("sarah", "marmalade", ALL, 10)] == [other.id]
+    (kept,) = store.get("sarah", [reply.id])
+    assert (kept.text, kept.context, kept.context_id) == ("Got it, noted", None, None)
+
+
+def test_token_vectors_are_stored_scoped_and_forgotten(store, embedder):
+    a, b = episode("sarah", "first"), episode("sarah", "second")
+    c = episode("bob", "bob's")
+    vectors = embedder.embed_documents(["first", "second"])
+    store.insert("sarah", [a, b], vectors, None, [b"\x01" * 392, b"\x02" * 784])
+    store.insert("bob", [c], embedder.embed_documents(["bob's"]), None, [b"\x03" * 392])
+    assert store.token_vectors("sarah", [a.id, b.id, c.id, "nonsense"]) == {
+        a.id: b"\x01" * 392,
+        b.id: b"\x02" * 784,
+    }
+    with pytest.raises(InvalidInput, match="every row"):
+        store.insert("sarah", [episode("sarah", "x")], embedder.embed_documents(["x"]), None, [])
+    store.forget("sarah", a.id, T0)
+    assert store.token_vectors("sarah", [a.id, b.id]) == {b.id: b"\x02" * 784}
+
+
 def test_list_pages_newest_first(store, embedder):
     rows = [episode("sarah", f"turn {i}", at=T0 + timedelta(minutes=i)) for i in range(7)]
     rows = [r.model_copy(update={"created_at": r.timestamp}) for r in rows]

@@ -96,7 +96,11 @@ def test_migrations_are_idempotent(pg):
     _, admin, _ = pg
     assert migrate(admin) == []
     with psycopg.connect(admin) as conn:
-        assert conn.execute("SELECT version FROM engram_migrations ORDER BY 1").fetchall() == [(1,), (2,)]
+        assert conn.execute("SELECT version FROM engram_migrations ORDER BY 1").fetchall() == [
+            (1,),
+            (2,),
+            (3,),
+        ]
 
 
 def test_concurrent_supersessions_leave_one_live_fact(pg, embedder):
@@ -152,7 +156,7 @@ def _host(conninfo):
     return psycopg.conninfo.conninfo_to_dict(conninfo)["host"]
 
 
-def test_recall_quality_matches_the_sqlite_bar(pg_urls, embedder, reranker):
+def test_recall_quality_matches_the_sqlite_bar(pg_urls, embedder, reranker, token_encoder):
     from pathlib import Path
 
     from engram.eval.corpus import load_corpus
@@ -161,7 +165,11 @@ def test_recall_quality_matches_the_sqlite_bar(pg_urls, embedder, reranker):
 
     admin, runtime = pg_urls
     with Engram(
-        PostgresStore(runtime, admin_url=admin), embedder, reranker, settings=EngramSettings()
+        PostgresStore(runtime, admin_url=admin),
+        embedder,
+        reranker,
+        token_encoder=token_encoder,
+        settings=EngramSettings(),
     ) as eng:
         questions, _ = load_corpus(eng, Path(__file__).parents[1] / "data" / "smoke_corpus.json")
         result = run_questions(eng, questions)

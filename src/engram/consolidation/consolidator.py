@@ -241,11 +241,12 @@ class Consolidator:
                 )
                 feedback.append(PlaybookFeedback(update.playbook_id, update.outcome == "success", refined))
 
-        vectors = self.engram.embedder.embed_documents([search_text_of(r) for r in rows])
+        vectors, tokens = self.engram.encode_rows(rows)
         last = episodes[-1]
         return ConsolidationWrite(
             rows=rows,
             vectors=vectors,
+            tokens=tokens,
             supersede=supersede,
             merges=[FactMerge(fact_id, tuple(sorted(ids))) for fact_id, ids in merges.items()],
             feedback=feedback,

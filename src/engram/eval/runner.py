@@ -2,7 +2,10 @@
 probe for cross-tenant leaks, and report R@1/5/10, MRR (overall, per memory type, per question kind)
 and latency. The corpus lives in ``eval/`` (data, not code): ``corpus/<user>.json`` import documents
 with keys, ``corpus/catalog.json``, and ``questions.json`` (gold answers are keys; ``split`` is
-``dev`` or ``heldout``; the CI gate uses ``heldout``, which is never tuned on).
+``dev`` or ``heldout``; the CI gate uses ``heldout``, which is never tuned on). A second question
+set, ``questions_agent.json``, asks about the same corpus in an agent's voice (third person, pronouns,
+paraphrases without the stored words, replies that need the turn before them); it was written by
+another author without seeing the retrieval code, and is reported on its own (``question_set="agent"``).
 """
 
 from __future__ import annotations
@@ -41,10 +44,15 @@ class EvalQuestion:
     split: str
 
 
+QUESTION_SETS = {"own": "questions.json", "agent": "questions_agent.json"}
+
+
 def load_eval_corpus(
-    eng: Engram, directory: Path, progress: bool = False
+    eng: Engram, directory: Path, progress: bool = False, question_set: str = "own"
 ) -> tuple[list[EvalQuestion], dict[str, str]]:
     """Import the catalog and every user; resolve the questions' gold keys to ids."""
+    if question_set not in QUESTION_SETS:
+        raise ValueError(f"unknown question set {question_set!r}; expected one of {sorted(QUESTION_SETS)}")
     corpus = directory / "corpus"
     ids: dict[str, str] = {}
     ids.update(
@@ -54,7 +62,7 @@ def load_eval_corpus(
         if path.name != "catalog.json":
             ids.update(eng.import_json(json.loads(path.read_text()), progress=progress)["ids"])
     questions = []
-    for q in json.loads((directory / "questions.json").read_text()):
+    for q in json.loads((directory / QUESTION_SETS[question_set]).read_text()):
         gold = frozenset(ids[k] for k in q["gold"])
         primary = ids[q["gold"][0]]
         questions.append(
@@ -184,16 +192,17 @@ def evaluate_corpus(
     directory: Path = DEFAULT_EVAL_DIR,
     *,
     split: str = "heldout",
+    question_set: str = "own",
     configs: dict[str, RetrievalConfig] | None = None,
     rest: bool = True,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Load, ask, probe. With ``configs`` (an ablation), every config answers the same questions."""
-    questions, _ = load_eval_corpus(eng, directory, progress=progress)
+    questions, _ = load_eval_corpus(eng, directory, progress=progress, question_set=question_set)
     chosen = [q for q in questions if split == "all" or q.split == split]
     if not chosen:
         raise ValueError(f"no questions in split {split!r}")
-    result: dict[str, Any] = {"split": split, "questions": len(chosen)}
+    result: dict[str, Any] = {"question_set": question_set, "split": split, "questions": len(chosen)}
     main = run_questions(eng, chosen, progress=progress)
     result.update({k: v for k, v in main.items() if k != "n"})
     if configs:

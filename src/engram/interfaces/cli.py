@@ -433,6 +433,9 @@ def consolidate(
 @app.command("eval")
 def eval_(
     split: Annotated[str, typer.Option(help="dev, heldout (the CI gate's split) or all")] = "heldout",
+    questions: Annotated[
+        str, typer.Option(help="own (questions.json) or agent (questions_agent.json: the agent's voice)")
+    ] = "own",
     json_path: Annotated[Path | None, typer.Option("--json", help="write the figures as JSON here")] = None,
     ablate: Annotated[
         bool, typer.Option("--ablate", help="also run each pipeline stage alone; PNG chart")
@@ -453,9 +456,14 @@ def eval_(
 
     with tempfile.TemporaryDirectory() as tmp, _engram(store or f"sqlite:///{tmp}/eval.db") as eng:
         result = evaluate_corpus(
-            eng, corpus or DEFAULT_EVAL_DIR, split=split, configs=ABLATION if ablate else None, progress=True
+            eng,
+            corpus or DEFAULT_EVAL_DIR,
+            split=split,
+            question_set=questions,
+            configs=ABLATION if ablate else None,
+            progress=True,
         )
-    console.print(f"[bold]{result['questions']} questions, split {split}[/bold]")
+    console.print(f"[bold]{result['questions']} questions ({questions}), split {split}[/bold]")
     console.print(
         f"R@1 {result['r_at_1']:.3f}  R@5 {result['r_at_5']:.3f}  R@10 {result['r_at_10']:.3f}  "
         f"MRR {result['mrr']:.3f}  p50 {result['latency_p50_ms']:.0f} ms  "

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from engram.providers.base import Embedder, Reranker
+from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.settings import EngramSettings
 
-__all__ = ["Embedder", "Reranker", "default_embedder", "default_reranker"]
+__all__ = [
+    "Embedder",
+    "Reranker",
+    "TokenEncoder",
+    "default_embedder",
+    "default_reranker",
+    "default_token_encoder",
+]
 
 
 def default_embedder(settings: EngramSettings) -> Embedder:
@@ -35,3 +42,9 @@ def default_reranker(settings: EngramSettings) -> Reranker:
         directory = settings.reranker_onnx_dir
         return OnnxCrossEncoder(directory, name=f"onnx:{directory.name}", workers=settings.model_threads)
     return OnnxCrossEncoder.packaged(workers=settings.model_threads)
+
+
+def default_token_encoder(settings: EngramSettings) -> TokenEncoder:
+    from engram.providers.onnx import OnnxTokenEncoder
+
+    return OnnxTokenEncoder.packaged(threads=settings.model_threads)

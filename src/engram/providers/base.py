@@ -42,3 +42,26 @@ class Reranker(Protocol):
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """Return one relevance probability in [0, 1] per passage, in input order."""
         ...
+
+
+@runtime_checkable
+class TokenEncoder(Protocol):
+    """A late-interaction (ColBERT-style) encoder: one L2-normalised vector per token.
+
+    Documents are encoded once, at write time, and stored; a query is encoded at recall time and
+    scored against a candidate's token vectors by MaxSim (``engram.retrieval.late_interaction``).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    def encode_documents(self, texts: Sequence[str]) -> list[Vectors]:
+        """One (tokens, dim) float32 matrix per text."""
+        ...
+
+    def encode_query(self, text: str) -> Vectors:
+        """A (tokens, dim) float32 matrix."""
+        ...

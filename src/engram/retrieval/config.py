@@ -15,6 +15,8 @@ class RetrievalConfig:
     legs: tuple[Leg, ...] = ("bm25", "dense")
     leg_candidates: int = s.DEFAULT_LEG_CANDIDATES
     rrf_k: float = s.DEFAULT_RRF_K
+    late_interaction: bool = True  # MaxSim over stored token vectors re-orders the fused candidates
+    late_window: int = s.DEFAULT_LATE_WINDOW
     rerank: bool = True
     rerank_window: int = s.DEFAULT_RERANK_WINDOW
     multipliers: bool = True  # decay, use-count boost and catalog prior
@@ -36,6 +38,8 @@ class RetrievalConfig:
         return cls(
             leg_candidates=settings.leg_candidates,
             rrf_k=settings.rrf_k,
+            late_interaction=settings.late_interaction,
+            late_window=settings.late_window,
             rerank=settings.rerank,
             rerank_window=settings.rerank_window,
             decay_offset_days=settings.decay_offset_days,

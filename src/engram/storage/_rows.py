@@ -70,6 +70,22 @@ def search_text_of(memory: Memory) -> str:
     return "\n".join(p for p in parts if p)
 
 
+def keyword_text_of(memory: Memory) -> str:
+    """The text BM25 indexes: the search text, and for an episode the context it replied to first.
+
+    An elliptic reply ("Yeah, it was amazing!") is found by the words of the turn it answers; the
+    stored text stays verbatim. Measured on LoCoMo dev: see docs/benchmarks.md.
+    """
+    text = search_text_of(memory)
+    context = getattr(memory, "context", None)
+    return f"{context}\n{text}" if context else text
+
+
+def without_context(memory: Memory) -> Memory:
+    """The episode as if it had no context: what remains once the turn it quoted is forgotten."""
+    return memory.model_copy(update={"context": None, "context_id": None})
+
+
 def memory_to_row(memory: Memory) -> dict[str, Any]:
     data = memory.model_dump(mode="json")
     row: dict[str, Any] = {

@@ -90,6 +90,7 @@ class ConsolidationWrite:
     expected: Watermark | None
     watermark: Watermark
     at: datetime
+    tokens: Sequence[bytes] | None = None  # the rows' packed late-interaction token vectors
 
 
 class ConsolidationStore(Protocol):
@@ -134,11 +135,17 @@ class KeyStore(Protocol):
 
 
 def check_insert(
-    owner: str, rows: Sequence[Memory], vectors: Vectors, supersede: Mapping[str, Supersession] | None
+    owner: str,
+    rows: Sequence[Memory],
+    vectors: Vectors,
+    supersede: Mapping[str, Supersession] | None,
+    tokens: Sequence[bytes] | None = None,
 ) -> None:
     """The rules of ``Store.insert`` every backend enforces before touching its engine."""
     if len(rows) != len(vectors):
         raise InvalidInput("one vector per row is required")
+    if tokens is not None and len(tokens) != len(rows):
+        raise InvalidInput("token vectors, when given, are required for every row")
     if supersede and not supersede.keys() <= {row.id for row in rows}:
         raise InvalidInput("a supersession must name a row of the same insert")
     for row in rows:
@@ -168,12 +175,20 @@ class Store(Protocol):
         rows: Sequence[Memory],
         vectors: Vectors,
         supersede: Mapping[str, Supersession] | None = None,
+        tokens: Sequence[bytes] | None = None,
     ) -> None:
         """Insert rows (all owned by ``tenant``) in one transaction.
 
         ``supersede`` maps a new row's id to the row it replaces (which may be in the same batch): the
-        old row must be live, the tenant's, and of the same type, else nothing is written.
+        old row must be live, the tenant's, and of the same type, else nothing is written. ``tokens``
+        are the rows' packed late-interaction token vectors (``retrieval.late_interaction.pack``).
         """
+        ...
+
+    def token_vectors(
+        self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True
+    ) -> dict[str, bytes]:
+        """Packed token vectors of the rows in scope among ``ids`` that have them."""
         ...
 
     def get(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:

@@ -28,11 +28,12 @@ from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well
 from engram.providers.base import Vectors
 from engram.storage._rows import (
     MEMORY_COLUMNS,
+    keyword_text_of,
     memory_from_row,
     memory_to_row,
     merged_provenance,
     refined_attrs,
-    search_text_of,
+    without_context,
 )
 from engram.storage._text import fts_words
 from engram.storage.base import (
@@ -124,6 +125,13 @@ MIGRATIONS: list[tuple[int, str]] = [
         -- user ids only (no content): lets a worker find the users to consolidate under RLS
         CREATE TABLE engram_tenants (owner text PRIMARY KEY);
         INSERT INTO engram_tenants SELECT DISTINCT owner FROM memories WHERE owner <> '';
+        """,
+    ),
+    (
+        3,
+        """
+        -- late-interaction token vectors, packed int8 (NULL for rows written before: encoded at recall)
+        ALTER TABLE memories ADD COLUMN tokens bytea;
         """,
     ),
 ]
@@ -245,11 +253,12 @@ class PostgresStore:
         rows: Sequence[Memory],
         vectors: Vectors,
         supersede: Mapping[str, Supersession] | None = None,
+        tokens: Sequence[bytes] | None = None,
     ) -> None:
         owner = "" if tenant is None else tenant
-        check_insert(owner, rows, vectors, supersede)
+        check_insert(owner, rows, vectors, supersede, tokens)
         with self._tx(tenant) as conn:
-            self._insert_rows(conn, owner, rows, vectors, supersede or {})
+            self._insert_rows(conn, owner, rows, vectors, supersede or {}, tokens)
 
     def _insert_rows(
         self,
@@ -258,13 +267,19 @@ class PostgresStore:
         rows: Sequence[Memory],
         vectors: Vectors,
         supersede: Mapping[str, Supersession],
+        tokens: Sequence[bytes] | None,
     ) -> None:
         if not rows:
             return
         new_rows = {row.id: row for row in rows}
+        token_blobs = tokens if tokens is not None else [None] * len(rows)
         with conn.cursor() as cur:
             cur.executemany(
-                _INSERT, [_params(row, owner, vec) for row, vec in zip(rows, vectors, strict=True)]
+                _INSERT,
+                [
+                    _params(row, owner, vec, blob)
+                    for row, vec, blob in zip(rows, vectors, token_blobs, strict=True)
+                ],
             )
         if owner:
             conn.execute("INSERT INTO engram_tenants VALUES (%s) ON CONFLICT DO NOTHING", (owner,))
@@ -296,6 +311,20 @@ class PostgresStore:
             ).fetchall()
         found = {m.id: m for m in map(_memory, rows)}
         return [found[i] for i in wanted if i in found]
+
+    def token_vectors(
+        self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True
+    ) -> dict[str, bytes]:
+        wanted = [i for i in dict.fromkeys(ids) if is_well_formed_id(i)]
+        if not wanted:
+            return {}
+        with self._tx(tenant) as conn:
+            rows = conn.execute(
+                "SELECT id, tokens FROM memories "
+                "WHERE id = ANY(%s) AND owner = ANY(%s) AND tokens IS NOT NULL",
+                (wanted, _read_owners(tenant, include_catalog)),
+            ).fetchall()
+        return {i: bytes(t) for i, t in rows}
 
     def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
         words = fts_words(query)
@@ -348,6 +377,8 @@ class PostgresStore:
             ).fetchone()
             if row is None:
                 raise NotFound(memory_id)
+            if row[0] == "episodic":
+                _drop_quotes(conn, owner, memory_id)
             conn.execute(
                 "INSERT INTO tombstones VALUES (%s, %s, %s, %s, %s)", (memory_id, owner, row[0], row[1], at)
             )
@@ -406,7 +437,7 @@ class PostgresStore:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (tenant,))  # one run per user
             if self._watermark(conn, tenant) != write.expected:
                 raise Conflict(f"consolidation of {tenant!r} moved on meanwhile; batch discarded")
-            self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede)
+            self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede, write.tokens)
             for merge in write.merges:
                 row = _lock_row(conn, merge.fact_id, tenant, "semantic")
                 conn.execute(
@@ -475,7 +506,7 @@ class PostgresStore:
 
 _SELECT = ", ".join(MEMORY_COLUMNS)
 _KEY_COLUMNS = "id, user_id, label, created_at, revoked_at"
-_INSERT_COLUMNS = (*MEMORY_COLUMNS, "search_text", "embedding")
+_INSERT_COLUMNS = (*MEMORY_COLUMNS, "search_text", "embedding", "tokens")
 _CASTS = {"embedding": "::vector", "metadata": "::jsonb", "attrs": "::jsonb"}
 _INSERT = (
     f"INSERT INTO memories ({', '.join(_INSERT_COLUMNS)}) VALUES "
@@ -494,7 +525,22 @@ def _lock_row(conn: Any, memory_id: str, owner: str, memory_type: str) -> tuple[
     return row[0], row[1]
 
 
-def _params(row: Memory, owner: str, vector: Vectors) -> dict[str, Any]:
+def _drop_quotes(conn: Any, owner: str, episode_id: str) -> None:
+    """Forgetting a turn also removes its words from the turns that were indexed with it as context."""
+    quoting = conn.execute(
+        f"SELECT {_SELECT} FROM memories WHERE owner = %s AND memory_type = 'episodic' "
+        "AND attrs->>'context_id' = %s FOR UPDATE",
+        (owner, episode_id),
+    ).fetchall()
+    for columns in quoting:
+        cleared = without_context(_memory(columns))
+        conn.execute(
+            "UPDATE memories SET attrs = %s::jsonb, search_text = %s WHERE id = %s AND owner = %s",
+            (memory_to_row(cleared)["attrs"], keyword_text_of(cleared), cleared.id, owner),
+        )
+
+
+def _params(row: Memory, owner: str, vector: Vectors, tokens: bytes | None) -> dict[str, Any]:
     values = memory_to_row(row)
     params: dict[str, Any] = {c: None for c in _INSERT_COLUMNS}
     params.update({k: v for k, v in values.items() if k in params})
@@ -503,7 +549,7 @@ def _params(row: Memory, owner: str, vector: Vectors) -> dict[str, Any]:
     for column in _TIME_COLUMNS:
         if isinstance(params[column], str):
             params[column] = datetime.fromisoformat(params[column])
-    params.update(owner=owner, search_text=search_text_of(row), embedding=_vector(vector))
+    params.update(owner=owner, search_text=keyword_text_of(row), embedding=_vector(vector), tokens=tokens)
     return params
 
 

@@ -8,6 +8,8 @@ Layout
 * ``memory_vec``: float32 embeddings clustered by owner (``WITHOUT ROWID``, primary key (owner, rid)),
   so an exact scan of one tenant's vectors reads contiguous pages. Exact, not approximate: an ANN index
   with a tenant filter loses recall.
+* ``memory_tokens``: each row's late-interaction token vectors (int8), clustered by owner like
+  ``memory_vec``; rows written before it existed have none and are encoded at recall time.
 * ``tombstones``: what is left of forgotten rows (no text).
 
 Concurrency: one connection per thread; writers take ``BEGIN IMMEDIATE`` and wait on a busy timeout, so
@@ -34,11 +36,12 @@ from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well
 from engram.providers.base import Vectors
 from engram.storage._rows import (
     MEMORY_COLUMNS,
+    keyword_text_of,
     memory_from_row,
     memory_to_row,
     merged_provenance,
     refined_attrs,
-    search_text_of,
+    without_context,
 )
 from engram.storage._text import fts_words
 from engram.storage.base import (
@@ -90,6 +93,12 @@ CREATE TABLE IF NOT EXISTS memory_vec (
     memory_type TEXT NOT NULL,               -- copies of the filter columns, so a scan needs no join
     live        INTEGER NOT NULL,            -- 0 once superseded
     embedding   BLOB NOT NULL,
+    PRIMARY KEY (owner, rid)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memory_tokens (  -- late-interaction token vectors, packed int8
+    owner       TEXT NOT NULL,
+    rid         INTEGER NOT NULL,
+    tokens      BLOB NOT NULL,
     PRIMARY KEY (owner, rid)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS consolidation_state (
@@ -252,13 +261,14 @@ class SQLiteStore:
         rows: Sequence[Memory],
         vectors: Vectors,
         supersede: Mapping[str, Supersession] | None = None,
+        tokens: Sequence[bytes] | None = None,
     ) -> None:
         owner = _owner_key(tenant)
-        check_insert(owner, rows, vectors, supersede)
+        check_insert(owner, rows, vectors, supersede, tokens)
         with self._errors():
             conn = self._conn()
             with self._write(conn):
-                self._insert_rows(conn, owner, rows, vectors, supersede or {})
+                self._insert_rows(conn, owner, rows, vectors, supersede or {}, tokens)
 
     def _insert_rows(
         self,
@@ -267,10 +277,11 @@ class SQLiteStore:
         rows: Sequence[Memory],
         vectors: Vectors,
         supersede: Mapping[str, Supersession],
+        tokens: Sequence[bytes] | None,
     ) -> None:
         new_rows = {row.id: row for row in rows}
-        for row, vector in zip(rows, vectors, strict=True):
-            self._insert_one(conn, owner, row, vector)
+        for i, (row, vector) in enumerate(zip(rows, vectors, strict=True)):
+            self._insert_one(conn, owner, row, vector, tokens[i] if tokens is not None else None)
         for new_id, spec in supersede.items():
             self._supersede(conn, owner, new_rows[new_id], spec)
 
@@ -289,7 +300,9 @@ class SQLiteStore:
         )
         conn.execute("UPDATE memory_vec SET live = 0 WHERE owner = ? AND rid = ?", (owner, rid))
 
-    def _insert_one(self, conn: apsw.Connection, owner: str, row: Memory, vector: Vectors) -> None:
+    def _insert_one(
+        self, conn: apsw.Connection, owner: str, row: Memory, vector: Vectors, tokens: bytes | None
+    ) -> None:
         values = memory_to_row(row)
         values["owner"] = owner
         columns = ", ".join(values)
@@ -301,7 +314,7 @@ class SQLiteStore:
         rid = conn.last_insert_rowid()
         conn.execute(
             "INSERT INTO memory_fts (rowid, body) VALUES (?, ?)",
-            (rid, index_text(owner, search_text_of(row))),
+            (rid, index_text(owner, keyword_text_of(row))),
         )
         conn.execute(
             "INSERT INTO memory_vec VALUES (?, ?, ?, ?, ?)",
@@ -313,6 +326,8 @@ class SQLiteStore:
                 np.asarray(vector, dtype=np.float32).tobytes(),
             ),
         )
+        if tokens is not None:
+            conn.execute("INSERT INTO memory_tokens VALUES (?, ?, ?)", (owner, rid, tokens))
 
     def get(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
         wanted = [i for i in dict.fromkeys(ids) if is_well_formed_id(i)]
@@ -328,6 +343,19 @@ class SQLiteStore:
         with self._errors():
             found = {m.id: m for m in self._rows(sql, (*wanted, *owners))}
         return [found[i] for i in wanted if i in found]
+
+    def token_vectors(
+        self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True
+    ) -> dict[str, bytes]:
+        wanted = [i for i in dict.fromkeys(ids) if is_well_formed_id(i)]
+        if not wanted:
+            return {}
+        owners = self._read_owners(tenant, include_catalog)
+        sql = f"""SELECT m.id, t.tokens FROM memories m
+                  JOIN memory_tokens t ON t.owner = m.owner AND t.rid = m.rid
+                  WHERE m.id IN ({_marks(len(wanted))}) AND +m.owner IN ({_marks(len(owners))})"""
+        with self._errors():
+            return dict(self._conn().execute(sql, (*wanted, *owners)).fetchall())
 
     def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
         owners = self._read_owners(tenant, "catalog" in where.memory_types)
@@ -395,8 +423,11 @@ class SQLiteStore:
                 if row is None:
                     raise NotFound(memory_id)
                 rid, memory_type, created_at = row
+                if memory_type == "episodic":
+                    self._drop_quotes(conn, owner, memory_id)
                 conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rid,))
                 conn.execute("DELETE FROM memory_vec WHERE owner = ? AND rid = ?", (owner, rid))
+                conn.execute("DELETE FROM memory_tokens WHERE owner = ? AND rid = ?", (owner, rid))
                 conn.execute("DELETE FROM memories WHERE rid = ?", (rid,))
                 conn.execute(
                     "INSERT INTO tombstones VALUES (?, ?, ?, ?, ?)",
@@ -409,6 +440,24 @@ class SQLiteStore:
             created_at=datetime.fromisoformat(created_at),
             forgotten_at=at,
         )
+
+    def _drop_quotes(self, conn: apsw.Connection, owner: str, episode_id: str) -> None:
+        """Forgetting a turn also removes its words from the turns that were indexed with it as context."""
+        quoting = conn.execute(
+            f"SELECT rid, {_SELECT} FROM memories WHERE owner = ? AND memory_type = 'episodic' "
+            "AND json_extract(attrs, '$.context_id') = ?",
+            (owner, episode_id),
+        ).fetchall()
+        for rid, *columns in quoting:
+            cleared = without_context(memory_from_row(dict(zip(MEMORY_COLUMNS, columns, strict=True))))
+            conn.execute(
+                "UPDATE memories SET attrs = ? WHERE rid = ?", (memory_to_row(cleared)["attrs"], rid)
+            )
+            conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rid,))
+            conn.execute(
+                "INSERT INTO memory_fts (rowid, body) VALUES (?, ?)",
+                (rid, index_text(owner, keyword_text_of(cleared))),
+            )
 
     def list(
         self,
@@ -454,7 +503,7 @@ class SQLiteStore:
             with self._write(conn):
                 if self.watermark(tenant) != write.expected:
                     raise Conflict(f"consolidation of {tenant!r} moved on meanwhile; batch discarded")
-                self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede)
+                self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede, write.tokens)
                 for merge in write.merges:
                     self._merge_fact(conn, tenant, merge, write.at)
                 for feedback in write.feedback:

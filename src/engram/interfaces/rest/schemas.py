@@ -48,6 +48,9 @@ class RecallRequest(_Request):
     memory_types: list[MemoryType] | None = None
     include_catalog: bool = True
     include_superseded: bool = False
+    as_of: datetime | None = Field(
+        default=None, description="the present that time decay measures from (default: now): replays, audits"
+    )
 
 
 class CatalogCreate(_Request):

@@ -56,6 +56,7 @@ def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse:
         memory_types=body.memory_types,
         include_catalog=body.include_catalog,
         include_superseded=body.include_superseded,
+        as_of=body.as_of,
     )
     return RecallResponse(hits=hits)
 
