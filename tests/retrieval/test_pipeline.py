@@ -54,6 +54,7 @@ def test_every_hit_explains_its_score(eng):
             * e["use_count_boost"]
             * e["source_prior"]
             * e["success_prior"]
+            * e["time_match"]
         )
         assert abs(product - hit.score) < 1e-12
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1))

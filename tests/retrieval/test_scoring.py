@@ -6,6 +6,7 @@ import pytest
 from engram.models import CatalogItem, EpisodicMemory, ProceduralMemory, SemanticMemory
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.scoring import multipliers, time_decay, use_count_boost
+from engram.retrieval.temporal import time_window
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -52,12 +53,16 @@ def test_multipliers_follow_each_type_lifecycle():
         "use_count_boost": 1.0,
         "source_prior": 1.0,
         "success_prior": 1.0,
+        "time_match": 1.0,
     }
     proven = playbook.model_copy(update={"success_count": 9})
     assert multipliers(proven, NOW, cfg)["success_prior"] == 1.0  # off by default
     assert multipliers(proven, NOW, cfg.but(procedural_feedback=True))["success_prior"] == pytest.approx(
         1.409, abs=1e-3
     )
+    said_then = time_window(f"what did I say in {old:%B %Y}?", NOW)
+    assert multipliers(ep, NOW, cfg, said_then)["time_match"] == 1.5
+    assert multipliers(fact, NOW, cfg, said_then)["time_match"] == 1.0  # facts have no event time
     item = CatalogItem(id="cat_x", text="t", user_id=None, created_at=old)
     assert multipliers(item, NOW, cfg)["source_prior"] == 0.85
     assert multipliers(item, NOW, cfg)["decay"] == 1.0
@@ -66,6 +71,7 @@ def test_multipliers_follow_each_type_lifecycle():
         "use_count_boost": 1.0,
         "source_prior": 1.0,
         "success_prior": 1.0,
+        "time_match": 1.0,
     }
 
 

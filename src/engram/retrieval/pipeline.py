@@ -29,6 +29,7 @@ from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import Matrix, late_score, pack, token_maxima
 from engram.retrieval.scoring import multipliers, product
+from engram.retrieval.temporal import time_window
 from engram.storage._rows import search_text_of
 from engram.storage.base import SearchFilter, Store, Tenant
 
@@ -122,8 +123,9 @@ def recall(
             if doc_id in by_id:
                 setattr(by_id[doc_id], f"{leg}_rank", rank)
                 setattr(by_id[doc_id], f"{leg}_score", score)
+    window = time_window(query, now)
     for c in candidates:
-        c.multipliers = multipliers(c.memory, now, config)
+        c.multipliers = multipliers(c.memory, now, config, window)
     candidates.sort(key=lambda c: -c.final)
 
     errors: dict[str, str] = {}

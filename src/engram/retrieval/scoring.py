@@ -1,6 +1,7 @@
 """Ranking multipliers: pure functions of a row's age, use count, source and feedback.
 
-The final score of a hit is ``relevance × decay × use_count_boost × source_prior × success_prior``,
+The final score of a hit is
+``relevance × decay × use_count_boost × source_prior × success_prior × time_match``,
 where relevance is the cross-encoder's probability ``sigmoid(logit)`` in (0, 1) when the hit was
 reranked, else its RRF score. Multiplying a probability keeps the factors meaningful: a 0.5 decay
 halves a hit's relevance, it cannot flip the sign of a raw logit.
@@ -13,6 +14,7 @@ from datetime import datetime
 
 from engram.models import Memory
 from engram.retrieval.config import RetrievalConfig
+from engram.retrieval.temporal import TimeWindow, in_window
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -59,11 +61,33 @@ def ranking_time(memory: Memory) -> datetime | None:
     return None
 
 
-def multipliers(memory: Memory, now: datetime, config: RetrievalConfig) -> dict[str, float]:
-    """The named multipliers for one row (all 1.0 when ``config.multipliers`` is off)."""
-    result = {"decay": 1.0, "use_count_boost": 1.0, "source_prior": 1.0, "success_prior": 1.0}
+def time_match(at: datetime | None, window: TimeWindow | None, boost: float = 1.5) -> float:
+    """``boost`` when the query names a period and the event time falls in it, else 1.0.
+
+    Examples: "what did I buy in May 2023?" and a turn said on 2023-05-14 -> 1.5; the same turn for a
+    query without time words, or a fact (no event time) -> 1.0.
+    """
+    return boost if at is not None and window is not None and in_window(at, window) else 1.0
+
+
+def multipliers(
+    memory: Memory, now: datetime, config: RetrievalConfig, window: TimeWindow | None = None
+) -> dict[str, float]:
+    """The named multipliers for one row (all 1.0 when ``config.multipliers`` is off).
+
+    ``window`` is the period the query names (``temporal.time_window``), if any.
+    """
+    result = {
+        "decay": 1.0,
+        "use_count_boost": 1.0,
+        "source_prior": 1.0,
+        "success_prior": 1.0,
+        "time_match": 1.0,
+    }
     if not config.multipliers:
         return result
+    if memory.memory_type == "episodic":
+        result["time_match"] = time_match(memory.timestamp, window, config.time_match_boost)
     if memory.memory_type == "procedural" and config.procedural_feedback:
         result["success_prior"] = success_prior(memory.success_count, memory.failure_count)
     at = ranking_time(memory)
