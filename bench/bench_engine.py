@@ -5,7 +5,8 @@ sizes, 60% episodic / 30% semantic / 10% procedural, plus 200 catalog items). Bu
 unit vectors: an exact vector scan costs the same whatever the values, and embedding 100k texts would
 take ~9 minutes here. Then, through the public API with the real models:
   * write: remember_turn (embedding + commit), p50/p95
-  * recall without rerank, and with the default rerank window, p50/p95
+  * recall with no model stage (fused legs), with late interaction but no cross-encoder, and the
+    default pipeline (late interaction + rerank window), p50/p95
 
     python bench/bench_engine.py [--sizes 10000 100000] [--users 1000] [--store sqlite|postgres]
                                  [--pg-url ADMIN_URL] [--json bench/results/engine.json]
@@ -31,6 +32,8 @@ import numpy as np
 from engram import Engram
 from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, new_id, utcnow
 from engram.retrieval.config import RetrievalConfig
+from engram.retrieval.late_interaction import pack
+from engram.storage._rows import search_text_of
 
 
 def vocabulary() -> list[str]:
@@ -105,9 +108,25 @@ def bulk_load(eng: Engram, gen: TextGen, rng: random.Random, total: int, users: 
         vectors = np.asarray([rng.gauss(0, 1) for _ in range(len(rows) * dim)], dtype=np.float32)
         vectors = vectors.reshape(len(rows), dim)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        tokens = random_tokens(eng, rows) if eng.token_encoder is not None else None
         for i in range(0, len(rows), 2000):
-            eng.store.insert(user, rows[i : i + 2000], vectors[i : i + 2000])
+            chunk = tokens[i : i + 2000] if tokens is not None else None
+            eng.store.insert(user, rows[i : i + 2000], vectors[i : i + 2000], None, chunk)
     return time.perf_counter() - start
+
+
+def random_tokens(eng: Engram, rows: list) -> list[bytes]:
+    """Packed random token vectors, one per text token plus [CLS], marker and [SEP]: scoring costs the
+    same whatever the values, and encoding 100k texts would take ~6 minutes here."""
+    assert eng.token_encoder is not None
+    dim = eng.token_encoder.dim
+    gen = np.random.default_rng(len(rows))
+    blobs = []
+    for row in rows:
+        n = 3 + int(1.3 * len(search_text_of(row).split()))
+        m = gen.standard_normal((n, dim)).astype(np.float32)
+        blobs.append(pack(m / np.linalg.norm(m, axis=1, keepdims=True)))
+    return blobs
 
 
 def pct(values: list[float], q: float) -> float:
@@ -125,7 +144,7 @@ def open_engram(backend: str, tmp: str, pg_url: str | None) -> Iterator[Engram]:
     import psycopg
     from psycopg.conninfo import make_conninfo
 
-    from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder
+    from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
     from engram.storage.postgres import PostgresStore
 
     server = None
@@ -141,7 +160,12 @@ def open_engram(backend: str, tmp: str, pg_url: str | None) -> Iterator[Engram]:
     admin = make_conninfo(pg_url, dbname=name)
     store = PostgresStore(make_conninfo(admin, user="engram_app"), admin_url=admin)
     try:
-        with Engram(store, OnnxEmbedder.packaged(), OnnxCrossEncoder.packaged()) as eng:
+        with Engram(
+            store,
+            OnnxEmbedder.packaged(),
+            OnnxCrossEncoder.packaged(),
+            token_encoder=OnnxTokenEncoder.packaged(),
+        ) as eng:
             yield eng
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -182,9 +206,14 @@ def run_size(total: int, users: int, samples: int, backend: str, pg_url: str | N
             "write_p50_ms": pct(writes, 50),
             "write_p95_ms": pct(writes, 95),
         }
-        for label, config in (("norerank", RetrievalConfig(rerank=False)), ("rerank", eng.config)):
+        configs = (
+            ("fused", RetrievalConfig(rerank=False, late_interaction=False)),
+            ("norerank", RetrievalConfig(rerank=False)),
+            ("rerank", eng.config),
+        )
+        for label, config in configs:
             lat = []
-            n = samples if label == "norerank" else max(20, samples // 2)
+            n = samples if label != "rerank" else max(20, samples // 2)
             for user in pick[:n]:
                 query = gen.sentence(3, 8)
                 t = time.perf_counter()
@@ -223,6 +252,8 @@ def main() -> None:
         "rows",
         "write_p50_ms",
         "write_p95_ms",
+        "recall_fused_p50_ms",
+        "recall_fused_p95_ms",
         "recall_norerank_p50_ms",
         "recall_norerank_p95_ms",
         "recall_rerank_p50_ms",

@@ -8,10 +8,12 @@ cross-encoder (~5-11 ms per pair on 2 cores) can afford only the top few.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import ThreadpoolController
 
 Matrix = npt.NDArray[np.float32]
 _SCALE_BYTES = 4  # one float32 scale per token
@@ -40,6 +42,13 @@ def unpack(blob: bytes, dim: int) -> Matrix:
     return values.astype(np.float32) * scales[:, None]
 
 
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """One BLAS thread for these small products: OpenBLAS threads spin after a call and starve the
+    ONNX sessions running beside them on a small machine (measured: docs/benchmarks.md)."""
+    return ThreadpoolController()
+
+
 def token_maxima(query: Matrix, packed: Sequence[bytes], dim: int) -> Matrix:
     """For each packed document, each query token's best match: ``M[d, i] = max_j q_i · d_j``.
 
@@ -62,7 +71,8 @@ def token_maxima(query: Matrix, packed: Sequence[bytes], dim: int) -> Matrix:
             for n, b in zip(counts, packed, strict=True)
         ]
     )
-    sims = (values.astype(np.float32) @ np.asarray(query, dtype=np.float32).T) * scales[:, None]
+    with _blas().limit(limits=1, user_api="blas"):
+        sims = (values.astype(np.float32) @ np.asarray(query, dtype=np.float32).T) * scales[:, None]
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     return np.maximum.reduceat(sims, starts, axis=0)
 
