@@ -4,7 +4,7 @@ For each size, a fresh store is bulk-loaded with synthetic rows (real words, Zip
 sizes, 60% episodic / 30% semantic / 10% procedural, plus 200 catalog items). Bulk rows get random
 unit vectors: an exact vector scan costs the same whatever the values, and embedding 100k texts would
 take ~9 minutes here. Then, through the public API with the real models:
-  * write: remember_turn (embedding + commit), p50/p95
+  * write: remember_turn in a session (previous-turn lookup, embedding, token vectors, commit), p50/p95
   * recall with no model stage (fused legs), with late interaction but no cross-encoder, and the
     default pipeline (late interaction + rerank window), p50/p95
 
@@ -196,7 +196,8 @@ def run_size(total: int, users: int, samples: int, backend: str, pg_url: str | N
         for user in pick:
             text = gen.sentence(6, 20)
             t = time.perf_counter()
-            eng.for_user(user).remember_turn(text)
+            # In a session: the write looks up the session's previous turn to index the turn with it.
+            eng.for_user(user).remember_turn(text, session_id=f"chat-{user}")
             writes.append((time.perf_counter() - t) * 1000)
         result: dict = {
             "backend": backend,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from engram.storage.base import CATALOG, Store, Supersession, Tenant
 
 _USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+\-]{0,127}$")
 WRITABLE_TYPES = ("semantic", "procedural")
+_ENCODE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-encode")
 SESSION_LOOKBACK = 16  # a new turn's session is looked for among the user's last 16 turns
 
 
@@ -185,10 +187,12 @@ class Engram:
     def encode_rows(self, rows: Sequence[Memory]) -> tuple[Vectors, list[bytes] | None]:
         """Rows' embeddings and packed late-interaction token vectors (None without a token encoder)."""
         texts = [search_text_of(r) for r in rows]
-        vectors = self.embedder.embed_documents(texts)
         if self.token_encoder is None:
-            return vectors, None
-        return vectors, [pack(m) for m in self.token_encoder.encode_documents(texts)]
+            return self.embedder.embed_documents(texts), None
+        # Both models release the GIL: the token vectors are computed while the embedding is.
+        tokens = _ENCODE_POOL.submit(self.token_encoder.encode_documents, texts)
+        vectors = self.embedder.embed_documents(texts)
+        return vectors, [pack(m) for m in tokens.result()]
 
     def _store_row(self, tenant: Tenant, row: Memory, supersede: Supersession | None = None) -> None:
         vectors, tokens = self.encode_rows([row])

@@ -97,9 +97,12 @@ def recall(
 ) -> list[Hit]:
     where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded)
     legs: dict[str, list[tuple[str, float]]] = {}
-    late = config.late_interaction and token_encoder is not None and config.late_window > 0
     # The query's token vectors are encoded on a worker while the legs run.
-    query_tokens = _LEG_POOL.submit(token_encoder.encode_query, query) if late and token_encoder else None
+    query_tokens = (
+        _LEG_POOL.submit(token_encoder.encode_query, query)
+        if token_encoder is not None and config.late_interaction and config.late_window > 0
+        else None
+    )
     # The BM25 leg runs on a worker thread while this one embeds the query: SQLite and onnxruntime
     # both release the GIL, so the two legs overlap instead of adding up.
     text_leg = (
@@ -123,9 +126,9 @@ def recall(
             if doc_id in by_id:
                 setattr(by_id[doc_id], f"{leg}_rank", rank)
                 setattr(by_id[doc_id], f"{leg}_score", score)
-    window = time_window(query, now)
+    period = time_window(query, now)
     for c in candidates:
-        c.multipliers = multipliers(c.memory, now, config, window)
+        c.multipliers = multipliers(c.memory, now, config, period)
     candidates.sort(key=lambda c: -c.final)
 
     errors: dict[str, str] = {}

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -207,7 +208,7 @@ class SQLiteStore:
             # page_size only takes effect before the first table exists; 8 KiB keeps a 1.5 KiB
             # embedding inside its b-tree cell instead of an overflow page.
             conn.execute("PRAGMA page_size = 8192")
-            conn.execute("PRAGMA journal_mode = WAL")
+            _use_wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
             self._local.conn = conn
@@ -625,6 +626,23 @@ def _key_record(row: Sequence[Any]) -> ApiKeyRecord:
         created_at=datetime.fromisoformat(created_at),
         revoked_at=datetime.fromisoformat(revoked_at) if revoked_at else None,
     )
+
+
+def _use_wal(conn: apsw.Connection) -> None:
+    """Put the file in WAL mode (a property of the file: once is enough).
+
+    Switching needs an exclusive lock and SQLite answers "database is locked" at once, without the
+    busy handler, when another process holds one: two processes creating the same new store raced
+    here. Retry for as long as the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+        except apsw.BusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _typed_row(conn: apsw.Connection, memory_id: str, owner: str, memory_type: str) -> tuple[int, Any]:
