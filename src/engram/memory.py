@@ -194,6 +194,19 @@ class Engram:
         vectors = self.embedder.embed_documents(texts)
         return vectors, [pack(m) for m in tokens.result()]
 
+    def reindex(self, batch: int = 256) -> int:
+        """Compute the token vectors that rows written before late interaction (or with it off) lack,
+        for every user and the catalog; returns how many rows got them. Safe to run while serving."""
+        if self.token_encoder is None:
+            raise InvalidInput("late interaction is off (ENGRAM_LATE_INTERACTION=false): nothing to index")
+        done = 0
+        for tenant in [CATALOG, *self.store.tenants()]:  # type: ignore[attr-defined]
+            while rows := self.store.rows_without_tokens(tenant, batch):
+                encoded = self.token_encoder.encode_documents([search_text_of(r) for r in rows])
+                self.store.set_tokens(tenant, {r.id: pack(m) for r, m in zip(rows, encoded, strict=True)})
+                done += len(rows)
+        return done
+
     def _store_row(self, tenant: Tenant, row: Memory, supersede: Supersession | None = None) -> None:
         vectors, tokens = self.encode_rows([row])
         self.store.insert(tenant, [row], vectors, {row.id: supersede} if supersede else None, tokens)

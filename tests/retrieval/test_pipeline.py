@@ -91,6 +91,24 @@ def test_rows_stored_without_token_vectors_are_scored_too(make_engram, token_enc
     assert all(h.explain["late_interaction"] is not None for h in hits)
 
 
+def test_an_older_store_skips_late_interaction_until_reindexed(make_engram, token_encoder):
+    eng = make_engram()
+    eng.token_encoder = None  # as if written by Engram 0.1
+    mem = eng.for_user("sarah")
+    rows = [mem.write(f"Sarah's sensor number {i} sits in room {i}") for i in range(12)]
+    eng.catalog.add("Hub v2 sensors pair over Zigbee 3.0")
+    eng.token_encoder = token_encoder
+    hits = mem.recall("sensor in room 3")
+    assert all(h.explain["late_interaction"] is None for h in hits)
+    assert "engram reindex" in hits[0].explain["late_interaction_error"]
+    assert eng.reindex() == 13
+    assert len(eng.store.token_vectors("sarah", [r.id for r in rows])) == 12
+    hits = mem.recall("sensor in room 3")
+    assert "late_interaction_error" not in hits[0].explain
+    assert all(h.explain["late_interaction"] is not None for h in hits)
+    assert eng.reindex() == 0
+
+
 def test_decay_changes_the_final_order(eng):
     """Two equally relevant episodes: the 6-year-old one ranks below the recent one."""
     mem = eng.for_user("sarah")

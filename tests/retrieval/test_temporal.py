@@ -26,10 +26,20 @@ def d(*args):
         ("where does Sarah live?", None),
         ("may I ask about the 2023 model?", None),  # "may" is no month, a bare year no period
         ("on February 30, 2023", None),
+        ("since may I ask about the hub?", None),
+        ("in \u017feptember", None),  # the long s folds to "s" only under Unicode case rules
+        ("trip in Sept 2023", TimeWindow(d(2023, 9, 1), d(2023, 10, 8))),
     ],
 )
 def test_time_window_reads_the_period_a_query_names(query, window):
     assert time_window(query, NOW) == window
+
+
+def test_the_edges_of_the_calendar_do_not_crash():
+    first, last = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
+    assert time_window("what happened yesterday", first) is None
+    assert time_window("what happened last year", last) is None
+    assert not in_window(d(1, 1, 2), TimeWindow(month=12))
 
 
 def test_in_window_and_the_multiplier():

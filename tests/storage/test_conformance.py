@@ -268,6 +268,33 @@ def test_token_vectors_are_stored_scoped_and_forgotten(store, embedder):
     assert store.token_vectors("sarah", [a.id, b.id]) == {b.id: b"\x02" * 784}
 
 
+def test_rows_without_tokens_are_found_and_filled_per_tenant(store, embedder):
+    a, b = episode("sarah", "first"), episode("sarah", "second")
+    c = episode("bob", "bob's")
+    store.insert("sarah", [a], embedder.embed_documents(["first"]), None, [b"\x01" * 392])
+    store.insert("sarah", [b], embedder.embed_documents(["second"]))
+    store.insert("bob", [c], embedder.embed_documents(["bob's"]))
+    assert [m.id for m in store.rows_without_tokens("sarah", 10)] == [b.id]
+    store.set_tokens("bob", {b.id: b"\x09" * 392})  # another tenant's id: ignored
+    assert store.token_vectors("sarah", [b.id]) == {}
+    store.set_tokens("sarah", {b.id: b"\x02" * 392})
+    assert store.token_vectors("sarah", [b.id]) == {b.id: b"\x02" * 392}
+    assert store.rows_without_tokens("sarah", 10) == []
+    assert [m.id for m in store.rows_without_tokens("bob", 10)] == [c.id]
+
+
+def test_a_context_whose_turn_was_forgotten_meanwhile_is_not_stored(store, embedder):
+    """remember_turn reads the previous turn before its write transaction: if that turn is forgotten
+    in between, the insert must not bring its words back."""
+    gone = episode("sarah", "my passport number is XQ7781234")
+    put(store, embedder, "sarah", gone)
+    store.forget("sarah", gone.id, T0)
+    reply = episode("sarah", "ok").model_copy(update={"context": gone.text, "context_id": gone.id})
+    put(store, embedder, "sarah", reply)
+    assert store.search_text("sarah", "XQ7781234", ALL, 10) == []
+    assert store.get("sarah", [reply.id])[0].context is None
+
+
 def test_list_pages_newest_first(store, embedder):
     rows = [episode("sarah", f"turn {i}", at=T0 + timedelta(minutes=i)) for i in range(7)]
     rows = [r.model_copy(update={"created_at": r.timestamp}) for r in rows]

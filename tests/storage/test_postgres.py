@@ -175,3 +175,14 @@ def test_recall_quality_matches_the_sqlite_bar(pg_urls, embedder, reranker, toke
         result = run_questions(eng, questions)
     assert result["foreign_hits"] == 0
     assert result["r_at_5"] >= 0.9 and result["r_at_10"] >= 0.95 and result["mrr"] >= 0.75
+
+
+def test_a_runtime_store_refuses_a_schema_older_than_itself(pg_urls):
+    admin, runtime = pg_urls
+    migrate(admin)
+    with psycopg.connect(admin) as conn:  # as if the last migration had not run
+        conn.execute("ALTER TABLE memories DROP COLUMN tokens")
+        conn.execute("DELETE FROM engram_migrations WHERE version = 3")
+    with pytest.raises(StorageError, match="run migrations"):
+        PostgresStore(runtime)
+    PostgresStore(runtime, admin_url=admin).close()  # migrating brings it up to date

@@ -42,6 +42,27 @@ def test_wal_mode_and_schema_version(tmp_path):
     try:
         conn = store._conn()
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert store.stats()["meta"]["schema_version"] == "1"
+        assert store.stats()["meta"]["schema_version"] == "2"
     finally:
         store.close()
+
+
+def test_an_older_file_is_upgraded_and_a_newer_one_refused(tmp_path):
+    import pytest
+
+    from engram.errors import StorageError
+
+    store = SQLiteStore(tmp_path / "x.db")
+    store._conn().execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    store.close()
+    store = SQLiteStore(tmp_path / "x.db")  # 0.1's layout gains memory_tokens; version moves to 2
+    assert store.stats()["meta"]["schema_version"] == "2"
+    store._conn().execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    store.close()
+    with pytest.raises(StorageError, match="upgrade engram-memory"):
+        SQLiteStore(tmp_path / "x.db")
+
+
+def test_an_in_memory_store_opens(tmp_path):
+    store = SQLiteStore(":memory:")  # cannot do WAL: keeps its journal mode instead of waiting
+    store.close()

@@ -412,6 +412,14 @@ def mcp_config(
 
 
 @app.command()
+def reindex(store: StoreOpt = None) -> None:
+    """Compute the late-interaction token vectors that rows of an older store lack (all users)."""
+    with _engram(store, rerank=False) as eng:
+        done = eng.reindex()
+    console.print(f"token vectors computed for {done} rows")
+
+
+@app.command()
 def consolidate(
     user: Annotated[str | None, typer.Option("--user", "-u", help="the user to consolidate")] = None,
     all_users: Annotated[bool, typer.Option("--all", help="every user with memories")] = False,

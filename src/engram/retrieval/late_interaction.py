@@ -9,6 +9,7 @@ cross-encoder (~5-11 ms per pair on 2 cores) can afford only the top few.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -42,6 +43,9 @@ def unpack(blob: bytes, dim: int) -> Matrix:
     return values.astype(np.float32) * scales[:, None]
 
 
+_BLAS_LOCK = threading.Lock()
+
+
 @functools.cache
 def _blas() -> ThreadpoolController:
     """One BLAS thread for these small products: OpenBLAS threads spin after a call and starve the
@@ -71,7 +75,7 @@ def token_maxima(query: Matrix, packed: Sequence[bytes], dim: int) -> Matrix:
             for n, b in zip(counts, packed, strict=True)
         ]
     )
-    with _blas().limit(limits=1, user_api="blas"):
+    with _BLAS_LOCK, _blas().limit(limits=1, user_api="blas"):  # the limit is process-wide
         sims = (values.astype(np.float32) @ np.asarray(query, dtype=np.float32).T) * scales[:, None]
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     return np.maximum.reduceat(sims, starts, axis=0)

@@ -34,6 +34,9 @@ from engram.storage._rows import search_text_of
 from engram.storage.base import SearchFilter, Store, Tenant
 
 log = logging.getLogger(__name__)
+# Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
+# stage is skipped, so a store upgraded from 0.1 keeps 0.1's latency until `engram reindex` has run.
+MAX_ENCODED_AT_RECALL = 8
 _LEG_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-leg")
 
 
@@ -171,6 +174,11 @@ def apply_late_interaction(
         }
         blobs = store.token_vectors(tenant, [c.memory.id for c in head] + list(context_of.values()))
         missing = [c.memory for c in head if c.memory.id not in blobs]
+        if len(missing) > MAX_ENCODED_AT_RECALL:
+            return (
+                f"skipped: {len(missing)} candidates have no token vectors (written before late "
+                "interaction existed): run `engram reindex`"
+            )
         if missing:
             encoded = encoder.encode_documents([search_text_of(m) for m in missing])
             blobs.update({m.id: pack(tokens) for m, tokens in zip(missing, encoded, strict=True)})

@@ -16,16 +16,23 @@ from datetime import UTC, datetime, timedelta
 
 _MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_name) if name}
 _MONTHS.update({name.lower(): i for i, name in enumerate(calendar.month_abbr) if name})
+_MONTHS["sept"] = 9
 _MONTH = r"(?P<month>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<day>\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
 # Most specific first: the first pattern that matches decides the window.
 _PATTERNS = [
-    ("day", re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.I)),  # October 13, 2023
-    ("day", re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.I)),  # 13 October 2023
-    ("month", re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b", re.I)),  # December 2023
-    ("month_any_year", re.compile(rf"\b(?:in|during|since|early|mid|late)[\s-]+{_MONTH}\b", re.I)),
-    ("year", re.compile(rf"\b(?:in|during|of|since)\s+{_YEAR}\b", re.I)),
+    ("day", re.compile(rf"\b{_MONTH}\s+{_DAY},?\s+{_YEAR}\b", re.I | re.A)),  # October 13, 2023
+    ("day", re.compile(rf"\b{_DAY}\s+(?:of\s+)?{_MONTH},?\s+{_YEAR}\b", re.I | re.A)),  # 13 October 2023
+    ("month", re.compile(rf"\b{_MONTH},?\s+(?:of\s+)?{_YEAR}\b", re.I | re.A)),  # December 2023
+    (  # "in June"; not "since may I ask"
+        "month_any_year",
+        re.compile(
+            rf"\b(?:in|during|since|early|mid|late)[\s-]+{_MONTH}\b(?!\s+(?:i|we|you|he|she|they)\b)",
+            re.I | re.A,
+        ),
+    ),
+    ("year", re.compile(rf"\b(?:in|during|of|since)\s+{_YEAR}\b", re.I | re.A)),
 ]
 _RELATIVE = {
     "yesterday": (timedelta(days=2), timedelta(days=0)),
@@ -75,13 +82,17 @@ def time_window(query: str, now: datetime) -> TimeWindow | None:
     lowered = query.lower()
     for words, (back, forward) in _RELATIVE.items():
         if re.search(rf"\b{words}\b", lowered):
-            return TimeWindow(now - back, now + forward + timedelta(seconds=1))
+            try:
+                return TimeWindow(now - back, now + forward + timedelta(seconds=1))
+            except OverflowError:  # a present at the edge of the calendar
+                return None
     return None
 
 
 def in_window(at: datetime, window: TimeWindow) -> bool:
     """Whether an event time falls in the window (a month of any year: that month, plus the slack)."""
     if window.month is not None:
-        return at.month == window.month or (at - SLACK).month == window.month
+        before = at - SLACK if at > datetime.min.replace(tzinfo=at.tzinfo) + SLACK else at
+        return window.month in (at.month, before.month)
     assert window.start is not None and window.end is not None
     return window.start <= at < window.end

@@ -195,6 +195,14 @@ class Store(Protocol):
         """Rows in scope among ``ids``, in the order asked; ids out of scope are silently absent."""
         ...
 
+    def rows_without_tokens(self, tenant: Tenant, limit: int) -> list[Memory]:
+        """Rows owned by exactly ``tenant`` that have no token vectors (written before they existed)."""
+        ...
+
+    def set_tokens(self, tenant: Tenant, tokens: Mapping[str, bytes]) -> None:
+        """Store packed token vectors for the tenant's rows by id (ids out of scope are ignored)."""
+        ...
+
     def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
         """Full-text (BM25) candidates, best first."""
         ...

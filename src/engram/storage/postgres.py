@@ -204,11 +204,21 @@ class PostgresStore:
                 owner = conn.execute(
                     "SELECT tableowner FROM pg_tables WHERE schemaname = 'public' AND tablename = 'memories'"
                 ).fetchone()
+                current = conn.execute(  # the newest migration's column (3: tokens)
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema = 'public' "
+                    "AND table_name = 'memories' AND column_name = 'tokens'"
+                ).fetchone()
         except psycopg.Error as exc:
             raise StorageError(f"cannot open PostgreSQL store: {exc}") from exc
         if owner is None:
             self._pool.close()
             raise StorageError("no Engram schema in this database: run migrations (pg_admin_url) first")
+        if current is None:
+            self._pool.close()
+            raise StorageError(
+                f"this database's Engram schema predates migration {MIGRATIONS[-1][0]}: run migrations "
+                "(open once with pg_admin_url / ENGRAM_PG_ADMIN_URL)"
+            )
         if role[0] or owner[0] == role[1]:
             self._pool.close()
             raise StorageError(
@@ -271,6 +281,8 @@ class PostgresStore:
     ) -> None:
         if not rows:
             return
+        batch = {row.id for row in rows}
+        rows = [_checked_context(conn, owner, row, batch) for row in rows]
         new_rows = {row.id: row for row in rows}
         token_blobs = tokens if tokens is not None else [None] * len(rows)
         with conn.cursor() as cur:
@@ -325,6 +337,21 @@ class PostgresStore:
                 (wanted, _read_owners(tenant, include_catalog)),
             ).fetchall()
         return {i: bytes(t) for i, t in rows}
+
+    def rows_without_tokens(self, tenant: Tenant, limit: int) -> list[Memory]:
+        with self._tx(tenant) as conn:
+            rows = conn.execute(
+                f"SELECT {_SELECT} FROM memories WHERE owner = %s AND tokens IS NULL ORDER BY rid LIMIT %s",
+                ("" if tenant is None else tenant, limit),
+            ).fetchall()
+        return [_memory(r) for r in rows]
+
+    def set_tokens(self, tenant: Tenant, tokens: Mapping[str, bytes]) -> None:
+        with self._tx(tenant) as conn, conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE memories SET tokens = %s WHERE id = %s AND owner = %s",
+                [(blob, memory_id, "" if tenant is None else tenant) for memory_id, blob in tokens.items()],
+            )
 
     def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
         words = fts_words(query)
@@ -523,6 +550,19 @@ def _lock_row(conn: Any, memory_id: str, owner: str, memory_type: str) -> tuple[
     if row is None:
         raise NotFound(memory_id)
     return row[0], row[1]
+
+
+def _checked_context(conn: Any, owner: str, row: Memory, batch: set[str]) -> Memory:
+    """The row, without its context if the turn it quotes was forgotten meanwhile (a turn of the same
+    batch is fine). The key-share lock makes a concurrent forget of that turn wait for this insert,
+    then clear the context itself."""
+    context_id = getattr(row, "context_id", None)
+    if not context_id or context_id in batch:
+        return row
+    found = conn.execute(
+        "SELECT 1 FROM memories WHERE id = %s AND owner = %s FOR KEY SHARE", (context_id, owner)
+    ).fetchone()
+    return row if found else without_context(row)
 
 
 def _drop_quotes(conn: Any, owner: str, episode_id: str) -> None:

@@ -23,7 +23,7 @@ import hashlib
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ from engram.storage.base import (
     check_supersession,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: memory_tokens, episode context (older Engrams refuse the file)
 BUSY_TIMEOUT_MS = 10_000  # writers queue behind each other rather than fail
 
 _SCHEMA = """
@@ -195,6 +195,10 @@ class SQLiteStore:
                         f"{self.path} has schema version {row[0]}; this Engram knows up to "
                         f"{SCHEMA_VERSION}: upgrade engram-memory"
                     )
+                elif int(row[0]) < SCHEMA_VERSION:  # every change so far is additive (CREATE IF NOT EXISTS)
+                    conn.execute(
+                        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
+                    )
 
     # -- connections and transactions ----------------------------------------------------------
     def _conn(self) -> apsw.Connection:
@@ -281,6 +285,7 @@ class SQLiteStore:
         tokens: Sequence[bytes] | None,
     ) -> None:
         new_rows = {row.id: row for row in rows}
+        rows = [self._checked_context(conn, owner, row, new_rows.keys()) for row in rows]
         for i, (row, vector) in enumerate(zip(rows, vectors, strict=True)):
             self._insert_one(conn, owner, row, vector, tokens[i] if tokens is not None else None)
         for new_id, spec in supersede.items():
@@ -300,6 +305,16 @@ class SQLiteStore:
             (new.id, _ts(spec.at), int(spec.retract), rid),
         )
         conn.execute("UPDATE memory_vec SET live = 0 WHERE owner = ? AND rid = ?", (owner, rid))
+
+    @staticmethod
+    def _checked_context(conn: apsw.Connection, owner: str, row: Memory, batch: Collection[str]) -> Memory:
+        """The row, without its context if the turn it quotes was forgotten meanwhile (remember_turn
+        reads it before this transaction; a turn of the same batch is fine)."""
+        context_id = getattr(row, "context_id", None)
+        if not context_id or context_id in batch:
+            return row
+        found = conn.execute("SELECT 1 FROM memories WHERE id = ? AND owner = ?", (context_id, owner))
+        return row if found.fetchone() else without_context(row)
 
     def _insert_one(
         self, conn: apsw.Connection, owner: str, row: Memory, vector: Vectors, tokens: bytes | None
@@ -327,8 +342,11 @@ class SQLiteStore:
                 np.asarray(vector, dtype=np.float32).tobytes(),
             ),
         )
+        # OR REPLACE / DELETE: a rid can be reused after a forget; never inherit another row's tokens.
         if tokens is not None:
-            conn.execute("INSERT INTO memory_tokens VALUES (?, ?, ?)", (owner, rid, tokens))
+            conn.execute("INSERT OR REPLACE INTO memory_tokens VALUES (?, ?, ?)", (owner, rid, tokens))
+        else:
+            conn.execute("DELETE FROM memory_tokens WHERE owner = ? AND rid = ?", (owner, rid))
 
     def get(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
         wanted = [i for i in dict.fromkeys(ids) if is_well_formed_id(i)]
@@ -357,6 +375,25 @@ class SQLiteStore:
                   WHERE m.id IN ({_marks(len(wanted))}) AND +m.owner IN ({_marks(len(owners))})"""
         with self._errors():
             return dict(self._conn().execute(sql, (*wanted, *owners)).fetchall())
+
+    def rows_without_tokens(self, tenant: Tenant, limit: int) -> list[Memory]:
+        sql = f"""SELECT {_SELECT} FROM memories m WHERE owner = ? AND NOT EXISTS
+                  (SELECT 1 FROM memory_tokens t WHERE t.owner = m.owner AND t.rid = m.rid)
+                  ORDER BY rid LIMIT ?"""
+        with self._errors():
+            return self._rows(sql, (_owner_key(tenant), limit))
+
+    def set_tokens(self, tenant: Tenant, tokens: Mapping[str, bytes]) -> None:
+        owner = _owner_key(tenant)
+        with self._errors():
+            conn = self._conn()
+            with self._write(conn):
+                for memory_id, blob in tokens.items():
+                    conn.execute(
+                        "INSERT OR REPLACE INTO memory_tokens SELECT owner, rid, ? FROM memories "
+                        "WHERE id = ? AND owner = ?",
+                        (blob, memory_id, owner),
+                    )
 
     def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
         owners = self._read_owners(tenant, "catalog" in where.memory_types)
@@ -635,10 +672,13 @@ def _use_wal(conn: apsw.Connection) -> None:
     busy handler, when another process holds one: two processes creating the same new store raced
     here. Retry for as long as the busy timeout.
     """
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        return
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    while conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+    while True:
         try:
-            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA journal_mode = WAL")  # a file that cannot do WAL keeps its mode
+            return
         except apsw.BusyError:
             if time.monotonic() > deadline:
                 raise
