@@ -55,9 +55,35 @@ def test_every_hit_explains_its_score(eng):
             * e["source_prior"]
             * e["success_prior"]
             * e["time_match"]
+            * e.get("stage_scale", 1.0)
         )
         assert abs(product - hit.score) < 1e-12
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_scores_fall_with_rank_across_stages(make_engram):
+    eng = make_engram(rerank_window=2)
+    mem = eng.for_user("sarah")
+    for i in range(8):
+        mem.write(f"Sarah's sensor number {i} is in room {i}; it runs on battery model {i}")
+    # A question none of them answers: the cross-encoder's probabilities are tiny, while min-max
+    # scaled late-interaction scores below the window still reach ~1.
+    hits = mem.recall("what is the name of sarah's cat?", k=8)
+    assert [h.explain["relevance"] for h in hits[:3]] == ["rerank", "rerank", "late_interaction"]
+    assert hits[2].explain["stage_scale"] < 1
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_keep_scores_ordered_follows_its_docstring():
+    from engram.retrieval.pipeline import Candidate, keep_scores_ordered
+
+    def tier(*scores):
+        return [Candidate(memory=None, rrf=s) for s in scores]  # final = rrf with no multipliers
+
+    tiers = [tier(0.6, 0.4), tier(0.9, 0.3)]
+    keep_scores_ordered(tiers)
+    assert [round(c.final, 4) for t in tiers for c in t] == [0.6, 0.4, 0.4, 0.1333]
 
 
 def test_model_stage_failures_fall_back_to_the_previous_order(eng):

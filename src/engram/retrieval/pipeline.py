@@ -11,7 +11,8 @@
 5. The cross-encoder scores the top ``rerank_window`` candidates.
 6. Final score = relevance × Π multipliers (relevance = rerank probability, else late-interaction
    score, else RRF). Each stage re-orders only its head: reranked candidates rank above the rest
-   of the late-interaction head, which ranks above the RRF tail. If a model stage raises, recall
+   of the late-interaction head, which ranks above the RRF tail, and a ``stage_scale`` factor keeps
+   scores falling with rank across them (``keep_scores_ordered``). If a model stage raises, recall
    continues on the previous order and says so in every hit's explain.
 """
 
@@ -135,12 +136,14 @@ def recall(
     candidates.sort(key=lambda c: -c.final)
 
     errors: dict[str, str] = {}
+    heads = [len(candidates)]  # where each stage's re-ordered head ends
     if query_tokens is not None and token_encoder is not None and candidates:
         head = candidates[: config.late_window]
         late_error = apply_late_interaction(store, token_encoder, tenant, query_tokens, head)
         if late_error is None:
             head.sort(key=lambda c: -c.final)
             candidates[: len(head)] = head
+            heads.append(len(head))
         else:
             errors["late_interaction"] = late_error
     if config.rerank and reranker is not None and config.rerank_window > 0 and candidates:
@@ -149,8 +152,11 @@ def recall(
         if rerank_error is None:
             window.sort(key=lambda c: -c.final)
             candidates[: len(window)] = window
+            heads.append(len(window))
         else:
             errors["rerank"] = rerank_error
+    bounds = sorted(set(heads))
+    keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
 
     return [
         Hit(memory=c.memory, score=c.final, rank=rank, explain=c.explain(errors))
@@ -196,6 +202,26 @@ def apply_late_interaction(
     for candidate, score in zip(head, normalised(scores), strict=True):
         candidate.late = score
     return None
+
+
+def keep_scores_ordered(tiers: list[list[Candidate]]) -> None:
+    """Make scores fall with rank across stages: each tier (the reranked window, the rest of the
+    late-interaction head, the RRF tail) is scaled so its best score is at most the worst of the tier
+    above, ``stage_scale = min(above) / max(tier)`` (only when needed; ratios within a tier stay).
+
+    Each stage's relevance has its own scale (a cross-encoder probability can be 1e-5 where a
+    min-max-scaled late score is 0.9), and rank follows the stages, so without this a client sorting
+    or thresholding by score would disagree with the rank. Example: tiers with finals [0.6, 0.4] and
+    [0.9, 0.3] -> the second tier gets stage_scale 0.4 / 0.9: [0.4, 0.133].
+    """
+    floor: float | None = None
+    for tier in tiers:
+        top = max(c.final for c in tier)
+        if floor is not None and top > floor and top > 0:
+            scale = floor / top
+            for c in tier:
+                c.multipliers["stage_scale"] = scale
+        floor = min(c.final for c in tier)
 
 
 def normalised(scores: list[float]) -> list[float]:
