@@ -6,13 +6,19 @@ import numpy as np
 import pytest
 
 from engram import Engram, ModelError
-from engram.providers.onnx import PACKAGED_EMBEDDER, PACKAGED_RERANKER, OnnxEmbedder, verify_files
+from engram.providers.onnx import (
+    PACKAGED_COLBERT,
+    PACKAGED_EMBEDDER,
+    PACKAGED_RERANKER,
+    OnnxEmbedder,
+    verify_files,
+)
 from engram.storage.sqlite import SQLiteStore
 
 
 def test_packaged_files_match_their_checksums():
-    for spec in (PACKAGED_EMBEDDER, PACKAGED_RERANKER):
-        verify_files(spec.locate(), spec.sha256, spec.name)
+    for spec in (PACKAGED_EMBEDDER, PACKAGED_RERANKER, PACKAGED_COLBERT):
+        assert spec.verified_dir() == spec.locate()
 
 
 def test_a_corrupt_or_missing_file_is_a_clear_error(tmp_path):

@@ -45,6 +45,12 @@ class ModelSpec:
             )
         return Path(spec.submodule_search_locations[0]) / self.subdir
 
+    def verified_dir(self) -> Path:
+        """The model's folder, after checking every file against its checksum."""
+        model_dir = self.locate()
+        verify_files(model_dir, self.sha256, self.name)
+        return model_dir
+
 
 PACKAGED_EMBEDDER = ModelSpec(
     name="bge-small-en-v1.5-int8",
@@ -155,8 +161,7 @@ class OnnxEmbedder:
 
     @classmethod
     def packaged(cls, *, threads: int = 2, batch_size: int = 32) -> OnnxEmbedder:
-        model_dir = PACKAGED_EMBEDDER.locate()
-        verify_files(model_dir, PACKAGED_EMBEDDER.sha256, PACKAGED_EMBEDDER.name)
+        model_dir = PACKAGED_EMBEDDER.verified_dir()
         return cls(
             model_dir,
             name=PACKAGED_EMBEDDER.name,
@@ -216,8 +221,7 @@ class OnnxCrossEncoder:
 
     @classmethod
     def packaged(cls, *, workers: int = 2) -> OnnxCrossEncoder:
-        model_dir = PACKAGED_RERANKER.locate()
-        verify_files(model_dir, PACKAGED_RERANKER.sha256, PACKAGED_RERANKER.name)
+        model_dir = PACKAGED_RERANKER.verified_dir()
         return cls(model_dir, name=PACKAGED_RERANKER.name, workers=workers)
 
     @property
@@ -273,8 +277,7 @@ class OnnxTokenEncoder:
 
     @classmethod
     def packaged(cls, *, threads: int = 2) -> OnnxTokenEncoder:
-        model_dir = PACKAGED_COLBERT.locate()
-        verify_files(model_dir, PACKAGED_COLBERT.sha256, PACKAGED_COLBERT.name)
+        model_dir = PACKAGED_COLBERT.verified_dir()
         return cls(model_dir, name=PACKAGED_COLBERT.name, threads=threads)
 
     @property

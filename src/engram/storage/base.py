@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Protocol
 
 from engram.errors import Conflict, InvalidInput
-from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone
+from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
 
 CATALOG: None = None  # the tenant that owns catalog rows
@@ -132,6 +132,11 @@ class KeyStore(Protocol):
     def revoke_key(self, key_id: str, at: datetime) -> bool:
         """True if a live key was revoked."""
         ...
+
+
+def wanted_ids(ids: Sequence[str]) -> list[str]:
+    """The distinct well-formed ids asked for, in order: anything else cannot name a row."""
+    return [i for i in dict.fromkeys(ids) if is_well_formed_id(i)]
 
 
 def check_insert(

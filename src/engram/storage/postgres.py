@@ -46,6 +46,7 @@ from engram.storage.base import (
     Watermark,
     check_insert,
     check_supersession,
+    wanted_ids,
 )
 
 RUNTIME_ROLE = "engram_app"
@@ -313,7 +314,7 @@ class PostgresStore:
         )
 
     def get(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
-        wanted = [i for i in dict.fromkeys(ids) if is_well_formed_id(i)]
+        wanted = wanted_ids(ids)
         if not wanted:
             return []
         with self._tx(tenant) as conn:
@@ -327,7 +328,7 @@ class PostgresStore:
     def token_vectors(
         self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True
     ) -> dict[str, bytes]:
-        wanted = [i for i in dict.fromkeys(ids) if is_well_formed_id(i)]
+        wanted = wanted_ids(ids)
         if not wanted:
             return {}
         with self._tx(tenant) as conn:

@@ -57,6 +57,7 @@ from engram.storage.base import (
     Watermark,
     check_insert,
     check_supersession,
+    wanted_ids,
 )
 
 SCHEMA_VERSION = 2  # 2: memory_tokens, episode context (older Engrams refuse the file)
@@ -349,7 +350,7 @@ class SQLiteStore:
             conn.execute("DELETE FROM memory_tokens WHERE owner = ? AND rid = ?", (owner, rid))
 
     def get(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
-        wanted = [i for i in dict.fromkeys(ids) if is_well_formed_id(i)]
+        wanted = wanted_ids(ids)
         if not wanted:
             return []
         owners = self._read_owners(tenant, include_catalog)
@@ -366,7 +367,7 @@ class SQLiteStore:
     def token_vectors(
         self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True
     ) -> dict[str, bytes]:
-        wanted = [i for i in dict.fromkeys(ids) if is_well_formed_id(i)]
+        wanted = wanted_ids(ids)
         if not wanted:
             return {}
         owners = self._read_owners(tenant, include_catalog)
