@@ -93,6 +93,8 @@ class Engram:
         self.token_encoder = token_encoder  # late interaction; None: recall skips that stage
         self.config = config or RetrievalConfig.from_settings(self.settings)
         store.ensure_model(embedder.name, embedder.dim)
+        if token_encoder is not None:
+            store.ensure_model(token_encoder.name, token_encoder.dim, kind="token")
 
     @classmethod
     def open(cls, url: str | None = None, **settings: Any) -> Engram:

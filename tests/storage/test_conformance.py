@@ -46,6 +46,12 @@ def test_model_is_recorded_and_a_different_one_refused(store, embedder):
         store.ensure_model("some-other-model", embedder.dim)
     with pytest.raises(ModelError):
         store.ensure_model(embedder.name, 768)
+    # The late-interaction model is recorded on its own key, and checked the same way.
+    store.ensure_model("colbert-a", 384, kind="token")
+    store.ensure_model("colbert-a", 384, kind="token")
+    with pytest.raises(ModelError, match="token model 'colbert-a'"):
+        store.ensure_model("colbert-b", 384, kind="token")
+    store.ensure_model(embedder.name, embedder.dim)  # the embedding record is untouched
 
 
 def test_every_type_round_trips_with_all_fields(store, embedder):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from engram.errors import Conflict, InvalidInput
+from engram.errors import Conflict, InvalidInput, ModelError
 from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
 
@@ -134,6 +134,31 @@ class KeyStore(Protocol):
         ...
 
 
+def model_keys(kind: str) -> tuple[str, str]:
+    """The meta keys recording the model of one kind ("embedding", "token")."""
+    return f"{kind}_model", f"{kind}_dim"
+
+
+def check_model(recorded: Mapping[str, str], kind: str, name: str, dim: int, store: str) -> bool:
+    """The rule of ``Store.ensure_model``: True if nothing is recorded yet (record it now); raise
+    ModelError if another model of that kind built the store (its stored vectors mean nothing to this
+    one)."""
+    model_key, dim_key = model_keys(kind)
+    if model_key not in recorded:
+        return True
+    if recorded[model_key] != name or recorded.get(dim_key) != str(dim):
+        hint = (
+            "set ENGRAM_LATE_INTERACTION=false, or re-import into a new store"
+            if kind == "token"
+            else "open it with the model it was built with, or re-import into a new store"
+        )
+        raise ModelError(
+            f"{store} was built with {kind} model {recorded[model_key]!r} (dim {recorded.get(dim_key)}); "
+            f"it cannot be searched with {name!r} (dim {dim}): {hint}"
+        )
+    return False
+
+
 def wanted_ids(ids: Sequence[str]) -> list[str]:
     """The distinct well-formed ids asked for, in order: anything else cannot name a row."""
     return [i for i in dict.fromkeys(ids) if is_well_formed_id(i)]
@@ -170,8 +195,9 @@ def check_supersession(spec: Supersession, new: Memory, old_type: str, supersede
 
 
 class Store(Protocol):
-    def ensure_model(self, name: str, dim: int) -> None:
-        """Record the embedding model on first use; raise ModelError if the store was built with another."""
+    def ensure_model(self, name: str, dim: int, kind: str = "embedding") -> None:
+        """Record the model of a kind ("embedding", or "token" for late interaction) on first use;
+        raise ModelError if the store was built with another (``check_model``)."""
         ...
 
     def insert(

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from engram.errors import Conflict, InvalidInput, ModelError, NotFound, StorageError
+from engram.errors import Conflict, InvalidInput, NotFound, StorageError
 from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
 from engram.storage._rows import (
@@ -45,7 +45,9 @@ from engram.storage.base import (
     Tenant,
     Watermark,
     check_insert,
+    check_model,
     check_supersession,
+    model_keys,
     wanted_ids,
 )
 
@@ -242,21 +244,17 @@ class PostgresStore:
             raise StorageError(f"PostgreSQL error: {exc}") from exc
 
     # -- Store protocol ------------------------------------------------------------------------
-    def ensure_model(self, name: str, dim: int) -> None:
+    def ensure_model(self, name: str, dim: int, kind: str = "embedding") -> None:
+        keys = model_keys(kind)
         with self._tx("") as conn:
-            rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            if "embedding_model" not in rows:
-                conn.execute(
-                    "INSERT INTO meta VALUES ('embedding_model', %s), ('embedding_dim', %s)"
-                    " ON CONFLICT DO NOTHING",
-                    (name, str(dim)),
-                )
-                return
-        if rows.get("embedding_model") != name or rows.get("embedding_dim") != str(dim):
-            raise ModelError(
-                f"this store was built with embedding model {rows.get('embedding_model')!r} "
-                f"(dim {rows.get('embedding_dim')}); it cannot be searched with {name!r} (dim {dim})"
+            recorded = dict(
+                conn.execute("SELECT key, value FROM meta WHERE key = ANY(%s)", (list(keys),)).fetchall()
             )
+            if check_model(recorded, kind, name, dim, "this store"):
+                conn.execute(
+                    "INSERT INTO meta VALUES (%s, %s), (%s, %s) ON CONFLICT DO NOTHING",
+                    (keys[0], name, keys[1], str(dim)),
+                )
 
     def insert(
         self,

@@ -32,7 +32,7 @@ import apsw
 import numpy as np
 import sqlite_vec
 
-from engram.errors import Conflict, InvalidInput, ModelError, NotFound, StorageError
+from engram.errors import Conflict, InvalidInput, NotFound, StorageError
 from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
 from engram.storage._rows import (
@@ -56,7 +56,9 @@ from engram.storage.base import (
     Tenant,
     Watermark,
     check_insert,
+    check_model,
     check_supersession,
+    model_keys,
     wanted_ids,
 )
 
@@ -239,27 +241,18 @@ class SQLiteStore:
             raise StorageError(f"SQLite error on {self.path}: {exc}") from exc
 
     # -- Store protocol ------------------------------------------------------------------------
-    def ensure_model(self, name: str, dim: int) -> None:
+    def ensure_model(self, name: str, dim: int, kind: str = "embedding") -> None:
+        keys = model_keys(kind)
         with self._errors():
             conn = self._conn()
             with self._write(conn):
-                rows = dict(
-                    conn.execute(
-                        "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'embedding_dim')"
-                    ).fetchall()
+                recorded = dict(
+                    conn.execute(f"SELECT key, value FROM meta WHERE key IN ({_marks(2)})", keys).fetchall()
                 )
-                if not rows:
+                if check_model(recorded, kind, name, dim, str(self.path)):
                     conn.executemany(
-                        "INSERT INTO meta VALUES (?, ?)",
-                        [("embedding_model", name), ("embedding_dim", str(dim))],
+                        "INSERT INTO meta VALUES (?, ?)", zip(keys, (name, str(dim)), strict=True)
                     )
-                    return
-        if rows.get("embedding_model") != name or rows.get("embedding_dim") != str(dim):
-            raise ModelError(
-                f"{self.path} was built with embedding model {rows.get('embedding_model')!r} "
-                f"(dim {rows.get('embedding_dim')}); it cannot be searched with {name!r} (dim {dim}). "
-                "Open it with the model it was built with, or re-import into a new store."
-            )
 
     def insert(
         self,
