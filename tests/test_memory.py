@@ -71,6 +71,11 @@ def test_recall_as_of_measures_decay_from_that_present(eng):
     (then,) = mem.recall("garage sensor battery", k=1, as_of=said + timedelta(days=30))
     assert today.memory.id == then.memory.id == ev.id
     assert today.explain["decay"] < 1.0 and then.explain["decay"] == 1.0
+    fact = mem.write("the garage sensor takes a CR2032 coin cell")
+    mem.recall("garage sensor battery", as_of=said)  # a replay: no use recorded
+    assert mem.get(fact.id).use_count == 0
+    mem.recall("garage sensor battery", as_of=said, record_use=True)
+    assert mem.get(fact.id).use_count == 1
     with pytest.raises(InvalidInput, match="range"):
         mem.recall("q", as_of=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))))
 

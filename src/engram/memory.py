@@ -382,7 +382,7 @@ class UserMemory(_Handle):
         include_catalog: bool = True,
         include_superseded: bool = False,
         config: RetrievalConfig | None = None,
-        record_use: bool = True,
+        record_use: bool | None = None,
         as_of: datetime | None = None,
     ) -> list[Hit]:
         """Search all of the user's memory types and the catalog in one call.
@@ -391,7 +391,8 @@ class UserMemory(_Handle):
         returned rows show the values after that bump, their explain the values before it.
         ``record_use=False`` leaves them untouched (evaluations, previews). ``as_of`` is the present
         that time decay measures ages from (default: now), for replays, audits and evaluations of
-        recorded conversations; it does not hide rows written after it.
+        recorded conversations; it does not hide rows written after it, and such a recall records no
+        use unless ``record_use=True`` says so (a replay is not a use).
         """
         engram = self._engram
         query = engram._check_text(query, "query")
@@ -414,7 +415,7 @@ class UserMemory(_Handle):
             config=config or engram.config,
             now=_aware(as_of) or now,
         )
-        if not record_use:
+        if not (record_use if record_use is not None else as_of is None):
             return hits
         used = [
             h.memory.id for h in hits if h.memory.memory_type == "semantic" and h.memory.superseded_by is None

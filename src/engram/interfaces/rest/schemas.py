@@ -49,7 +49,9 @@ class RecallRequest(_Request):
     include_catalog: bool = True
     include_superseded: bool = False
     as_of: datetime | None = Field(
-        default=None, description="the present that time decay measures from (default: now): replays, audits"
+        default=None,
+        description="the present that time decay measures from (default: now): replays, audits; "
+        "such a recall records no use",
     )
 
 
