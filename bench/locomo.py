@@ -9,7 +9,7 @@ sees the conversation's present, not today's date). R@K is the share of a questi
 the top K, averaged over questions; MRR uses the first gold turn.
 
     python bench/locomo.py [--preset default --preset no-rerank ...] [--conversations 2]
-                           [--data PATH] [--json bench/results/locomo.json]
+                           [--store sqlite|postgres] [--data PATH] [--json bench/results/locomo.json]
 
 Presets: see PRESETS below; ``default`` is the pipeline Engram ships with.
 """
@@ -32,6 +32,7 @@ from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncod
 from engram.retrieval import recipes
 from engram.retrieval.config import RetrievalConfig
 from engram.settings import EngramSettings
+from engram.storage.base import Store
 from engram.storage.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,14 +92,44 @@ def turns_of(sample: dict[str, Any]) -> tuple[list[dict[str, Any]], datetime]:
     return records, last
 
 
+class Stores:
+    """A fresh store per conversation: a SQLite file, or a database on a bundled PostgreSQL server
+    (pgserver, started on first use) as the non-owner runtime role, like the test suite."""
+
+    def __init__(self, kind: str, tmp: Path) -> None:
+        self.kind, self.tmp = kind, tmp
+        self.server: Any = None
+
+    def new(self, name: str) -> Store:
+        if self.kind == "sqlite":
+            return SQLiteStore(self.tmp / f"{name}.db")
+        import pgserver
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        from engram.storage.postgres import PostgresStore
+
+        if self.server is None:
+            self.server = pgserver.get_server(self.tmp / "pg", cleanup_mode="stop")
+        database = "locomo_" + re.sub(r"\W", "_", name)
+        with psycopg.connect(self.server.get_uri(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{database}"')
+        admin = make_conninfo(self.server.get_uri(), dbname=database)
+        return PostgresStore(make_conninfo(admin, user="engram_app"), admin_url=admin)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.cleanup()
+
+
 def run(
-    eng: Engram, samples: list[dict[str, Any]], presets: list[str], tmp: Path
+    eng: Engram, samples: list[dict[str, Any]], presets: list[str], stores: Stores
 ) -> dict[str, dict[str, Any]]:
     per_preset: dict[str, dict[str, list[float]]] = {p: defaultdict(list) for p in presets}
     for number, sample in enumerate(samples):
         user = re.sub(r"[^A-Za-z0-9._-]", "-", str(sample.get("sample_id", f"conv-{number}")))
         records, present = turns_of(sample)
-        store = SQLiteStore(tmp / f"{user}.db")
+        store = stores.new(user)
         with Engram(
             store, eng.embedder, eng.reranker, token_encoder=eng.token_encoder, settings=eng.settings
         ) as e:
@@ -158,6 +189,7 @@ def main() -> None:
     parser.add_argument("--preset", action="append", choices=sorted(PRESETS), help="repeatable")
     parser.add_argument("--conversations", type=int, default=None, help="only the first N")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
     args = parser.parse_args()
     presets = args.preset or ["default"]
     samples = json.loads(args.data.read_text())[: args.conversations]
@@ -172,8 +204,12 @@ def main() -> None:
             token_encoder=OnnxTokenEncoder.packaged(threads=settings.model_threads),
             settings=settings,
         )
-        results = run(base, samples, presets, Path(tmp))
-        base.close()
+        stores = Stores(args.store, Path(tmp))
+        try:
+            results = run(base, samples, presets, stores)
+        finally:
+            base.close()
+            stores.close()
     print(
         f"\n{'preset':<16} {'n':>5} {'R@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6} {'p50 ms':>7} {'p95 ms':>7}"
     )
