@@ -158,3 +158,10 @@ def test_window_limits_what_the_reranker_sees(make_engram):
         mem.write(f"Sarah's sensor number {i} is in room {i}")
     hits = mem.recall("sensor room", k=5)
     assert [h.explain["relevance"] for h in hits] == ["rerank", "rerank", "rrf", "rrf", "rrf"]
+
+
+def test_a_query_longer_than_the_rerankers_input_is_still_reranked(eng):
+    mem = eng.for_user("sarah")
+    mem.write("Sarah's garage sensor runs on a CR2032 coin cell")
+    hits = mem.recall(" ".join(["which battery does the garage sensor take?"] * 40))
+    assert "rerank_error" not in hits[0].explain and hits[0].explain["relevance"] == "rerank"

@@ -211,7 +211,9 @@ class OnnxCrossEncoder:
 
     def __init__(self, model_dir: Path, *, name: str, max_tokens: int = 256, workers: int = 2) -> None:
         self._tokenizer, first = _load(model_dir, threads=1)
-        self._tokenizer.enable_truncation(max_tokens, strategy="only_second")
+        # Cut the longer side first: the passage, unless a query is longer than it (with "only_second"
+        # a query past max_tokens made every pair fail and recall fell back to RRF order).
+        self._tokenizer.enable_truncation(max_tokens, strategy="longest_first")
         self._name = name
         self._sessions: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._sessions.put(first)
