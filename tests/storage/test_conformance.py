@@ -301,6 +301,27 @@ def test_a_context_whose_turn_was_forgotten_meanwhile_is_not_stored(store, embed
     assert store.get("sarah", [reply.id])[0].context is None
 
 
+def test_forgetting_a_link_of_a_supersession_chain_mends_it(store, embedder):
+    live = SearchFilter(frozenset({"semantic"}))
+    a = put(store, embedder, "sarah", fact("sarah", "Sarah lives in Bristol"))
+    b = fact("sarah", "Sarah lives in Leith", supersedes=a.id)
+    put(store, embedder, "sarah", b, supersede={b.id: Supersession(a.id, retract=True, at=T0)})
+    c = fact("sarah", "Sarah lives in Edinburgh", supersedes=b.id)
+    put(store, embedder, "sarah", c, supersede={c.id: Supersession(b.id, retract=False, at=T0)})
+    store.forget("sarah", b.id, T0)  # the middle link: a now points at c, and stays hidden
+    a_now, c_now = store.get("sarah", [a.id, c.id])
+    assert (a_now.superseded_by, a_now.retracted, c_now.supersedes) == (c.id, True, a.id)
+    assert [h.id for h in store.search_vector("sarah", embedder.embed_query("where"), live, 10)] == [c.id]
+    store.forget("sarah", c.id, T0)  # the head: a is live again, and can be superseded anew
+    (a_now,) = store.get("sarah", [a.id])
+    assert (a_now.superseded_by, a_now.superseded_at, a_now.retracted) == (None, None, False)
+    assert [h.id for h in store.search_vector("sarah", embedder.embed_query("where"), live, 10)] == [a.id]
+    assert [h.id for h in store.search_text("sarah", "Bristol", live, 10)] == [a.id]
+    d = fact("sarah", "Sarah lives in Glasgow", supersedes=a.id)
+    put(store, embedder, "sarah", d, supersede={d.id: Supersession(a.id, retract=False, at=T0)})
+    assert store.get("sarah", [a.id])[0].superseded_by == d.id
+
+
 def test_list_pages_newest_first(store, embedder):
     rows = [episode("sarah", f"turn {i}", at=T0 + timedelta(minutes=i)) for i in range(7)]
     rows = [r.model_copy(update={"created_at": r.timestamp}) for r in rows]

@@ -398,13 +398,16 @@ class PostgresStore:
             raise NotFound(str(memory_id))
         with self._tx(tenant) as conn:
             row = conn.execute(
-                "DELETE FROM memories WHERE id = %s AND owner = %s RETURNING memory_type, created_at",
+                "DELETE FROM memories WHERE id = %s AND owner = %s "
+                "RETURNING memory_type, created_at, supersedes, superseded_by",
                 (memory_id, owner),
             ).fetchone()
             if row is None:
                 raise NotFound(memory_id)
             if row[0] == "episodic":
                 _drop_quotes(conn, owner, memory_id)
+            if row[2]:
+                _mend_chain(conn, owner, memory_id, row[2], row[3])
             conn.execute(
                 "INSERT INTO tombstones VALUES (%s, %s, %s, %s, %s)", (memory_id, owner, row[0], row[1], at)
             )
@@ -549,6 +552,26 @@ def _lock_row(conn: Any, memory_id: str, owner: str, memory_type: str) -> tuple[
     if row is None:
         raise NotFound(memory_id)
     return row[0], row[1]
+
+
+def _mend_chain(conn: Any, owner: str, gone: str, before: str, after: str | None) -> None:
+    """Forgetting a link of a supersession chain: the row it replaced takes its place, re-linked to the
+    row that replaced it, else live again (its supersession time and retraction cleared)."""
+    if after is None:
+        conn.execute(
+            "UPDATE memories SET superseded_by = NULL, superseded_at = NULL, retracted = 0 "
+            "WHERE id = %s AND owner = %s AND superseded_by = %s",
+            (before, owner, gone),
+        )
+        return
+    relinked = conn.execute(
+        "UPDATE memories SET superseded_by = %s WHERE id = %s AND owner = %s AND superseded_by = %s",
+        (after, before, owner, gone),
+    ).rowcount
+    if relinked:
+        conn.execute(
+            "UPDATE memories SET supersedes = %s WHERE id = %s AND owner = %s", (before, after, owner)
+        )
 
 
 def _checked_context(conn: Any, owner: str, row: Memory, batch: set[str]) -> Memory:

@@ -449,14 +449,17 @@ class SQLiteStore:
             conn = self._conn()
             with self._write(conn):
                 row = conn.execute(
-                    "SELECT rid, memory_type, created_at FROM memories WHERE id = ? AND owner = ?",
+                    "SELECT rid, memory_type, created_at, supersedes, superseded_by FROM memories "
+                    "WHERE id = ? AND owner = ?",
                     (memory_id, owner),
                 ).fetchone()
                 if row is None:
                     raise NotFound(memory_id)
-                rid, memory_type, created_at = row
+                rid, memory_type, created_at, supersedes, superseded_by = row
                 if memory_type == "episodic":
                     self._drop_quotes(conn, owner, memory_id)
+                if supersedes:
+                    self._mend_chain(conn, owner, memory_id, supersedes, superseded_by)
                 conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rid,))
                 conn.execute("DELETE FROM memory_vec WHERE owner = ? AND rid = ?", (owner, rid))
                 conn.execute("DELETE FROM memory_tokens WHERE owner = ? AND rid = ?", (owner, rid))
@@ -472,6 +475,26 @@ class SQLiteStore:
             created_at=datetime.fromisoformat(created_at),
             forgotten_at=at,
         )
+
+    def _mend_chain(
+        self, conn: apsw.Connection, owner: str, gone: str, before: str, after: str | None
+    ) -> None:
+        """Forgetting a link of a supersession chain: the row it replaced takes its place, re-linked to
+        the row that replaced it, else live again (its supersession time and retraction cleared)."""
+        prev = conn.execute(
+            "SELECT rid FROM memories WHERE id = ? AND owner = ? AND superseded_by = ?", (before, owner, gone)
+        ).fetchone()
+        if prev is None:
+            return
+        if after is None:
+            conn.execute(
+                "UPDATE memories SET superseded_by = NULL, superseded_at = NULL, retracted = 0 WHERE rid = ?",
+                (prev[0],),
+            )
+            conn.execute("UPDATE memory_vec SET live = 1 WHERE owner = ? AND rid = ?", (owner, prev[0]))
+            return
+        conn.execute("UPDATE memories SET superseded_by = ? WHERE rid = ?", (after, prev[0]))
+        conn.execute("UPDATE memories SET supersedes = ? WHERE id = ? AND owner = ?", (before, after, owner))
 
     def _drop_quotes(self, conn: apsw.Connection, owner: str, episode_id: str) -> None:
         """Forgetting a turn also removes its words from the turns that were indexed with it as context."""
