@@ -128,6 +128,10 @@ def test_user_must_be_known_and_consistent(eng):
         eng.import_json(DOC, user_id="bob")
     eng.import_json(doc, user_id="bob")
     assert counts(eng, "bob")["semantic"] == 2 and counts(eng, "sarah")["semantic"] == 0
+    # A list is a catalog import: naming a user is a mistake, not a catalog write.
+    with pytest.raises(ImportFileError, match="takes no user"):
+        eng.import_json([{"title": "t", "text": "meant for sarah"}], user_id="sarah")
+    assert eng.catalog.list() == []
 
 
 def test_bad_catalog_rows_import_nothing(eng):

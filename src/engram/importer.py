@@ -131,6 +131,11 @@ def import_document(
 ) -> dict[str, Any]:
     """Validate, embed and insert a whole document in one transaction; see the module docstring."""
     if isinstance(document, Sequence) and not isinstance(document, str | bytes):
+        if user_id:
+            raise ImportFileError(
+                "a JSON array is a catalog import, shared by every user: it takes no user "
+                f"(got user {user_id!r}); a user's import is a JSON object"
+            )
         return _import_catalog(engram, document, progress)
     if not isinstance(document, Mapping):
         raise ImportFileError("an import file is a JSON object (user memories) or array (catalog)")

@@ -180,6 +180,10 @@ class Engram:
     def _check_text(self, text: object, what: str = "text") -> str:
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput(f"{what} must be a non-empty string")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate such as "\ud800": no store or model can take it
+            raise InvalidInput(f"{what} is not valid Unicode (it contains a lone surrogate)") from None
         if len(text) > self.settings.max_text_chars:
             raise InvalidInput(
                 f"{what} is {len(text)} characters; the limit is {self.settings.max_text_chars}"

@@ -96,6 +96,16 @@ def test_bad_input_gets_4xx_json_and_changes_nothing(service):
         ("post", "/v1/turns", {"json": {"text": ""}}, 422),
         ("post", "/v1/turns", {"json": {"text": "x" * 16_001}}, 422),
         ("post", "/v1/turns", {"json": {"txt": "typo"}}, 422),
+        *(
+            (
+                "post",
+                path,
+                {"content": rb'{"text": "a\ud800b"}', "headers": {"Content-Type": "application/json"}},
+                422,
+            )
+            for path in ("/v1/turns", "/v1/memories")
+        ),
+        ("post", "/v1/import", {"json": [{"title": "a user's list", "text": "is not the catalog"}]}, 422),
         (
             "post",
             "/v1/turns",
