@@ -78,6 +78,10 @@ def test_recall_as_of_measures_decay_from_that_present(eng):
     assert mem.get(fact.id).use_count == 1
     with pytest.raises(InvalidInput, match="range"):
         mem.recall("q", as_of=datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))))
+    edge = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-1)))
+    with pytest.raises(InvalidInput, match="range"):
+        mem.write("a fact", valid_to=edge)
+    assert [m.text for m in mem.list("semantic")] == [fact.text]  # nothing written
 
 
 def test_backfilled_timestamps_are_kept(eng):
