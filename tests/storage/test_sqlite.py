@@ -66,3 +66,29 @@ def test_an_older_file_is_upgraded_and_a_newer_one_refused(tmp_path):
 def test_an_in_memory_store_opens(tmp_path):
     store = SQLiteStore(":memory:")  # cannot do WAL: keeps its journal mode instead of waiting
     store.close()
+
+
+def _open_connections(path) -> int:
+    import apsw
+
+    return sum(c.filename == str(path) for c in apsw.connections())
+
+
+def test_a_finished_thread_gives_its_connection_back(tmp_path):
+    """A server's worker threads come and go; each one's connection must close when it ends
+    (issue 12.1: 17 -> 32 -> 47 open connections over three bursts)."""
+    import threading
+
+    store = SQLiteStore(tmp_path / "x.db")
+    try:
+        for _burst in range(3):
+            threads = [threading.Thread(target=store.tenants) for _ in range(15)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert _open_connections(store.path) == 1  # this thread's
+        assert store.tenants() == []  # and it still works
+    finally:
+        store.close()
+    assert _open_connections(store.path) == 0

@@ -12,8 +12,9 @@ Layout
   ``memory_vec``; rows written before it existed have none and are encoded at recall time.
 * ``tombstones``: what is left of forgotten rows (no text).
 
-Concurrency: one connection per thread; writers take ``BEGIN IMMEDIATE`` and wait on a busy timeout, so
-several processes can share the file. ``synchronous=FULL``: an acknowledged write survives power loss.
+Concurrency: one connection per thread, closed when its thread ends; writers take ``BEGIN IMMEDIATE``
+and wait on a busy timeout, so several processes can share the file. ``synchronous=FULL``: an
+acknowledged write survives power loss.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import hashlib
 import re
 import threading
 import time
+import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -180,7 +182,7 @@ class SQLiteStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._local = threading.local()
-        self._all_connections: list[apsw.Connection] = []
+        self._open: dict[int, apsw.Connection] = {}  # every live thread's connection, for close()
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,22 +207,28 @@ class SQLiteStore:
 
     # -- connections and transactions ----------------------------------------------------------
     def _conn(self) -> apsw.Connection:
-        conn: apsw.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = apsw.Connection(str(self.path))
-            conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-            conn.enable_load_extension(True)
-            conn.load_extension(sqlite_vec.loadable_path())
-            conn.enable_load_extension(False)
-            # page_size only takes effect before the first table exists; 8 KiB keeps a 1.5 KiB
-            # embedding inside its b-tree cell instead of an overflow page.
-            conn.execute("PRAGMA page_size = 8192")
-            _use_wal(conn)
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            self._local.conn = conn
+        held: _HeldConnection | None = getattr(self._local, "held", None)
+        if held is None:
+            held = _HeldConnection(self._connect())
+            self._local.held = held
             with self._lock:
-                self._all_connections.append(conn)
+                self._open[id(held.conn)] = held.conn
+            # A thread's locals die with it: close its connection then, not at close() (issue 12.1).
+            weakref.finalize(held, _release, self._open, self._lock, held.conn)
+        return held.conn
+
+    def _connect(self) -> apsw.Connection:
+        conn = apsw.Connection(str(self.path))
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        conn.enable_load_extension(False)
+        # page_size only takes effect before the first table exists; 8 KiB keeps a 1.5 KiB
+        # embedding inside its b-tree cell instead of an overflow page.
+        conn.execute("PRAGMA page_size = 8192")
+        _use_wal(conn)
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
         return conn
 
     @contextlib.contextmanager
@@ -641,9 +649,9 @@ class SQLiteStore:
 
     def close(self) -> None:
         with self._lock:
-            for conn in self._all_connections:
+            for conn in self._open.values():
                 conn.close()
-            self._all_connections.clear()
+            self._open.clear()
         self._local = threading.local()
 
     # -- helpers -------------------------------------------------------------------------------
@@ -666,6 +674,24 @@ class SQLiteStore:
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             users = conn.execute("SELECT count(DISTINCT owner) FROM memories WHERE owner != ''").fetchone()[0]
         return {"path": str(self.path), "counts": counts, "users": users, "meta": meta}
+
+
+class _HeldConnection:
+    """A thread's connection, kept in its thread-local storage: when the thread ends this is
+    collected and its finalizer closes the connection."""
+
+    __slots__ = ("__weakref__", "conn")
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self.conn = conn
+
+
+def _release(
+    open_connections: dict[int, apsw.Connection], lock: threading.Lock, conn: apsw.Connection
+) -> None:
+    with lock:
+        open_connections.pop(id(conn), None)
+    conn.close()  # closing twice (after the store's close()) is harmless
 
 
 _KEY_COLUMNS = "id, user_id, label, created_at, revoked_at"
