@@ -138,3 +138,63 @@ def test_bad_catalog_rows_import_nothing(eng):
     with pytest.raises(ImportFileError, match=r"catalog\[1\]\.text"):
         eng.import_json([{"title": "ok", "text": "fine"}, {"title": "missing text"}])
     assert eng.catalog.list() == []
+
+
+def test_timestamps_are_stored_in_utc(eng):
+    """An offset in the file is normalised like every other timestamp (issue 12, item 16)."""
+    eng.import_json(
+        {
+            "user_id": "sarah",
+            "episodic": [{"text": "said in Paris", "timestamp": "2024-05-01T10:00:00+02:00"}],
+            "semantic": [{"text": "a fact from Delhi", "timestamp": "2024-05-01T10:00:00+05:30"}],
+        }
+    )
+    mem = eng.for_user("sarah")
+    (turn,) = mem.list("episodic")
+    (fact,) = mem.list("semantic")
+    assert turn.timestamp.isoformat() == "2024-05-01T08:00:00+00:00"
+    assert fact.created_at.isoformat() == "2024-05-01T04:30:00+00:00"
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"text": "x", "days_ago": 800_000}, r"episodic\[0\]\.days_ago"),
+        ({"text": "x", "days_ago": 1e9}, r"episodic\[0\]\.days_ago"),
+        ({"text": "x", "days_ago": 1e308}, r"episodic\[0\]\.days_ago"),
+        ({"text": "x", "days_ago": float("inf")}, r"episodic\[0\]\.days_ago"),
+        ({"text": "x", "days_ago": True}, r"episodic\[0\]\.days_ago"),
+        ({"text": "x", "days_ago": "3"}, r"episodic\[0\]\.days_ago"),
+        ({"text": "x", "timestamp": "0001-01-01T00:00:00+01:00"}, r"episodic\[0\]\.timestamp.*range"),
+        ({"text": "x", "timestamp": 845}, r"episodic\[0\]\.timestamp"),
+        ({"text": "x", "timestamp": "845"}, r"episodic\[0\]\.timestamp"),
+        ({"text": "\u200b\u200b"}, r"episodic\[0\]\.text has no visible character"),
+    ],
+)
+def test_times_and_text_that_cannot_be_stored_are_refused(eng, record, message):
+    """Huge ``days_ago`` and out-of-range timestamps are a clear error naming the record, not an
+    overflow (issue 12, item 10); numbers are numbers and times are ISO 8601 strings (item 16)."""
+    with pytest.raises(ImportFileError, match=message):
+        eng.import_json({"user_id": "sarah", "episodic": [record]})
+    assert counts(eng, "sarah") == {"episodic": 0, "semantic": 0, "procedural": 0}
+
+
+@pytest.mark.parametrize(
+    ("playbook", "message"),
+    [
+        ({"description": "x" * 900_000}, r"procedural\[0\]\.description is 900000 characters"),
+        ({"trigger_text": "x" * 2_001}, r"procedural\[0\]\.trigger_text"),
+        ({"name": "n" * 201}, r"procedural\[0\]\.name"),
+        ({"name": "\ufeff"}, r"procedural\[0\]\.name"),
+        ({"text": "\u200b"}, r"procedural\[0\]\.text"),
+        ({"steps": [{"order": 1, "instruction": "x" * 2_001}]}, r"procedural\[0\]\.steps\[0\]\.instruction"),
+        ({"steps": [{"order": i, "instruction": "a"} for i in range(1, 102)]}, r"procedural\[0\]\.steps"),
+        ({"steps": [{"order": "1", "instruction": "a"}]}, r"procedural\[0\]\.steps\[0\]\.order"),
+        ({"success_count": True}, r"procedural\[0\]\.success_count"),
+    ],
+)
+def test_playbooks_have_limits(eng, playbook, message):
+    """Issue 12, item 14: the text limit covers every field of a playbook."""
+    with pytest.raises(ImportFileError, match=message):
+        eng.import_json({"user_id": "sarah", "procedural": [{"name": "p", **playbook}]})
+    assert counts(eng, "sarah") == {"episodic": 0, "semantic": 0, "procedural": 0}

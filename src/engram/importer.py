@@ -23,19 +23,23 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rich.progress import Progress
 
 from engram.errors import ImportFileError, InvalidInput
+from engram.memory import _aware
 from engram.models import (
     CatalogItem,
     Contradiction,
     EpisodicMemory,
     FactType,
+    IsoDatetime,
+    JsonInt,
     Memory,
     ProceduralMemory,
     SemanticMemory,
-    Step,
+    StrictStep,
+    check_playbook,
     episode_context,
     new_id,
     utcnow,
@@ -46,18 +50,25 @@ if TYPE_CHECKING:
     from engram.memory import Engram
 
 EMBED_CHUNK = 256  # rows embedded between progress updates
+MAX_DAYS_AGO = 365_250  # 1000 years: any real history, far from the year 1 where datetimes end
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: "confidence": "0.9" or "success_count": true is a mistake in the file, not a number
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     key: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class _Timed(_Record):
-    timestamp: datetime | None = None
-    days_ago: float | None = Field(default=None, ge=0)
+    timestamp: IsoDatetime | None = None
+    days_ago: float | None = Field(default=None, ge=0, le=MAX_DAYS_AGO, allow_inf_nan=False)
+
+    @field_validator("timestamp")
+    @classmethod
+    def _utc(cls, at: datetime | None) -> datetime | None:
+        return _aware(at)  # stored in UTC like every other timestamp; its InvalidInput is a ValueError
 
     @model_validator(mode="after")
     def _one_time(self) -> _Timed:
@@ -68,8 +79,6 @@ class _Timed(_Record):
     def at(self, now: datetime) -> datetime | None:
         if self.days_ago is not None:
             return now - timedelta(days=self.days_ago)
-        if self.timestamp is not None and self.timestamp.tzinfo is None:
-            return self.timestamp.replace(tzinfo=now.tzinfo)
         return self.timestamp
 
 
@@ -92,13 +101,13 @@ class PlaybookRecord(_Timed):
     text: str = ""
     trigger_text: str = ""
     description: str = ""
-    steps: list[Step] = Field(default_factory=list)
-    success_count: int = Field(default=0, ge=0)
-    failure_count: int = Field(default=0, ge=0)
+    steps: list[StrictStep] = Field(default_factory=list)
+    success_count: JsonInt = Field(default=0, ge=0)
+    failure_count: JsonInt = Field(default=0, ge=0)
 
 
 class UserDocument(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     user_id: str | None = None
     episodic: list[EpisodeRecord] = Field(default_factory=list)
@@ -124,12 +133,13 @@ def _fail(exc: ValidationError, prefix: str = "") -> ImportFileError:
 
 def import_document(
     engram: Engram,
-    document: Mapping[str, Any] | Sequence[Any],
+    document: Mapping[str, Any] | Sequence[Any] | UserDocument,
     *,
     user_id: str | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Validate, embed and insert a whole document in one transaction; see the module docstring."""
+    """Validate, embed and insert a whole document in one transaction (the REST API passes a
+    UserDocument, validated already); see the module docstring."""
     if isinstance(document, Sequence) and not isinstance(document, str | bytes):
         if user_id:
             raise ImportFileError(
@@ -137,7 +147,7 @@ def import_document(
                 f"(got user {user_id!r}); a user's import is a JSON object"
             )
         return _import_catalog(engram, document, progress)
-    if not isinstance(document, Mapping):
+    if not isinstance(document, Mapping | UserDocument):
         raise ImportFileError("an import file is a JSON object (user memories) or array (catalog)")
     try:
         doc = UserDocument.model_validate(document)
@@ -235,7 +245,7 @@ def import_document(
         where = f"procedural[{i}]"
         row = ProceduralMemory(
             id=new_id("procedural"),
-            text=pb.text,
+            text=checked(pb.text, f"{where}.text") if pb.text else "",
             user_id=handle.user_id,
             created_at=pb.at(now) or now,
             metadata=pb.metadata,
@@ -246,6 +256,10 @@ def import_document(
             success_count=pb.success_count,
             failure_count=pb.failure_count,
         )
+        try:
+            check_playbook(row, engram.settings.max_text_chars)
+        except InvalidInput as exc:
+            raise ImportFileError(f"invalid import file: {where}.{exc}") from None
         remember_key(pb.key, row.id, where)
         rows.append(row)
     _embed_and_insert(engram, handle.user_id, rows, supersede, progress)

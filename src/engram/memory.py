@@ -29,6 +29,8 @@ from engram.models import (
     SemanticMemory,
     Step,
     Tombstone,
+    check_playbook,
+    check_text,
     episode_context,
     new_id,
     utcnow,
@@ -178,17 +180,7 @@ class Engram:
 
     # -- shared by the handles ------------------------------------------------------------------
     def _check_text(self, text: object, what: str = "text") -> str:
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInput(f"{what} must be a non-empty string")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate such as "\ud800": no store or model can take it
-            raise InvalidInput(f"{what} is not valid Unicode (it contains a lone surrogate)") from None
-        if len(text) > self.settings.max_text_chars:
-            raise InvalidInput(
-                f"{what} is {len(text)} characters; the limit is {self.settings.max_text_chars}"
-            )
-        return text
+        return check_text(text, what, self.settings.max_text_chars)
 
     def encode_rows(self, rows: Sequence[Memory]) -> tuple[Vectors, list[bytes] | None]:
         """Rows' embeddings and packed late-interaction token vectors (None without a token encoder)."""
@@ -364,6 +356,8 @@ class UserMemory(_Handle):
                 valid_from=_aware(valid_from),
                 valid_to=_aware(valid_to),
             )
+            if row.valid_from and row.valid_to and row.valid_from > row.valid_to:
+                raise InvalidInput("valid_from is after valid_to")
         else:
             if not isinstance(name, str) or not name.strip():
                 raise InvalidInput("a procedural memory needs a non-empty name")
@@ -375,6 +369,7 @@ class UserMemory(_Handle):
                 description=description or "",
                 steps=[s if isinstance(s, Step) else dict(s) for s in steps],
             )
+            check_playbook(row, engram.settings.max_text_chars)
         engram._store_row(self.user_id, row, supersede)
         return row
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import re
 import secrets
+import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from engram.errors import InvalidInput
 
 MemoryType = Literal["episodic", "semantic", "procedural", "catalog"]
 MEMORY_TYPES: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural", "catalog")
@@ -40,6 +43,66 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# Playbook fields are short by nature; a description may be as long as any memory's text.
+MAX_NAME_CHARS = 200  # a playbook's name, a step's tool
+MAX_LINE_CHARS = 2_000  # a trigger, one step's instruction
+MAX_STEPS = 100  # a longer procedure is a document, not a playbook
+
+# Letters, digits, punctuation, symbols: what a reader sees. Marks alone (variation selectors),
+# controls, format characters (zero-width spaces, BOM) and separators show nothing.
+_VISIBLE_CATEGORIES = ("L", "N", "P", "S")
+_BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")  # Hangul fillers, blank Braille
+
+
+def has_visible_character(text: str) -> bool:
+    return any(ch not in _BLANK_GLYPHS and unicodedata.category(ch)[0] in _VISIBLE_CATEGORIES for ch in text)
+
+
+def check_text(text: object, what: str, max_chars: int) -> str:
+    """``text`` if it is a string that shows something, is valid Unicode and has at most ``max_chars``
+    characters; else InvalidInput naming ``what``. Text that shows nothing would still be embedded and
+    could outrank real memories."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput(f"{what} must be a non-empty string")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate such as "\ud800": no store or model can take it
+        raise InvalidInput(f"{what} is not valid Unicode (it contains a lone surrogate)") from None
+    if len(text) > max_chars:
+        raise InvalidInput(f"{what} is {len(text)} characters; the limit is {max_chars}")
+    if not has_visible_character(text):
+        raise InvalidInput(f"{what} has no visible character")
+    return text
+
+
+def iso_datetime(value: object) -> object:
+    """Accept a datetime or an ISO 8601 string only: pydantic alone would read 845 or "845" as seconds
+    since 1970."""
+    if isinstance(value, datetime) or value is None:
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    raise ValueError("expected an ISO 8601 date-time string such as 2024-05-01T10:00:00Z")
+
+
+# A timestamp in requests and import files: strict about what it reads, never a number.
+IsoDatetime = Annotated[datetime, BeforeValidator(iso_datetime), Field(strict=False)]
+
+
+def json_number(value: object) -> object:
+    """Refuse what pydantic's lax mode would read as a number: ``true`` and ``"5"``."""
+    if isinstance(value, bool | str | bytes):
+        raise ValueError("expected a number")
+    return value
+
+
+# An integer as JSON carries it: 5 or 5.0 (JSON Schema's integer), never true or "5".
+JsonInt = Annotated[int, BeforeValidator(json_number), Field(strict=False)]
+
+
 class Step(BaseModel):
     """One step of a procedural playbook."""
 
@@ -48,6 +111,16 @@ class Step(BaseModel):
     order: int = Field(ge=1)
     instruction: str = Field(min_length=1)
     tool: str | None = None
+
+
+class StrictStep(Step):
+    """A step as a client sends it (REST, MCP, import files): ``"order": "1"`` or ``true`` is refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    order: JsonInt = Field(ge=1)
+    instruction: str = Field(min_length=1, max_length=MAX_LINE_CHARS)
+    tool: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
 
 
 class _MemoryBase(BaseModel):
@@ -138,6 +211,23 @@ Memory = Annotated[
     EpisodicMemory | SemanticMemory | ProceduralMemory | CatalogItem,
     Field(discriminator="memory_type"),
 ]
+
+
+def check_playbook(row: ProceduralMemory, max_chars: int) -> ProceduralMemory:
+    """The row if its fields are within the playbook limits and each shows something; else
+    InvalidInput naming the field."""
+    check_text(row.name, "name", MAX_NAME_CHARS)
+    if row.trigger_text:
+        check_text(row.trigger_text, "trigger_text", MAX_LINE_CHARS)
+    if row.description:
+        check_text(row.description, "description", max_chars)
+    if len(row.steps) > MAX_STEPS:
+        raise InvalidInput(f"steps has {len(row.steps)} entries; a playbook has at most {MAX_STEPS}")
+    for i, step in enumerate(row.steps):
+        check_text(step.instruction, f"steps[{i}].instruction", MAX_LINE_CHARS)
+        if step.tool:
+            check_text(step.tool, f"steps[{i}].tool", MAX_NAME_CHARS)
+    return row
 
 
 def is_superseded(memory: Memory) -> bool:

@@ -1,0 +1,84 @@
+"""What the engine refuses through the Python API, whatever the interface: text that shows nothing,
+playbooks past their limits, a validity period that ends before it starts. Nothing is written."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from engram import InvalidInput
+
+INVISIBLE = ["\u0000", "\u200b\u200b", "\ufeff", " \u2060\u00ad ", "\ufe0f", "\u3164", "\u202e\u200d"]
+
+
+def written(eng, user="sarah"):
+    mem = eng.for_user(user)
+    return [
+        m.text for t in ("episodic", "semantic", "procedural") for m in mem.list(t, include_superseded=True)
+    ]
+
+
+@pytest.mark.parametrize("text", INVISIBLE)
+def test_text_that_shows_nothing_is_refused_everywhere(eng, text):
+    """Issue 12, item 15: such text was stored, embedded, and outranked real memories."""
+    mem = eng.for_user("sarah")
+    attempts = [
+        lambda: mem.remember_turn(text),
+        lambda: mem.write(text),
+        lambda: mem.write("", memory_type="procedural", name=text),
+        lambda: mem.write("", memory_type="procedural", name="p", trigger_text=text),
+        lambda: mem.write("", memory_type="procedural", name="p", description=text),
+        lambda: mem.write("", memory_type="procedural", name="p", steps=[{"order": 1, "instruction": text}]),
+        lambda: mem.recall(text),
+        lambda: eng.catalog.add(text),
+    ]
+    for attempt in attempts:
+        with pytest.raises(InvalidInput, match=r"no visible character|non-empty"):
+            attempt()
+    assert written(eng) == [] and eng.catalog.list() == []
+
+
+def test_text_that_shows_something_is_kept_verbatim(eng):
+    mem = eng.for_user("sarah")
+    for text in ["👍", "東京に住んでいます", "\u200bhi\u200b", "é"]:
+        assert mem.remember_turn(text).text == text
+    assert [h.memory.text for h in mem.recall("東京", k=1)] == ["東京に住んでいます"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"description": "x" * 900_000}, "description is 900000 characters; the limit is 16000"),
+        ({"name": "n" * 201}, "name is 201 characters; the limit is 200"),
+        ({"trigger_text": "t" * 2_001}, "trigger_text is 2001 characters; the limit is 2000"),
+        ({"steps": [{"order": 1, "instruction": "i" * 2_001}]}, r"steps\[0\]\.instruction is 2001"),
+        ({"steps": [{"order": 1, "instruction": "i", "tool": "t" * 201}]}, r"steps\[0\]\.tool is 201"),
+        ({"steps": [{"order": i, "instruction": "i"} for i in range(1, 102)]}, "steps has 101 entries"),
+    ],
+)
+def test_playbooks_have_limits(eng, fields, message):
+    """Issue 12, item 14: a 900,000-character description was stored."""
+    with pytest.raises(InvalidInput, match=message):
+        eng.for_user("sarah").write("", memory_type="procedural", **{"name": "p", **fields})
+    assert written(eng) == []
+
+
+def test_a_playbook_at_its_limits_is_stored(eng):
+    row = eng.for_user("sarah").write(
+        "",
+        memory_type="procedural",
+        name="n" * 200,
+        trigger_text="t" * 2_000,
+        description="d" * 16_000,
+        steps=[{"order": i, "instruction": "i" * 2_000, "tool": "t" * 200} for i in range(1, 101)],
+    )
+    assert len(row.steps) == 100 and written(eng) == [""]
+
+
+def test_a_validity_period_must_not_end_before_it_starts(eng):
+    """Issue 12, item 16."""
+    mem = eng.for_user("sarah")
+    start, end = datetime(2024, 2, 1, tzinfo=UTC), datetime(2024, 1, 1, tzinfo=UTC)
+    with pytest.raises(InvalidInput, match="valid_from is after valid_to"):
+        mem.write("Sarah rents in Leith", valid_from=start, valid_to=end)
+    assert written(eng) == []
+    assert mem.write("Sarah rents in Leith", valid_from=end, valid_to=start).valid_to == start
