@@ -12,6 +12,10 @@ EngramError
 
 from __future__ import annotations
 
+import logging
+
+log = logging.getLogger(__name__)
+
 
 class EngramError(Exception):
     """Root of every error Engram raises on purpose."""
@@ -51,3 +55,26 @@ class ModelError(EngramError):
 
 class StorageError(EngramError):
     code = "storage_error"
+
+
+# What a remote client reads instead of a message that may name server files or quote a driver.
+_WITHHELD = {
+    "conflict": "the request conflicts with what is stored",
+    "model_error": "a model failed",
+    "storage_error": "the store failed",
+}
+
+
+def public_message(exc: EngramError) -> str:
+    """The message of ``exc`` that a remote client (REST, MCP over HTTP) may read.
+
+    Failures of the server itself (the store, the models, any error raised from a driver's or the OS's
+    exception) can carry file paths and raw driver text: those are logged here, with the traceback,
+    and the client gets a fixed sentence for the error's code. Errors about the request keep their
+    message, which names what to fix.
+    """
+    foreign_cause = exc.__cause__ is not None and not isinstance(exc.__cause__, EngramError)
+    if not (foreign_cause or isinstance(exc, ModelError | StorageError) or type(exc) is EngramError):
+        return str(exc)
+    log.error("%s: %s", type(exc).__name__, exc, exc_info=exc)
+    return f"{_WITHHELD.get(exc.code, 'the server failed')}; the server log has the details"

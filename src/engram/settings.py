@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import platformdirs
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -112,6 +113,16 @@ class EngramSettings(BaseSettings):
     reranker_onnx_dir: Path | None = Field(
         default=None, description="a local cross-encoder ONNX model (one-logit output)"
     )
+    # The MCP SDK answers 421 to any Host but loopback (DNS-rebinding guard): a reverse proxy's name
+    # must be listed to reach /mcp. Comma-separated in the environment; "host", "host:port", "host:*".
+    mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Host headers /mcp accepts besides loopback, e.g. mem.example.com"
+    )
+
+    @field_validator("mcp_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: Any) -> Any:
+        return [h.strip() for h in value.split(",") if h.strip()] if isinstance(value, str) else value
 
     @classmethod
     def settings_customise_sources(

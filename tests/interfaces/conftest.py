@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -33,20 +35,34 @@ class Service:
 
 
 @pytest.fixture
-def service(tmp_path, embedder, reranker, token_encoder):
-    engram = Engram(
-        SQLiteStore(tmp_path / "svc.db"),
-        embedder,
-        reranker,
-        token_encoder=token_encoder,
-        settings=EngramSettings(),
-    )
-    keys = ApiKeys(engram.store)
-    admin_key, _ = keys.create(None, "test admin")
-    user_keys = {user: keys.create(user)[0] for user in ("sarah", "bob")}
-    with BackgroundServer(create_app(engram, keys)) as url:
-        svc = Service(url, engram, keys, admin_key, user_keys)
+def make_service(tmp_path, embedder, reranker, token_encoder):
+    """``with make_service(**settings) as svc:`` a server over its own store, with those settings."""
+
+    @contextlib.contextmanager
+    def serve(name: str = "svc.db", **settings: object) -> Iterator[Service]:
+        engram = Engram(
+            SQLiteStore(tmp_path / name),
+            embedder,
+            reranker,
+            token_encoder=token_encoder,
+            settings=EngramSettings(**settings),  # type: ignore[arg-type]
+        )
+        keys = ApiKeys(engram.store)
+        admin_key, _ = keys.create(None, "test admin")
+        user_keys = {user: keys.create(user)[0] for user in ("sarah", "bob")}
+        try:
+            with BackgroundServer(create_app(engram, keys)) as url:
+                svc = Service(url, engram, keys, admin_key, user_keys)
+                yield svc
+                for client in svc.clients:
+                    client.close()
+        finally:
+            engram.close()
+
+    return serve
+
+
+@pytest.fixture
+def service(make_service):
+    with make_service() as svc:
         yield svc
-        for client in svc.clients:
-            client.close()
-    engram.close()

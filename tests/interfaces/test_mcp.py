@@ -5,6 +5,7 @@ import os
 import sys
 
 import anyio
+import apsw
 import httpx2
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -105,3 +106,89 @@ def test_stdio_with_user_key(tmp_path, service):
     rows = service.engram.for_user("bob").list("semantic", include_superseded=True)
     assert [r.text for r in rows] == ["Sarah lives in Bristol"]  # the forgotten one is gone; bob's tenant
     assert json.dumps([r.user_id for r in rows]) == '["bob"]'
+
+
+def _tools_list(url: str, key: str, host: str) -> httpx2.Response:
+    return httpx2.post(
+        f"{url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={
+            "Authorization": f"Bearer {key}",
+            "Accept": "application/json, text/event-stream",
+            "Host": host,
+        },
+    )
+
+
+def test_configured_hosts_reach_mcp_and_others_are_refused(make_service):
+    """Behind a reverse proxy the Host header is the proxy's name: ENGRAM_MCP_ALLOWED_HOSTS lets it in
+    (issue 12, item 23); the DNS-rebinding guard still refuses every other name."""
+    with make_service("proxied.db", mcp_allowed_hosts=["mem.example.com", "alt.example.com:*"]) as svc:
+        key = svc.user_keys["sarah"]
+        for host in ("mem.example.com", "alt.example.com:8443", f"127.0.0.1:{svc.url.rsplit(':', 1)[1]}"):
+            r = _tools_list(svc.url, key, host)
+            assert r.status_code == 200, (host, r.text)
+            assert {t["name"] for t in r.json()["result"]["tools"]} >= TOOLS
+        for host in ("evil.example.com", "mem.example.com:8443", "mem.example.com.evil.net"):
+            assert _tools_list(svc.url, key, host).status_code == 421, host
+    with make_service("direct.db") as svc:  # not configured: loopback only, as before
+        assert _tools_list(svc.url, svc.user_keys["sarah"], "mem.example.com").status_code == 421
+
+
+def test_mcp_tools_refuse_loose_types_and_invisible_text(service, caplog):
+    async def main():
+        async with (
+            httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {service.user_keys['sarah']}"}, timeout=60
+            ) as http,
+            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            refused = [
+                ("recall_memory", {"query": "q", "k": True}),
+                ("recall_memory", {"query": "q", "k": "5"}),
+                ("recall_memory", {"query": "q", "k": 101}),
+                ("recall_memory", {"query": "\ufeff"}),
+                ("write_memory", {"text": "\u200b\u200b"}),
+                ("write_memory", {"text": "f", "valid_to": 845}),
+                ("write_memory", {"text": "f", "confidence": "0.5"}),
+                (
+                    "write_memory",
+                    {"text": "f", "valid_from": "2024-02-01T00:00:00Z", "valid_to": "2024-01-01"},
+                ),
+                (
+                    "write_memory",
+                    {"text": "", "memory_type": "procedural", "name": "p", "description": "x" * 20_000},
+                ),
+                (
+                    "write_memory",
+                    {
+                        "text": "",
+                        "memory_type": "procedural",
+                        "name": "p",
+                        "steps": [{"order": "1", "instruction": "a"}],
+                    },
+                ),
+            ]
+            for tool, arguments in refused:
+                result = await session.call_tool(tool, arguments)
+                assert result.is_error, (tool, arguments, result)
+            ok = await session.call_tool(
+                "write_memory", {"text": "f", "valid_to": "2030-01-01T00:00:00+02:00"}
+            )
+            assert ok.structured_content["memory"]["valid_to"] == "2029-12-31T22:00:00Z"
+            # a failure of the store reaches the client without its path or the driver's words
+            with apsw.Connection(str(service.engram.store.path)) as conn:
+                conn.execute("ALTER TABLE tombstones RENAME TO tombstones_gone")
+            failed = await session.call_tool(
+                "forget_memory", {"memory_id": ok.structured_content["memory"]["id"]}
+            )
+            assert failed.is_error
+            message = failed.content[0].text
+            assert message.endswith("storage_error: the store failed; the server log has the details")
+            assert str(service.engram.store.path.parent) not in message and "tombstones" not in message
+
+    anyio.run(main)
+    assert "no such table: tombstones" in caplog.text
+    assert [m.text for m in service.engram.for_user("sarah").list("semantic")] == ["f"]

@@ -1,5 +1,7 @@
 """The REST API through httpx against a running server."""
 
+JSON = {"Content-Type": "application/json"}
+
 
 def test_health_and_openapi(service):
     import httpx
@@ -133,6 +135,92 @@ def test_bad_input_gets_4xx_json_and_changes_nothing(service):
         ("delete", "/v1/memories/sem_AAAAAAAAAAAAAAAAAAAAAA", {}, 404),
         ("post", "/v1/import", {"json": {"episodic": [{"text": "ok"}, {"text": ""}]}}, 422),
         ("post", "/v1/catalog", {"json": {"text": "x"}}, 403),
+        # huge or out-of-range import times (issue 12, item 10)
+        *(
+            ("post", "/v1/import", {"json": {"episodic": [{"text": "x", "days_ago": days}]}}, 422)
+            for days in (800_000, 1e9, 1e308)
+        ),
+        ("post", "/v1/import", {"json": {"semantic": [{"text": "x", "days_ago": 800_000}]}}, 422),
+        (
+            "post",
+            "/v1/import",
+            {"json": {"episodic": [{"text": "x", "timestamp": "0001-01-01T00:00:00+01:00"}]}},
+            422,
+        ),
+        # offsets past any backend's integers (item 11)
+        ("get", "/v1/memories", {"params": {"offset": 2**63}}, 422),
+        ("get", "/v1/memories", {"params": {"offset": 10**30}}, 422),
+        # unknown routes, wrong methods, bodies that are not UTF-8 (item 13)
+        ("get", "/v1/nothing-here", {}, 404),
+        ("get", "/nothing-here", {}, 404),
+        ("put", "/v1/turns", {"json": {"text": "x"}}, 405),
+        ("post", "/v1/turns", {"content": b'{"text": "\xff\xfe"}', "headers": JSON}, 422),
+        ("post", "/v1/turns", {"content": b"[" * 100_000, "headers": JSON}, 422),
+        # playbooks have limits (item 14)
+        *(
+            ("post", "/v1/memories", {"json": {"memory_type": "procedural", "name": "p", **fields}}, 422)
+            for fields in (
+                {"description": "x" * 900_000},
+                {"trigger_text": "x" * 2_001},
+                {"steps": [{"order": 1, "instruction": "x" * 2_001}]},
+                {"steps": [{"order": 1, "instruction": "ok", "tool": "t" * 201}]},
+                {"steps": [{"order": i, "instruction": "ok"} for i in range(1, 102)]},
+                {"name": "n" * 201},
+            )
+        ),
+        # text that shows nothing (item 15)
+        *(
+            ("post", "/v1/turns", {"json": {"text": text}}, 422)
+            for text in ("\u0000", "\u200b\u200b", "\ufeff")
+        ),
+        ("post", "/v1/memories", {"json": {"text": "\u200b \u2060"}}, 422),
+        ("post", "/v1/memories", {"json": {"memory_type": "procedural", "name": "\ufeff"}}, 422),
+        (
+            "post",
+            "/v1/memories",
+            {
+                "json": {
+                    "memory_type": "procedural",
+                    "name": "p",
+                    "steps": [{"order": 1, "instruction": "\u200b"}],
+                }
+            },
+            422,
+        ),
+        (
+            "post",
+            "/v1/memories",
+            {"json": {"memory_type": "procedural", "name": "p", "description": "\u00ad"}},
+            422,
+        ),
+        ("post", "/v1/recall", {"json": {"query": "\ufeff\u200b"}}, 422),
+        # loose typing (item 16)
+        ("post", "/v1/recall", {"json": {"query": "q", "k": True}}, 422),
+        ("post", "/v1/recall", {"json": {"query": "q", "k": "5"}}, 422),
+        ("post", "/v1/recall", {"json": {"query": "q", "include_catalog": "yes"}}, 422),
+        ("post", "/v1/memories", {"json": {"text": "f", "valid_to": 845}}, 422),
+        ("post", "/v1/memories", {"json": {"text": "f", "valid_to": "845"}}, 422),
+        ("post", "/v1/memories", {"json": {"text": "f", "confidence": "0.5"}}, 422),
+        (
+            "post",
+            "/v1/memories",
+            {"json": {"text": "f", "valid_from": "2024-02-01T00:00:00Z", "valid_to": "2024-01-01T00:00:00Z"}},
+            422,
+        ),
+        (
+            "post",
+            "/v1/memories",
+            {
+                "json": {
+                    "memory_type": "procedural",
+                    "name": "p",
+                    "steps": [{"order": "1", "instruction": "a"}],
+                }
+            },
+            422,
+        ),
+        ("post", "/v1/turns", {"json": {"text": "t", "at": 845}}, 422),
+        ("post", "/v1/import", {"json": {"semantic": [{"text": "x", "confidence": "0.9"}]}}, 422),
     ]
     for method, path, kwargs, status in cases:
         r = getattr(sarah, method)(path, **kwargs)
@@ -145,3 +233,81 @@ def test_bad_input_gets_4xx_json_and_changes_nothing(service):
         "episodic[1].text"
         in sarah.post("/v1/import", json={"episodic": [{"text": "ok"}, {"text": ""}]}).json()["message"]
     )
+
+
+def test_oversized_chunked_bodies_get_413_and_change_nothing(service):
+    """A body without Content-Length is counted as it arrives; over the limit it is a 413 with the
+    error body, on the REST routes and on /mcp alike (issue 12, item 12)."""
+    sarah = service.client("sarah")
+
+    def chunked():
+        yield b'{"text": "'
+        for _ in range(40):
+            yield b"x" * 65_536  # 2.5 MiB in all
+        yield b'"}'
+
+    for path in ("/v1/turns", "/v1/memories", "/mcp"):
+        r = sarah.post(
+            path, content=chunked(), headers={**JSON, "Accept": "application/json, text/event-stream"}
+        )
+        assert "content-length" not in r.request.headers
+        assert r.status_code == 413, (path, r.text)
+        assert r.json() == {"error": "payload_too_large", "message": "request body over 1048576 bytes"}
+    small = sarah.post("/v1/turns", content=iter([b'{"text": "chunked ', b'but small"}']), headers=JSON)
+    assert small.status_code == 201 and small.json()["text"] == "chunked but small"
+    assert [m["text"] for m in sarah.get("/v1/memories", params={"type": "episodic"}).json()["data"]] == [
+        "chunked but small"
+    ]
+
+
+def test_the_openapi_document_states_what_the_server_does(service):
+    """Every error response is documented with the one error body the server sends, and the request
+    schemas refuse what the server refuses (issue 12, item 13)."""
+    import httpx
+
+    spec = httpx.get(f"{service.url}/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas
+    assert schemas["ErrorBody"]["required"] == ["error", "message"]
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            statuses = set(operation["responses"])
+            if path != "/healthz":
+                assert {"401", "403", "422"} <= statuses, (method, path)
+            for status, response in operation["responses"].items():
+                if status >= "400":
+                    schema = response["content"]["application/json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
+    for model, field in [("TurnCreate", "text"), ("RecallRequest", "query"), ("CatalogCreate", "text")]:
+        assert schemas[model]["properties"][field]["minLength"] == 1, model
+        assert schemas[model]["properties"][field]["maxLength"] > 1, model
+    assert schemas["KeyCreate"]["properties"]["user_id"]["pattern"]
+    assert schemas["RecallRequest"]["properties"]["k"]["maximum"] == 100
+    offset = next(p for p in spec["paths"]["/v1/memories"]["get"]["parameters"] if p["name"] == "offset")
+    assert offset["schema"]["maximum"] < 2**63
+    admin = service.client()
+    for bad in ("", "has space", "x" * 129):
+        assert admin.post("/v1/keys", json={"user_id": bad}).status_code == 422
+    assert admin.get("/v1/catalog", params={"offset": 2**63}).status_code == 422
+    assert admin.get("/v1/keys").json() and len(admin.get("/v1/keys").json()) == 3  # nothing was created
+
+
+def test_a_store_failure_reaches_the_client_without_paths_or_driver_text(service, caplog):
+    """The server's own failures are logged with their detail; the client reads a fixed sentence
+    (issue 12, item 22)."""
+    import apsw
+
+    sarah = service.client("sarah")
+    turn = sarah.post("/v1/turns", json={"text": "a turn to forget"}).json()
+    with apsw.Connection(str(service.engram.store.path)) as conn:
+        conn.execute("ALTER TABLE tombstones RENAME TO tombstones_gone")  # the store is broken now
+    r = sarah.delete(f"/v1/memories/{turn['id']}")
+    assert r.status_code == 503
+    assert r.json() == {
+        "error": "storage_error",
+        "message": "the store failed; the server log has the details",
+    }
+    leaked = [str(service.engram.store.path.parent), "tombstones", "SQLite", "apsw"]
+    assert not [word for word in leaked if word in r.text]
+    assert "no such table: tombstones" in caplog.text and str(service.engram.store.path) in caplog.text
+    assert sarah.get(f"/v1/memories/{turn['id']}").status_code == 200  # the failed forget changed nothing

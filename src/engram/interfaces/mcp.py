@@ -6,16 +6,19 @@ HTTP the bearer key checked by the REST app's middleware; over stdio the user fi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field, StrictBool, StrictFloat, StrictStr
 
-from engram.errors import EngramError
+from engram.errors import EngramError, public_message
 from engram.memory import Engram, UserMemory
-from engram.models import Contradiction, FactType, MemoryType
+from engram.models import MAX_STEPS, Contradiction, FactType, IsoDatetime, JsonInt, MemoryType, StrictStep
+
+log = logging.getLogger(__name__)
 
 INSTRUCTIONS = """Engram is this user's long-term memory. Call recall_memory with the user's own words
 before answering anything that may depend on what they told you before (their devices, preferences,
@@ -41,11 +44,15 @@ asks to forget something; to record a change, use write_memory with supersedes_i
 
 
 def _call(fn: Callable[[], Any]) -> Any:
-    """Run an engine call, turning our errors into ToolErrors the client can read."""
+    """Run an engine call, turning every error into a ToolError the client can read and that carries
+    no server path or driver text (those go to the log)."""
     try:
         return fn()
     except EngramError as exc:
-        raise ToolError(f"{exc.code}: {exc}") from exc
+        raise ToolError(f"{exc.code}: {public_message(exc)}") from exc
+    except Exception as exc:
+        log.exception("MCP tool call failed")
+        raise ToolError("internal_error: the server failed; the server log has the details") from exc
 
 
 def build_mcp_server(engram: Engram, tenant_of: Callable[[Context], str]) -> MCPServer:
@@ -56,16 +63,14 @@ def build_mcp_server(engram: Engram, tenant_of: Callable[[Context], str]) -> MCP
 
     @server.tool(name="recall_memory", description=RECALL_DESCRIPTION)
     def recall_memory(
-        query: str,
+        query: StrictStr,
         ctx: Context,
         memory_types: list[MemoryType] | None = None,
-        k: int = 10,
-        include_catalog: bool = True,
-        include_superseded: bool = False,
+        k: Annotated[JsonInt, Field(ge=1, le=100)] = 10,
+        include_catalog: StrictBool = True,
+        include_superseded: StrictBool = False,
     ) -> dict[str, Any]:
         mem = memory(ctx)
-        if not 1 <= k <= 100:
-            raise ToolError("invalid_input: k must be between 1 and 100")
         hits = _call(
             lambda: mem.recall(
                 query,
@@ -79,19 +84,19 @@ def build_mcp_server(engram: Engram, tenant_of: Callable[[Context], str]) -> MCP
 
     @server.tool(name="write_memory", description=WRITE_DESCRIPTION)
     def write_memory(
-        text: str,
+        text: StrictStr,
         ctx: Context,
         memory_type: Literal["semantic", "procedural"] = "semantic",
         fact_type: FactType | None = None,
-        confidence: float | None = None,
-        supersedes_id: str | None = None,
+        confidence: Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)] | None = None,
+        supersedes_id: StrictStr | None = None,
         contradiction: Contradiction | None = None,
-        valid_from: datetime | None = None,
-        valid_to: datetime | None = None,
-        name: str | None = None,
-        trigger_text: str | None = None,
-        description: str | None = None,
-        steps: list[dict[str, Any]] | None = None,
+        valid_from: IsoDatetime | None = None,
+        valid_to: IsoDatetime | None = None,
+        name: StrictStr | None = None,
+        trigger_text: StrictStr | None = None,
+        description: StrictStr | None = None,
+        steps: Annotated[list[StrictStep], Field(max_length=MAX_STEPS)] | None = None,
     ) -> dict[str, Any]:
         mem = memory(ctx)
         row = _call(
@@ -113,7 +118,7 @@ def build_mcp_server(engram: Engram, tenant_of: Callable[[Context], str]) -> MCP
         return {"memory": row.model_dump(mode="json")}
 
     @server.tool(name="forget_memory", description=FORGET_DESCRIPTION)
-    def forget_memory(memory_id: str, ctx: Context) -> dict[str, Any]:
+    def forget_memory(memory_id: StrictStr, ctx: Context) -> dict[str, Any]:
         mem = memory(ctx)
         stone = _call(lambda: mem.forget(memory_id))
         return {"forgotten": stone.model_dump(mode="json")}

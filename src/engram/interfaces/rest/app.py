@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -22,13 +25,18 @@ from engram.errors import (
     NotFound,
     PermissionDenied,
     StorageError,
+    public_message,
 )
 from engram.interfaces.mcp import build_mcp_server, http_tenant
 from engram.interfaces.rest.routes import admin, memories
+from engram.interfaces.rest.schemas import HTTP_CODES
 from engram.memory import Engram
+
+log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any turn or fact (16k chars), below abuse
 MAX_IMPORT_BYTES = 64 << 20  # imports carry whole histories
+LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]  # what the MCP SDK allows by default
 
 # One table from our errors to HTTP statuses (most specific first).
 ERROR_STATUS: list[tuple[type[EngramError], int]] = [
@@ -40,26 +48,34 @@ ERROR_STATUS: list[tuple[type[EngramError], int]] = [
     (StorageError, 503),
     (EngramError, 500),
 ]
-_HTTP_CODES = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "invalid_input",
-}
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": code, "message": message}, status_code=status, headers=headers)
 
 
+def mcp_transport_security(allowed_hosts: list[str]) -> TransportSecuritySettings | None:
+    """The MCP SDK's DNS-rebinding guard with the configured hosts added to loopback; None (the SDK's
+    own choice: loopback only when bound to loopback) when none are configured."""
+    if not allowed_hosts:
+        return None
+    origins = [f"http://{h}" for h in LOOPBACK_HOSTS]
+    origins += [f"{scheme}://{h}" for h in allowed_hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*LOOPBACK_HOSTS, *allowed_hosts],
+        allowed_origins=origins,
+    )
+
+
 def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> FastAPI:
     mcp_server = build_mcp_server(engram, http_tenant)
-    mcp_app = mcp_server.streamable_http_app(stateless_http=True, json_response=True, host=host)
+    mcp_app = mcp_server.streamable_http_app(
+        stateless_http=True,
+        json_response=True,
+        host=host,
+        transport_security=mcp_transport_security(engram.settings.mcp_allowed_hosts),
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -84,21 +100,24 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     @app.exception_handler(EngramError)
     async def engram_error(_: Request, exc: EngramError) -> JSONResponse:
         status = next(code for cls, code in ERROR_STATUS if isinstance(exc, cls))
-        return _error(status, exc.code, str(exc))
+        return _error(status, exc.code, public_message(exc))
 
+    # Starlette's, not FastAPI's subclass: unknown routes (404) and wrong methods (405) raise it too.
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return _error(
-            exc.status_code, _HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), exc.headers
-        )
+        if exc.status_code == 400:  # FastAPI could not read the body as JSON (not UTF-8, too deep)
+            return _error(422, "invalid_input", "the request body could not be read as JSON")
+        return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = []
-        for err in exc.errors()[:5]:
-            loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-            problems.append(f"{loc or 'body'}: {err.get('msg')}")
+        problems = [f"{_where(err.get('loc', ()))}: {err.get('msg')}" for err in exc.errors()[:5]]
         return _error(422, "invalid_input", "; ".join(problems))
+
+    @app.exception_handler(Exception)
+    async def server_error(_: Request, exc: Exception) -> JSONResponse:
+        # Starlette logs the traceback after this; the client gets no server detail.
+        return _error(500, "internal_error", "the server failed; the server log has the details")
 
     gate = McpGate(mcp_app, keys)
     app.router.routes.append(Route("/mcp", gate, methods=["GET", "POST", "DELETE"]))
@@ -139,7 +158,12 @@ class McpGate:
 
 
 class BodyLimit:
-    """Refuses request bodies over the limit with 413, before any of it reaches a route."""
+    """Refuses request bodies over the limit with 413 before any route (or the MCP SDK) sees them.
+
+    The body is read here in full, at most ``limit`` bytes, and replayed to the app: a chunked body
+    declares no length, and an error raised while a route or the SDK reads it would surface there as
+    a parse failure (400) or a 500, not as 413.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -151,24 +175,31 @@ class BodyLimit:
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             return await _too_large(limit)(scope, receive, send)
-        received = 0
-
-        async def limited_receive() -> Message:
-            nonlocal received
+        body = bytearray()
+        while True:
             message = await receive()
-            received += len(message.get("body", b""))
-            if received > limit:
-                raise _BodyTooLarge
-            return message
+            if message["type"] != "http.request":  # the client went away
+                return None
+            body += message.get("body", b"")
+            if len(body) > limit:
+                return await _too_large(limit)(scope, receive, send)
+            if not message.get("more_body", False):
+                break
+        pending: list[Message] = [{"type": "http.request", "body": bytes(body), "more_body": False}]
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _BodyTooLarge:
-            await _too_large(limit)(scope, receive, send)
+        async def replay() -> Message:
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
 
 
-class _BodyTooLarge(Exception):
-    pass
+def _where(loc: Sequence[str | int]) -> str:
+    """A validation error's location as the importer names records: ``episodic[1].text``."""
+    where = ""
+    for part in loc:
+        if part != "body":
+            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    return where or "body"
 
 
 def _too_large(limit: int) -> JSONResponse:

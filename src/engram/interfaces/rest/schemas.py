@@ -1,4 +1,9 @@
-"""Request and response shapes of the REST API (the rows themselves are engram.models)."""
+"""Request and response shapes of the REST API (the rows themselves are engram.models).
+
+Requests are strict: ``"k": true`` or ``"k": "5"`` is refused, not read as 1 or 5, and a timestamp is an
+ISO 8601 string, never a number of seconds. Their JSON Schema states what the server accepts, and every
+error response is documented with the one error body the server sends.
+"""
 
 from __future__ import annotations
 
@@ -7,48 +12,88 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engram.models import Contradiction, FactType, Hit, Memory, MemoryType, Step, Tombstone
+from engram.models import (
+    MAX_LINE_CHARS,
+    MAX_NAME_CHARS,
+    MAX_STEPS,
+    Contradiction,
+    FactType,
+    Hit,
+    IsoDatetime,
+    JsonInt,
+    Memory,
+    MemoryType,
+    StrictStep,
+    Tombstone,
+)
+from engram.settings import DEFAULT_MAX_TEXT_CHARS
 
 MAX_QUERY_CHARS = 4_000  # a recall query is a question, not a document
+MAX_OFFSET = 1_000_000_000  # far past any tenant's rows; keeps OFFSET inside every backend's integers
+USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@:+\-]{0,127}$"  # engram.memory.validate_user_id
+VISIBLE = "must contain at least one visible character (letter, digit, punctuation or symbol)"
+
+
+def _text(description: str, *, max_chars: int = DEFAULT_MAX_TEXT_CHARS) -> Any:
+    """A required text field. Its maximum is the store's ``max_text_chars``, enforced by the engine
+    (the schema shows the default), so it is documented here and not checked twice."""
+    return Field(
+        min_length=1, description=f"{description}; {VISIBLE}", json_schema_extra={"maxLength": max_chars}
+    )
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class TurnCreate(_Request):
-    text: str = Field(description="the user's message, verbatim")
-    at: datetime | None = Field(default=None, description="when it was said (default: now)")
+    text: str = _text("the user's message, verbatim")
+    at: IsoDatetime | None = Field(default=None, description="when it was said (default: now)")
     session_id: str | None = Field(default=None, max_length=200)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class MemoryCreate(_Request):
-    text: str = Field(default="", description="the fact, or a summary of the playbook")
+    # What each type needs, in the schema too: a fact its text, a playbook its name.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"memory_type": {"const": "procedural"}}, "required": ["memory_type"]},
+            "then": {"required": ["name"]},
+            "else": {"required": ["text"], "properties": {"text": {"minLength": 1}}},
+        }
+    )
+
+    text: str = Field(
+        default="",
+        description=f"the fact (required, {VISIBLE}), or a summary of the playbook (optional)",
+        json_schema_extra={"maxLength": DEFAULT_MAX_TEXT_CHARS},
+    )
     memory_type: Literal["semantic", "procedural"] = "semantic"
     fact_type: FactType = "identity"
-    confidence: float = Field(default=1.0, ge=0, le=1)
+    confidence: float = Field(default=1.0, ge=0, le=1, allow_inf_nan=False)
     supporting_episode_ids: list[str] = Field(default_factory=list, max_length=100)
     supersedes_id: str | None = Field(default=None, description="id of the live row this one replaces")
     contradiction: Contradiction | None = Field(
         default=None, description="natural: the world changed; harsh: the old fact was never true"
     )
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
-    name: str | None = Field(default=None, description="playbook name (procedural)")
-    trigger_text: str = ""
-    description: str = ""
-    steps: list[Step] = Field(default_factory=list, max_length=100)
+    valid_from: IsoDatetime | None = Field(default=None, description="not after valid_to")
+    valid_to: IsoDatetime | None = None
+    name: str | None = Field(
+        default=None, min_length=1, max_length=MAX_NAME_CHARS, description="playbook name (procedural)"
+    )
+    trigger_text: str = Field(default="", max_length=MAX_LINE_CHARS)
+    description: str = Field(default="", json_schema_extra={"maxLength": DEFAULT_MAX_TEXT_CHARS})
+    steps: list[StrictStep] = Field(default_factory=list, max_length=MAX_STEPS)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class RecallRequest(_Request):
-    query: str = Field(max_length=MAX_QUERY_CHARS)
-    k: int = Field(default=10, ge=1, le=100)
+    query: str = _text("what to search for", max_chars=MAX_QUERY_CHARS)
+    k: JsonInt = Field(default=10, ge=1, le=100)
     memory_types: list[MemoryType] | None = None
     include_catalog: bool = True
     include_superseded: bool = False
-    as_of: datetime | None = Field(
+    as_of: IsoDatetime | None = Field(
         default=None,
         description="the present that time decay measures from (default: now): replays, audits; "
         "such a recall records no use",
@@ -56,13 +101,13 @@ class RecallRequest(_Request):
 
 
 class CatalogCreate(_Request):
-    text: str
+    text: str = _text("the catalog entry")
     title: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class KeyCreate(_Request):
-    user_id: str
+    user_id: str = Field(pattern=USER_ID_PATTERN, description="the user whose memory the key opens")
     label: str = Field(default="", max_length=200)
 
 
@@ -93,5 +138,34 @@ class KeyCreated(KeyPublic):
 
 
 class ErrorBody(BaseModel):
-    error: str = Field(description="stable machine-readable code")
-    message: str
+    """Every error the API returns, whatever its status."""
+
+    error: str = Field(description="stable machine-readable code, e.g. invalid_input")
+    message: str = Field(description="what went wrong, for a person")
+
+
+HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_input",
+}
+_MEANING = {
+    401: "missing, unknown or revoked API key",
+    403: "this key may not use this route (user key on an admin route, admin key on a memory route)",
+    404: "no such row in your scope (also for other tenants' ids)",
+    409: "the row's state forbids it (e.g. superseding an already superseded fact)",
+    413: "request body over 1 MiB (imports: 64 MiB)",
+    422: "invalid input (malformed JSON, a wrong type, empty or invisible text...): nothing was changed",
+    503: "the store or a model failed; the server log has the details",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for these error statuses, all with the ErrorBody schema."""
+    return {status: {"model": ErrorBody, "description": _MEANING[status]} for status in statuses}

@@ -4,20 +4,28 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Depends, Query
 
+from engram.importer import CatalogRecord
 from engram.interfaces.rest.deps import AdminDep, KeysDep, get_admin
 from engram.interfaces.rest.schemas import (
+    MAX_OFFSET,
     CatalogCreate,
     ForgetResponse,
     KeyCreate,
     KeyCreated,
     KeyPublic,
     MemoryList,
+    error_responses,
 )
 from engram.models import CatalogItem
 
-router = APIRouter(prefix="/v1", tags=["admin"], dependencies=[Depends(get_admin)])
+router = APIRouter(
+    prefix="/v1",
+    tags=["admin"],
+    dependencies=[Depends(get_admin)],
+    responses=error_responses(401, 403, 413, 422, 503),
+)
 
 
 @router.post("/keys", status_code=201, response_model=KeyCreated)
@@ -32,7 +40,7 @@ def list_keys(keys: KeysDep, user_id: str | None = None) -> list[KeyPublic]:
     return [KeyPublic(**r.__dict__) for r in keys.list(user_id)]
 
 
-@router.delete("/keys/{key_id}", status_code=204)
+@router.delete("/keys/{key_id}", status_code=204, responses=error_responses(404))
 def revoke_key(key_id: str, keys: KeysDep) -> None:
     keys.revoke(key_id)
 
@@ -46,17 +54,17 @@ def add_catalog_item(body: CatalogCreate, catalog: AdminDep) -> CatalogItem:
 def list_catalog(
     catalog: AdminDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> MemoryList:
     return MemoryList(data=catalog.list(limit=limit, offset=offset), limit=limit, offset=offset)
 
 
-@router.delete("/catalog/{memory_id}", response_model=ForgetResponse)
+@router.delete("/catalog/{memory_id}", response_model=ForgetResponse, responses=error_responses(404))
 def forget_catalog_item(memory_id: str, catalog: AdminDep) -> ForgetResponse:
     return ForgetResponse(forgotten=catalog.forget(memory_id))
 
 
 @router.post("/catalog/import")
-def import_catalog(catalog: AdminDep, items: Annotated[list[Any], Body()]) -> dict[str, Any]:
+def import_catalog(catalog: AdminDep, items: list[CatalogRecord]) -> dict[str, Any]:
     """Import catalog items ``[{"title", "text", "metadata"?}]``. All or nothing."""
     return catalog.import_json(items)

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Query
 
-from engram.interfaces.rest.deps import UserMemoryDep
+from engram.importer import UserDocument, import_document
+from engram.interfaces.rest.deps import EngramDep, UserMemoryDep
 from engram.interfaces.rest.schemas import (
+    MAX_OFFSET,
     ForgetResponse,
     MemoryCreate,
     MemoryList,
     RecallRequest,
     RecallResponse,
     TurnCreate,
+    error_responses,
 )
-from engram.models import EpisodicMemory, Memory, MemoryType, ProceduralMemory, SemanticMemory
+from engram.models import EpisodicMemory, Memory, ProceduralMemory, SemanticMemory
 
-router = APIRouter(prefix="/v1", tags=["memories"])
+router = APIRouter(prefix="/v1", tags=["memories"], responses=error_responses(401, 403, 413, 422, 503))
 
 
 @router.post("/turns", status_code=201, response_model=EpisodicMemory)
@@ -26,7 +29,12 @@ def remember_turn(body: TurnCreate, mem: UserMemoryDep) -> EpisodicMemory:
     return mem.remember_turn(body.text, at=body.at, session_id=body.session_id, metadata=body.metadata)
 
 
-@router.post("/memories", status_code=201, response_model=SemanticMemory | ProceduralMemory)
+@router.post(
+    "/memories",
+    status_code=201,
+    response_model=SemanticMemory | ProceduralMemory,
+    responses=error_responses(404, 409),
+)
 def write(body: MemoryCreate, mem: UserMemoryDep) -> SemanticMemory | ProceduralMemory:
     """Write a fact or a playbook; with ``supersedes_id`` it replaces that live row atomically."""
     return mem.write(
@@ -64,38 +72,36 @@ def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse:
 @router.get("/memories", response_model=MemoryList)
 def list_memories(
     mem: UserMemoryDep,
-    memory_type: Annotated[MemoryType, Query(alias="type")] = "semantic",
+    memory_type: Annotated[Literal["episodic", "semantic", "procedural"], Query(alias="type")] = "semantic",
     include_superseded: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> MemoryList:
     """Your memories of one type, newest first, paged."""
     rows = mem.list(memory_type, include_superseded=include_superseded, limit=limit, offset=offset)
     return MemoryList(data=rows, limit=limit, offset=offset)
 
 
-@router.get("/memories/{memory_id}", response_model=Memory)
+@router.get("/memories/{memory_id}", response_model=Memory, responses=error_responses(404))
 def get(memory_id: str, mem: UserMemoryDep) -> Memory:
     """One of your memories, or a catalog row."""
     return mem.get(memory_id)
 
 
-@router.get("/memories/{memory_id}/history", response_model=MemoryList)
+@router.get("/memories/{memory_id}/history", response_model=MemoryList, responses=error_responses(404))
 def history(memory_id: str, mem: UserMemoryDep) -> MemoryList:
     """The supersession chain containing this memory, oldest first."""
     rows = mem.history(memory_id)
     return MemoryList(data=rows, limit=len(rows), offset=0)
 
 
-@router.delete("/memories/{memory_id}", response_model=ForgetResponse)
+@router.delete("/memories/{memory_id}", response_model=ForgetResponse, responses=error_responses(404))
 def forget(memory_id: str, mem: UserMemoryDep) -> ForgetResponse:
     """Delete one of your memories for good; an audit tombstone without text remains."""
     return ForgetResponse(forgotten=mem.forget(memory_id))
 
 
 @router.post("/import")
-def import_memories(
-    request: Request, mem: UserMemoryDep, document: Annotated[dict[str, Any], Body()]
-) -> dict[str, Any]:
-    """Import a user document (see the README) into your own memory. All or nothing."""
-    return request.app.state.engram.import_json(document, user_id=mem.user_id)  # type: ignore[no-any-return]
+def import_memories(engram: EngramDep, mem: UserMemoryDep, document: UserDocument) -> dict[str, Any]:
+    """Import a user document (see the README) into your own memory. An invalid one writes nothing."""
+    return import_document(engram, document, user_id=mem.user_id)
