@@ -1,6 +1,6 @@
-"""The CI quality gate: the held-out split of the evaluation corpus (eval/), full pipeline, real models,
-leak probes through the Python API and the REST API. Thresholds: R@10 >= 0.90, R@5 >= 0.80, 0 leaks
-(the reference design gated at 0.85 / 0.75)."""
+"""The CI quality gate: the held-out split of the evaluation corpus (src/engram/eval/data/), full
+pipeline, real models, leak probes through the Python API and the REST API. Thresholds: R@10 >= 0.90,
+R@5 >= 0.80, 0 leaks (the reference design gated at 0.85 / 0.75)."""
 
 import pytest
 

@@ -1,6 +1,7 @@
 """`engram eval`: load the evaluation corpus into a fresh store, ask the questions through the public API,
 probe for cross-tenant leaks, and report R@1/5/10, MRR (overall, per memory type, per question kind)
-and latency. The corpus lives in ``eval/`` (data, not code): ``corpus/<user>.json`` import documents
+and latency. The corpus ships inside the package, in ``engram/eval/data/`` (data, not code; so
+``engram eval`` works from an installed wheel): ``corpus/<user>.json`` import documents
 with keys, ``corpus/catalog.json``, and ``questions.json`` (gold answers are keys; ``split`` is
 ``dev`` or ``heldout``; the CI gate uses ``heldout``, which is never tuned on). A second question
 set, ``questions_agent.json``, asks about the same corpus in an agent's voice (third person, pronouns,
@@ -25,7 +26,7 @@ from engram.memory import Engram
 from engram.models import SemanticMemory
 from engram.retrieval.config import RetrievalConfig
 
-DEFAULT_EVAL_DIR = Path(__file__).resolve().parents[3] / "eval"
+DEFAULT_EVAL_DIR = Path(__file__).resolve().parent / "data"
 PROBES_PER_PAIR = 8  # queries built from one persona's facts, sent as each other persona
 
 
