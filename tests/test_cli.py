@@ -1,6 +1,8 @@
 """The `engram` command, run as a real subprocess."""
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -8,11 +10,9 @@ from pathlib import Path
 ENGRAM = [sys.executable, "-m", "engram"]
 
 
-def run(*args, env_home, check=True):
-    import os
-
+def run(*args, env_home, check=True, cwd=None):
     env = dict(os.environ, ENGRAM_HOME=str(env_home))
-    proc = subprocess.run([*ENGRAM, *args], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run([*ENGRAM, *args], capture_output=True, text=True, env=env, timeout=120, cwd=cwd)
     if check:
         assert proc.returncode == 0, proc.stderr + proc.stdout
     return proc
@@ -66,3 +66,197 @@ def test_every_command_has_help():
     ):
         assert command in out
     assert Path(sys.executable).exists()
+
+
+def test_demo_suggests_commands_that_reach_its_data(tmp_path):
+    """Issue 12 #24: the demo's sample is in demo.db; the commands it suggests next must read it, and a
+    recall on the (absent) default store says where the sample is instead of answering "(no hits)"."""
+    import shlex
+
+    out = run("demo", env_home=tmp_path).stdout
+    suggested = [shlex.split(line) for line in out.splitlines() if line.startswith("  engram ")]
+    assert suggested and all("--store" in args for args in suggested)
+    recall = next(args for args in suggested if args[1] == "recall")
+    hits = run(*recall[1:], "--json", env_home=tmp_path).stdout
+    assert json.loads(hits)[0]["memory"]["text"].startswith("Sarah lives in Edinburgh")
+    for args in suggested:
+        assert run(*args[1:], env_home=tmp_path).stdout.strip()
+    default = run("recall", "where does Sarah live?", "--user", "sarah", env_home=tmp_path, check=False)
+    assert default.returncode == 1 and "(no hits)" not in default.stdout
+    assert "no store at" in default.stdout and "demo.db" in default.stdout
+    assert not (tmp_path / "engram.db").exists()
+
+
+def test_store_that_is_not_a_url_or_path_is_refused(tmp_path):
+    """Issue 12 #19: a libpq keyword string is not taken for a SQLite file name."""
+    for bad in ("host=localhost dbname=x", "dbname=engram", "mysql://localhost/x", "sqlite:x.db"):
+        proc = subprocess.run(
+            [*ENGRAM, "remember", "hi", "--user", "sarah", "--store", bad],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=dict(os.environ, ENGRAM_HOME=str(tmp_path / "home")),
+            timeout=120,
+        )
+        assert proc.returncode == 1 and "unsupported store URL" in proc.stdout, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no file created, not even the home
+
+
+def test_mcp_config_store_reaches_engram_mcp(tmp_path):
+    """Issue 12 #25: `mcp-config --store` puts the store (absolute) into the stdio config, and `engram mcp`
+    started from that config serves that store, creating no default store."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    home = tmp_path / "home"
+    (tmp_path / "elsewhere").mkdir()
+    created = run(
+        "keys",
+        "create",
+        "--user",
+        "sarah",
+        "--store",
+        "sqlite:///elsewhere/m.db",
+        env_home=home,
+        cwd=tmp_path,
+    )
+    key = created.stdout.split()[0]
+    run(
+        "remember",
+        "my bike is a green Brompton",
+        "--user",
+        "sarah",
+        "--store",
+        "elsewhere/m.db",
+        env_home=home,
+        cwd=tmp_path,
+    )
+    out = run(
+        "mcp-config",
+        "--user",
+        "sarah",
+        "--key",
+        key,
+        "--store",
+        "elsewhere/m.db",
+        env_home=home,
+        cwd=tmp_path,
+    ).stdout
+    stdio = json.loads(re.findall(r"^\{.*?^\}", out, re.S | re.M)[0])["mcpServers"]["engram"]
+    assert stdio["args"] == ["mcp", "--store", f"sqlite:///{tmp_path / 'elsewhere' / 'm.db'}"]
+
+    async def recall() -> str:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "engram", *stdio["args"]],
+            env={**os.environ, **stdio["env"], "ENGRAM_HOME": str(home)},
+            cwd=str(home.parent.parent),  # the client's own directory, not the store's
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool("recall_memory", {"query": "which bike do I have?"})
+            return json.dumps(result.structured_content)
+
+    assert "green Brompton" in anyio.run(recall)
+    assert not (home / "engram.db").exists()
+
+
+def test_engram_mcp_with_a_key_refuses_a_missing_store(tmp_path):
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path), ENGRAM_API_KEY="egk_" + "x" * 40)
+    proc = subprocess.run([*ENGRAM, "mcp"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1 and "no store at" in proc.stderr and "ENGRAM_API_KEY" in proc.stderr
+    assert not (tmp_path / "engram.db").exists()
+
+
+def test_consolidate_without_llm_says_it_is_disabled(tmp_path):
+    """Issue 12 #26: no LLM configured: a clear message and exit code 1, not `[]`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_LLM_")}
+    for args in (["--all"], ["--user", "sarah"]):
+        proc = subprocess.run(
+            [*ENGRAM, "consolidate", *args],
+            capture_output=True,
+            text=True,
+            env=dict(env, ENGRAM_HOME=str(tmp_path)),
+            timeout=120,
+        )
+        assert proc.returncode == 1, proc.stdout
+        assert "consolidation is disabled: no LLM configured" in proc.stdout
+        assert "ENGRAM_LLM_BASE_URL" in proc.stdout and "[]" not in proc.stdout
+
+
+def test_keys_revoke_unknown_id_names_the_key(tmp_path):
+    """Issue 12 #28: not "memory 'key_nope' not found"."""
+    run("keys", "create", "--user", "sarah", env_home=tmp_path)
+    proc = run("keys", "revoke", "key_nope", env_home=tmp_path, check=False)
+    assert proc.returncode == 1 and "API key 'key_nope' not found" in proc.stdout
+    assert "memory" not in proc.stdout
+
+
+def _tiny_eval_corpus(root: Path) -> Path:
+    (root / "corpus").mkdir(parents=True)
+    (root / "corpus" / "catalog.json").write_text(
+        json.dumps([{"key": "c01", "title": "Hub radios", "text": "The Lumio Hub v2 has Zigbee 3.0 radios."}])
+    )
+    for user, key, text in [
+        ("ann", "af01", "Ann has a grey cat called Miso"),
+        ("ben", "bf01", "Ben drives a Skoda"),
+    ]:
+        doc = {"user_id": user, "semantic": [{"key": key, "days_ago": 5, "text": text}]}
+        (root / "corpus" / f"{user}.json").write_text(json.dumps(doc))
+    questions = [
+        {
+            "id": "a1",
+            "user": "ann",
+            "q": "what is my cat called?",
+            "gold": ["af01"],
+            "kind": "para",
+            "split": "heldout",
+        },
+        {
+            "id": "b1",
+            "user": "ben",
+            "q": "which car do I drive?",
+            "gold": ["bf01"],
+            "kind": "para",
+            "split": "dev",
+        },
+        {
+            "id": "a2",
+            "user": "ann",
+            "q": "hub radios?",
+            "gold": ["c01"],
+            "kind": "catalog",
+            "split": "heldout",
+        },
+    ]
+    (root / "questions.json").write_text(json.dumps(questions))
+    return root
+
+
+def test_eval_prints_titled_tables_without_blank_lines(tmp_path):
+    """Issue 12 #27: every table has a title and the output has no stray blank lines."""
+    corpus = _tiny_eval_corpus(tmp_path / "tiny")
+    out = run("eval", "--corpus", str(corpus), "--split", "all", env_home=tmp_path, cwd=tmp_path).stdout
+    lines = out.splitlines()
+    assert lines[0] == "3 questions (own), split all"
+    assert all(line.strip() for line in lines), out
+    for title in ("overall", "per memory type", "per question kind"):
+        assert any(line.strip() == title for line in lines), out
+    assert any(line.split()[:2] == ["catalog", "1"] for line in lines) and "leaks: 0" in out
+
+
+def test_eval_corpus_ships_inside_the_package():
+    """Issue 12 #27: the corpus is package data (src/engram/eval/data), so `engram eval` works from an
+    installed wheel; the repo has one copy of it."""
+    import engram
+    from engram.eval.runner import DEFAULT_EVAL_DIR
+
+    package = Path(engram.__file__).resolve().parent
+    assert DEFAULT_EVAL_DIR.is_relative_to(package)
+    assert (DEFAULT_EVAL_DIR / "questions.json").is_file() and (
+        DEFAULT_EVAL_DIR / "questions_agent.json"
+    ).is_file()
+    assert len(list((DEFAULT_EVAL_DIR / "corpus").glob("*.json"))) >= 5
+    assert not (package.parents[1] / "eval").exists()

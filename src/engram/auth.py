@@ -3,6 +3,9 @@
 A key is ``egk_`` + 256 random bits, shown once at creation; only its SHA-256 is stored (the key is
 random, so a fast hash is enough: there is nothing to brute-force). A key belongs to one user, or is
 the admin key (``user_id`` None), which manages keys and the catalog but reads no user's memories.
+
+An admin key given from outside (``ENGRAM_ADMIN_KEY``) is the only admin key: adopting it revokes every
+other, so an old key stops working when the setting changes. It must pass ``check_admin_key``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from engram.models import utcnow
 from engram.storage.base import ApiKeyRecord, KeyStore
 
 KEY_PREFIX = "egk_"
+ADMIN_KEY_MIN_CHARS = 32
+ADMIN_KEY_MIN_DISTINCT = 8  # 32 random hex digits have fewer in under 1 in a million draws
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,10 @@ class ApiKeys:
         self._store.add_key(record, hash_key(key))
         return key, record
 
-    def adopt_admin_key(self, key: str) -> None:
-        """Register an admin key given from outside (e.g. ENGRAM_ADMIN_KEY), once."""
-        if len(key) < 24:
-            raise InvalidInput("an admin key must be at least 24 characters")
+    def adopt_admin_key(self, key: str) -> int:
+        """Make ``key`` (e.g. ENGRAM_ADMIN_KEY) the one admin key: register it if new, revoke every
+        other live admin key. Returns how many were revoked."""
+        check_admin_key(key)
         existing = self._store.find_key(hash_key(key))
         if existing is None:
             record = ApiKeyRecord(
@@ -63,8 +68,11 @@ class ApiKeys:
                 created_at=utcnow(),
             )
             self._store.add_key(record, hash_key(key))
+            existing = record
         elif existing.user_id is not None or existing.revoked_at is not None:
-            raise InvalidInput("ENGRAM_ADMIN_KEY is a user key or a revoked key")
+            raise InvalidInput("ENGRAM_ADMIN_KEY is a user key or a revoked key; choose a new one")
+        others = [k for k in self._store.list_keys() if k.user_id is None and k.id != existing.id]
+        return sum(self._store.revoke_key(k.id, utcnow()) for k in others if k.revoked_at is None)
 
     def has_admin(self) -> bool:
         return any(k.user_id is None and k.revoked_at is None for k in self._store.list_keys())
@@ -83,4 +91,19 @@ class ApiKeys:
 
     def revoke(self, key_id: str) -> None:
         if not self._store.revoke_key(key_id, utcnow()):
-            raise NotFound(key_id)
+            raise NotFound(key_id, what="API key")
+
+
+def check_admin_key(key: str) -> None:
+    """Refuse a guessable admin key: at least 32 printable ASCII characters without spaces, of which at
+    least 8 distinct (so no repeated character or short pattern). ``openssl rand -hex 16`` or longer,
+    ``openssl rand -base64 32`` and ``python -c "import secrets; print(secrets.token_urlsafe())"`` pass."""
+    if len(key) < ADMIN_KEY_MIN_CHARS:
+        raise InvalidInput(f"ENGRAM_ADMIN_KEY must be at least {ADMIN_KEY_MIN_CHARS} characters")
+    if not all("!" <= c <= "~" for c in key):
+        raise InvalidInput("ENGRAM_ADMIN_KEY must be printable ASCII without spaces")
+    if len(set(key)) < ADMIN_KEY_MIN_DISTINCT:
+        raise InvalidInput(
+            f"ENGRAM_ADMIN_KEY is too predictable: it needs at least {ADMIN_KEY_MIN_DISTINCT} different "
+            "characters (generate one: openssl rand -hex 32)"
+        )

@@ -1,8 +1,14 @@
-"""`engram demo`: a fresh sample store, a few recalls with their explain breakdown."""
+"""`engram demo`: a fresh sample store, a few recalls with their explain breakdown, and the commands to
+try next on that store.
+
+The sample goes to its own store ($ENGRAM_HOME/demo.db, recreated on every run) so it never mixes with,
+or wipes, the user's memories in engram.db; the suggested commands therefore carry its --store.
+"""
 
 from __future__ import annotations
 
 import json
+import shlex
 from importlib import resources
 from pathlib import Path
 
@@ -25,16 +31,25 @@ def _sample(name: str) -> object:
     return json.loads(resources.files("engram.data").joinpath(name).read_text(encoding="utf-8"))
 
 
+NEXT = [
+    ("recall", "where does Sarah live?", "--user", "sarah", "--explain"),
+    ("recall", "where does Sarah live?", "--user", "sarah", "--include-superseded"),
+    ("list", "--user", "marco"),
+    ("catalog", "list"),
+]
+
+
 def run_demo(store: str | None, console: Console) -> None:
     from engram.interfaces.cli import print_hits
 
+    settings = load_settings()
     if store is None:
-        path = load_settings().home / "demo.db"
+        path = settings.home / "demo.db"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         store = f"sqlite:///{path}"
-    console.print(f"[bold]Engram demo[/bold] — store: {store}")
-    with Engram.open(store) as eng:
+    console.print(f"[bold]Engram demo[/bold] — store: {store}", soft_wrap=True)
+    with Engram.from_settings(settings, store) as eng:
         for name in ("demo_catalog.json", "demo_sarah.json", "demo_marco.json"):
             result = eng.import_json(_sample(name))  # type: ignore[arg-type]
             counts = ", ".join(f"{v} {k}" for k, v in result.items() if isinstance(v, int) and v)
@@ -44,3 +59,6 @@ def run_demo(store: str | None, console: Console) -> None:
             console.print(f"\n[bold]{user}[/bold] asks: [italic]{query}[/italic]{opts}")
             hits = eng.for_user(user).recall(query, k=4, **options)
             print_hits(hits, explain=True)
+    console.print("\n[bold]Try it yourself[/bold] (the sample is in its own store, hence --store):")
+    for args in NEXT:
+        console.print(f"  {shlex.join(['engram', *args, '--store', store])}", soft_wrap=True, highlight=False)

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
@@ -84,6 +85,8 @@ def test_mcp_config_is_pasteable_json():
     ).stdout
     blocks = [json.loads(b) for b in re.findall(r"^\{.*?^\}", out, re.S | re.M)]
     stdio, http = blocks[0]["mcpServers"]["engram"], blocks[1]["mcpServers"]["engram"]
-    assert stdio["args"] == ["mcp"] and stdio["env"] == {"ENGRAM_API_KEY": "egk_x"}
+    # ENGRAM_HOME is set (conftest), so the store is not the default one: the config names it
+    store = f"sqlite:///{(Path(os.environ['ENGRAM_HOME']) / 'engram.db').resolve()}"
+    assert stdio["args"] == ["mcp", "--store", store] and stdio["env"] == {"ENGRAM_API_KEY": "egk_x"}
     assert http["url"] == "http://127.0.0.1:8765/mcp" and http["headers"]["Authorization"] == "Bearer egk_x"
     assert "Application Support/Claude" in out and "%APPDATA%" in out and ".cursor/mcp.json" in out

@@ -10,11 +10,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.table import Table
 
-from engram.errors import EngramError, ImportFileError
-from engram.memory import Engram
+from engram.errors import ConfigError, EngramError, ImportFileError
+from engram.memory import Engram, sqlite_path
 from engram.models import Hit
+from engram.settings import EngramSettings, load_settings
 from engram.storage._rows import search_text_of
 
 app = typer.Typer(help="Engram: persistent, multi-tenant memory for LLM agents.", no_args_is_help=True)
@@ -30,15 +33,43 @@ UserOpt = Annotated[str, typer.Option("--user", "-u", help="the tenant (user id)
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 
 
+def _fail(message: object) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(1)
+
+
+def _settings(**overrides: Any) -> EngramSettings:
+    """The settings, loaded once here at the edge; a bad one is a one-line error naming it."""
+    try:
+        return load_settings(**overrides)
+    except EngramError as exc:
+        raise _fail(exc) from None
+
+
+def _store_url(store: str | None, settings: EngramSettings, *, existing: bool, why: str = "") -> str:
+    """The store to open. ``existing``: a command that only reads or changes what is there refuses a
+    SQLite file that does not exist (ConfigError), instead of creating an empty store and answering
+    from it."""
+    url = store or settings.store_url()
+    path = sqlite_path(url)
+    if existing and path is not None and not path.exists():
+        demo = settings.home / "demo.db"
+        hint = f" (the demo's sample is in --store sqlite:///{demo})" if demo.is_file() else ""
+        raise ConfigError(f"no store at {path}: {why or 'nothing has been written there yet'}{hint}")
+    return url
+
+
 @contextmanager
-def _engram(store: str | None, **settings: Any) -> Iterator[Engram]:
+def _engram(
+    store: str | None, settings: EngramSettings | None = None, *, existing: bool = False, **overrides: Any
+) -> Iterator[Engram]:
     """Open Engram; turn our errors into a one-line message and exit code 1."""
     try:
-        with Engram.open(store, **settings) as eng:
+        resolved = settings or _settings(**overrides)
+        with Engram.from_settings(resolved, _store_url(store, resolved, existing=existing)) as eng:
             yield eng
     except EngramError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(1) from None
+        raise _fail(exc) from None
 
 
 def _print_json(value: Any) -> None:
@@ -98,7 +129,7 @@ def import_(
     with _engram(store) as eng:
         if isinstance(document, list) and user:
             raise ImportFileError("a JSON array is a catalog file; it takes no --user")
-        result = eng.import_json(document, user_id=user, progress=True)
+        result = eng.import_json(document, user_id=user, progress=console.is_terminal)
     counts = ", ".join(f"{v} {k}" for k, v in result.items() if isinstance(v, int) and v)
     console.print(f"imported {counts or 'nothing'}")
 
@@ -118,7 +149,7 @@ def recall(
     store: StoreOpt = None,
 ) -> None:
     """Recall across all memory types and the catalog."""
-    with _engram(store) as eng:
+    with _engram(store, existing=True) as eng:
         hits = eng.for_user(user).recall(
             query,
             k=k,
@@ -178,21 +209,21 @@ def write(
 @app.command()
 def get(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
     """Show one memory (yours, or a catalog row)."""
-    with _engram(store) as eng:
+    with _engram(store, existing=True) as eng:
         _print_json(eng.for_user(user).get(memory_id).model_dump(mode="json"))
 
 
 @app.command()
 def history(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
     """Show the supersession chain containing a memory, oldest first."""
-    with _engram(store) as eng:
+    with _engram(store, existing=True) as eng:
         _print_json([m.model_dump(mode="json") for m in eng.for_user(user).history(memory_id)])
 
 
 @app.command()
 def forget(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
     """Delete one of your memories for good (an audit tombstone without text remains)."""
-    with _engram(store) as eng:
+    with _engram(store, existing=True) as eng:
         _print_json(eng.for_user(user).forget(memory_id).model_dump(mode="json"))
 
 
@@ -206,7 +237,7 @@ def list_(
     store: StoreOpt = None,
 ) -> None:
     """List your memories of one type, newest first."""
-    with _engram(store) as eng:
+    with _engram(store, existing=True) as eng:
         rows = eng.for_user(user).list(
             memory_type,  # type: ignore[arg-type]
             include_superseded=include_superseded,
@@ -219,7 +250,7 @@ def list_(
 @app.command()
 def info(store: StoreOpt = None) -> None:
     """Show where the store is, its embedding model and row counts."""
-    with _engram(store, rerank=False) as eng:
+    with _engram(store, existing=True, rerank=False) as eng:
         stats = eng.store.stats() if hasattr(eng.store, "stats") else {}
     _print_json(stats)
 
@@ -238,14 +269,14 @@ def catalog_add(
 @catalog_app.command("list")
 def catalog_list(limit: int = 50, offset: int = 0, store: StoreOpt = None) -> None:
     """List catalog items, newest first."""
-    with _engram(store) as eng:
+    with _engram(store, existing=True) as eng:
         _print_json([m.model_dump(mode="json") for m in eng.catalog.list(limit=limit, offset=offset)])
 
 
 @catalog_app.command("forget")
 def catalog_forget(memory_id: str, store: StoreOpt = None) -> None:
     """Delete a catalog item."""
-    with _engram(store) as eng:
+    with _engram(store, existing=True) as eng:
         _print_json(eng.catalog.forget(memory_id).model_dump(mode="json"))
 
 
@@ -261,18 +292,25 @@ def serve(
     store: StoreOpt = None,
 ) -> None:
     """Serve the REST API (/v1, docs at /docs), MCP (/mcp) and /healthz in one process."""
-    import os
-
     import uvicorn
 
-    from engram.auth import ApiKeys
+    from engram.auth import ApiKeys, check_admin_key
     from engram.interfaces.rest import create_app
 
-    with _engram(store) as eng:
+    settings = _settings()
+    admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
+    if admin_key:
+        try:
+            check_admin_key(admin_key)  # before the models load: a weak key fails at once
+        except EngramError as exc:
+            raise _fail(exc) from None
+    with _engram(store, settings) as eng:
         keys = ApiKeys(eng.store)  # type: ignore[arg-type]
-        admin_key = os.environ.get("ENGRAM_ADMIN_KEY")
         if admin_key:
-            keys.adopt_admin_key(admin_key)
+            revoked = keys.adopt_admin_key(admin_key)
+            console.print(
+                "admin key: ENGRAM_ADMIN_KEY" + (f" (older admin keys revoked: {revoked})" if revoked else "")
+            )
         elif not keys.has_admin():
             key, _ = keys.create(None, label="created on first start")
             console.print(f"[bold]admin key[/bold] (shown once, keep it): {key}", highlight=False)
@@ -328,7 +366,7 @@ def keys_list(
     """List keys (ids, users, dates; never the keys)."""
     from engram.auth import ApiKeys
 
-    with _engram(store, rerank=False) as eng:
+    with _engram(store, existing=True, rerank=False) as eng:
         records = ApiKeys(eng.store).list(user)  # type: ignore[arg-type]
     _print_json([r.__dict__ for r in records])
 
@@ -338,7 +376,7 @@ def keys_revoke(key_id: str, store: StoreOpt = None) -> None:
     """Revoke a key by id; it stops working at once."""
     from engram.auth import ApiKeys
 
-    with _engram(store, rerank=False) as eng:
+    with _engram(store, existing=True, rerank=False) as eng:
         ApiKeys(eng.store).revoke(key_id)  # type: ignore[arg-type]
     console.print(f"revoked {key_id}")
 
@@ -352,9 +390,12 @@ def mcp(store: StoreOpt = None) -> None:
     from engram.interfaces.mcp import run_stdio
 
     err = Console(stderr=True)  # stdout carries the protocol
+    key, user = os.environ.get("ENGRAM_API_KEY"), os.environ.get("ENGRAM_USER")
     try:
-        with Engram.open(store) as eng:
-            key, user = os.environ.get("ENGRAM_API_KEY"), os.environ.get("ENGRAM_USER")
+        settings = load_settings()
+        # A key can only be checked against the store that holds it: never create an empty one for it.
+        why = "ENGRAM_API_KEY cannot be checked against it (is --store right?)"
+        with Engram.from_settings(settings, _store_url(store, settings, existing=bool(key), why=why)) as eng:
             if key:
                 principal = ApiKeys(eng.store).resolve(key)  # type: ignore[arg-type]
                 if principal is None or principal.user_id is None:
@@ -375,12 +416,13 @@ def mcp_config(
     user: UserOpt,
     url: Annotated[str, typer.Option(help="where `engram serve` listens")] = "http://127.0.0.1:8765",
     key: Annotated[str, typer.Option(help="the user's API key (default: a placeholder)")] = "<API_KEY>",
+    store: StoreOpt = None,
 ) -> None:
     """Print ready-to-paste MCP config for Claude Desktop and Cursor (stdio and HTTP)."""
     import shutil
 
     command = shutil.which("engram") or "engram"
-    stdio = {"command": command, "args": ["mcp"], "env": {"ENGRAM_API_KEY": key}}
+    stdio = {"command": command, "args": ["mcp", *_pinned_store(store)], "env": {"ENGRAM_API_KEY": key}}
     http = {"url": f"{url.rstrip('/')}/mcp", "headers": {"Authorization": f"Bearer {key}"}}
     console.print(f"[bold]MCP config for user {user}[/bold]\n", highlight=False)
     console.print(
@@ -411,10 +453,25 @@ def mcp_config(
     )
 
 
+def _pinned_store(store: str | None) -> list[str]:
+    """``--store URL`` for the stdio config: the client starts `engram mcp` in its own directory and
+    environment, so a store other than the built-in default is named, with an absolute path."""
+    try:
+        url = store or load_settings().store_url()
+        path = sqlite_path(url)
+    except EngramError as exc:
+        raise _fail(exc) from None
+    if path is not None:
+        url = f"sqlite:///{path.resolve()}"
+        if url == EngramSettings.defaults().store_url():
+            return []
+    return ["--store", url]
+
+
 @app.command()
 def reindex(store: StoreOpt = None) -> None:
     """Compute the late-interaction token vectors that rows of an older store lack (all users)."""
-    with _engram(store, rerank=False) as eng:
+    with _engram(store, existing=True, rerank=False) as eng:
         done = eng.reindex()
     console.print(f"token vectors computed for {done} rows")
 
@@ -430,12 +487,36 @@ def consolidate(
     if bool(user) == all_users:
         console.print("[red]error:[/red] give --user U or --all")
         raise typer.Exit(2)
-    with _engram(store, rerank=False) as eng:
+    settings = _settings(rerank=False)
+    if not (settings.llm_base_url and settings.llm_model):
+        raise _fail(
+            "consolidation is disabled: no LLM configured. It needs an OpenAI-compatible chat endpoint: "
+            "set ENGRAM_LLM_BASE_URL (e.g. http://localhost:11434/v1) and ENGRAM_LLM_MODEL"
+        )
+    with _engram(store, settings, existing=True) as eng:
         users = eng.store.tenants() if all_users else [user]  # type: ignore[attr-defined]
         reports = [eng.consolidate(u).as_dict() for u in users]
+    if not users:
+        Console(stderr=True).print("no users with memories in this store: nothing to consolidate")
     _print_json(reports)
     if any(r["status"].startswith("error") for r in reports):
         raise typer.Exit(1)
+
+
+def _metrics_table(
+    title: str, rows: dict[str, dict[str, Any]], *, n: bool = True, latency: tuple[str, ...] = ()
+) -> Table:
+    """A titled table of R@k/MRR (plus the ``latency`` percentiles, e.g. "p50"), one row per entry."""
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False)
+    table.add_column("", no_wrap=True)
+    for column in (["n"] if n else []) + ["R@1", "R@5", "R@10", "MRR"] + [f"{p} ms" for p in latency]:
+        table.add_column(column, justify="right")
+    for name, m in rows.items():
+        cells = [name] + ([str(m.get("n", m.get("questions")))] if n else [])
+        cells += [f"{m[k]:.3f}" for k in ("r_at_1", "r_at_5", "r_at_10", "mrr")]
+        cells += [f"{m[f'latency_{p}_ms']:.0f}" for p in latency]
+        table.add_row(*cells)
+    return table
 
 
 @app.command("eval")
@@ -450,7 +531,12 @@ def eval_(
     ] = False,
     chart: Annotated[Path, typer.Option(help="where --ablate writes its chart")] = Path("eval-ablation.png"),
     corpus: Annotated[
-        Path | None, typer.Option(help="evaluation directory (default: the repo's eval/)")
+        Path | None,
+        typer.Option(
+            exists=True,
+            file_okay=False,
+            help="evaluation directory (default: the corpus shipped in the package)",
+        ),
     ] = None,
     store: Annotated[
         str | None, typer.Option("--store", help="store URL to load into (default: a fresh temporary SQLite)")
@@ -463,36 +549,27 @@ def eval_(
     from engram.retrieval.recipes import ABLATION
 
     with tempfile.TemporaryDirectory() as tmp, _engram(store or f"sqlite:///{tmp}/eval.db") as eng:
-        result = evaluate_corpus(
-            eng,
-            corpus or DEFAULT_EVAL_DIR,
-            split=split,
-            question_set=questions,
-            configs=ABLATION if ablate else None,
-            progress=True,
-        )
-    console.print(f"[bold]{result['questions']} questions ({questions}), split {split}[/bold]")
-    console.print(
-        f"R@1 {result['r_at_1']:.3f}  R@5 {result['r_at_5']:.3f}  R@10 {result['r_at_10']:.3f}  "
-        f"MRR {result['mrr']:.3f}  p50 {result['latency_p50_ms']:.0f} ms  "
-        f"p95 {result['latency_p95_ms']:.0f} ms"
-    )
-    for group in ("per_type", "per_kind"):
-        for name, m in result[group].items():
-            console.print(
-                f"  {name:<11} n={m['n']:<4} R@1 {m['r_at_1']:.3f}  R@5 {m['r_at_5']:.3f}  "
-                f"R@10 {m['r_at_10']:.3f}  MRR {m['mrr']:.3f}"
+        try:
+            result = evaluate_corpus(
+                eng,
+                corpus or DEFAULT_EVAL_DIR,
+                split=split,
+                question_set=questions,
+                configs=ABLATION if ablate else None,
+                progress=console.is_terminal,  # off when piped: a finished bar would leave a blank line
             )
+        except ValueError as exc:  # an unknown split or question set, or a malformed corpus file
+            raise _fail(exc) from None
+    console.print(f"[bold]{result['questions']} questions ({questions}), split {split}[/bold]")
+    console.print(_metrics_table("overall", {"all": result}, latency=("p50", "p95")))
+    console.print(_metrics_table("per memory type", result["per_type"]))
+    console.print(_metrics_table("per question kind", result["per_kind"]))
     console.print(f"leak probes: {result['leak_probes']}, leaks: {result['leaks']}")
     if ablate:
-        console.print("\n[bold]ablation[/bold]")
-        for name, m in result["ablation"].items():
-            console.print(
-                f"  {name:<32} R@1 {m['r_at_1']:.3f}  R@5 {m['r_at_5']:.3f}  R@10 {m['r_at_10']:.3f}  "
-                f"MRR {m['mrr']:.3f}  p50 {m['latency_p50_ms']:.0f} ms"
-            )
+        stages = result["ablation"]
+        console.print(_metrics_table("ablation: each pipeline stage", stages, n=False, latency=("p50",)))
         try:
-            ablation_chart(result["ablation"], chart)
+            ablation_chart(stages, chart)
             console.print(f"chart: {chart}")
         except ImportError:
             console.print("chart skipped: install matplotlib (pip install 'engram-memory[eval]')")

@@ -1,0 +1,116 @@
+"""The admin key in effect is exactly the configured ENGRAM_ADMIN_KEY, and a weak one is refused
+(issue 12 #21)."""
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from engram.auth import ApiKeys
+from engram.errors import InvalidInput
+from engram.interfaces.rest.background import free_port
+from engram.storage.sqlite import SQLiteStore
+
+KEY_A = "0f3a9c27d84be615a2c7e90d3b41f58c"  # 32 hex digits, as `openssl rand -hex 16` prints
+KEY_B = "Zq4-xW8_tR2mNp7LkS9vHb3JcY6dFg1Ae5UoIi0Pz"
+
+
+@pytest.fixture
+def keys(tmp_path):
+    store = SQLiteStore(tmp_path / "keys.db")
+    yield ApiKeys(store)
+    store.close()
+
+
+def test_a_new_admin_key_revokes_the_old_ones(keys):
+    generated, _ = keys.create(None, label="created on first start")
+    assert keys.adopt_admin_key(KEY_A) == 1
+    assert keys.resolve(generated) is None and keys.resolve(KEY_A).is_admin
+    assert keys.adopt_admin_key(KEY_A) == 0  # the same setting again changes nothing
+    assert keys.adopt_admin_key(KEY_B) == 1
+    assert keys.resolve(KEY_A) is None and keys.resolve(KEY_B).is_admin
+    with pytest.raises(InvalidInput, match="revoked"):  # a revoked key never comes back
+        keys.adopt_admin_key(KEY_A)
+    assert keys.resolve(KEY_B).is_admin
+
+
+def test_user_keys_survive_an_admin_key_change(keys):
+    user_key, _ = keys.create("sarah")
+    keys.adopt_admin_key(KEY_A)
+    keys.adopt_admin_key(KEY_B)
+    assert keys.resolve(user_key).user_id == "sarah"
+    with pytest.raises(InvalidInput, match="user key"):
+        keys.adopt_admin_key(user_key)
+
+
+@pytest.mark.parametrize(
+    ("weak", "why"),
+    [
+        ("x" * 24, "at least 32 characters"),
+        ("correct-horse-battery-stap", "at least 32 characters"),
+        ("a" * 64, "at least 8 different"),
+        ("abcabcabcabcabcabcabcabcabcabcabcabc", "at least 8 different"),
+        ("0f3a9c27d84be615 a2c7e90d3b41f58c", "without spaces"),
+        ("0f3a9c27d84be615a2c7e90d3b41f58cé", "printable ASCII"),
+    ],
+)
+def test_weak_admin_keys_are_refused(keys, weak, why):
+    with pytest.raises(InvalidInput, match=why):
+        keys.adopt_admin_key(weak)
+    assert keys.list() == []
+
+
+def _serve(tmp_path, admin_key):
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path), ENGRAM_ADMIN_KEY=admin_key)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(proc.communicate()[0])
+
+
+def _stop(proc):
+    proc.terminate()
+    return proc.communicate(timeout=20)[0]
+
+
+def test_serve_uses_exactly_the_configured_admin_key(tmp_path):
+    def status(url, key):
+        return httpx.get(f"{url}/v1/keys", headers={"Authorization": f"Bearer {key}"}).status_code
+
+    proc, url = _serve(tmp_path, KEY_A)
+    try:
+        assert status(url, KEY_A) == 200
+    finally:
+        _stop(proc)
+    proc, url = _serve(tmp_path, KEY_B)
+    try:
+        assert status(url, KEY_B) == 200 and status(url, KEY_A) == 401
+    finally:
+        out = _stop(proc)
+    assert "older admin keys revoked: 1" in out
+
+
+def test_serve_refuses_a_weak_admin_key(tmp_path):
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path), ENGRAM_ADMIN_KEY="y" * 24)
+    proc = subprocess.run(
+        [sys.executable, "-m", "engram", "serve"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 1 and "ENGRAM_ADMIN_KEY must be at least 32 characters" in proc.stdout
+    assert "Traceback" not in proc.stderr and not (tmp_path / "engram.db").exists()
