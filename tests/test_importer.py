@@ -140,6 +140,50 @@ def test_bad_catalog_rows_import_nothing(eng):
     assert eng.catalog.list() == []
 
 
+def test_a_large_import_commits_in_chunks_with_its_references_intact(make_engram):
+    """A bulk import must not hold the write lock for its whole length (issue 12.4): other
+    connections see it land chunk by chunk, and chunks never break a supersession or a context."""
+    import threading
+
+    import apsw
+
+    eng = make_engram(import_chunk=4)
+    turns = [
+        {"key": f"t{i}", "text": f"turn {i} about sensor {i}", "session_id": "s", "days_ago": 40 - i}
+        for i in range(30)
+    ]
+    doc = {
+        "user_id": "sarah",
+        "episodic": turns[::-1],  # file order is not time order: contexts still point backwards in time
+        "semantic": [
+            {"key": "old", "text": "Sarah lives in Bristol"},
+            {"key": "new", "text": "Sarah lives in Edinburgh", "supersedes": "old"},
+        ],
+    }
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        reader = apsw.Connection(str(eng.store.path))
+        while not done.is_set():
+            seen.add(reader.execute("SELECT count(*) FROM memories").fetchone()[0])
+        reader.close()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        ids = eng.import_json(doc)["ids"]
+    finally:
+        done.set()
+        watcher.join()
+    assert {n for n in seen if 0 < n < 32}, seen  # committed in parts, visible while it ran
+    mem = eng.for_user("sarah")
+    assert mem.get(ids["old"]).superseded_by == ids["new"]
+    contexts = {ep.text: ep.context for ep in mem.list("episodic", limit=100)}
+    assert contexts["turn 7 about sensor 7"] == "turn 6 about sensor 6"
+    assert contexts["turn 0 about sensor 0"] is None
+
+
 def test_timestamps_are_stored_in_utc(eng):
     """An offset in the file is normalised like every other timestamp (issue 12, item 16)."""
     eng.import_json(

@@ -197,6 +197,47 @@ def test_recall_bumps_use_count_and_last_used(eng):
     assert hits[0].explain["use_count_boost"] == pytest.approx(1 + 0.2 * 0.30103, abs=1e-4)
 
 
+def test_concurrent_recalls_each_report_the_use_count_they_made(eng):
+    import threading
+
+    mem = eng.for_user("sarah")
+    f = mem.write("Sarah's dog Rex chews sensor cables")
+    start = threading.Barrier(6)
+    reported: list[int] = []
+
+    def recall() -> None:
+        start.wait()
+        reported.extend(
+            h.memory.use_count for h in mem.recall("does my dog chew cables?") if h.memory.id == f.id
+        )
+
+    threads = [threading.Thread(target=recall) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(reported) == [1, 2, 3, 4, 5, 6]  # not six recalls each saying "1"
+    assert mem.get(f.id).use_count == 6
+
+
+def test_a_recall_never_waits_behind_a_long_write_and_its_use_is_kept(eng):
+    import apsw
+
+    mem = eng.for_user("sarah")
+    f = mem.write("Sarah's dog Rex chews sensor cables")
+    bulk = apsw.Connection(str(eng.store.path))  # another writer (a large import) holds the lock
+    bulk.execute("BEGIN IMMEDIATE")
+    try:
+        hits = mem.recall("does my dog chew cables?")  # no "database is locked"
+        assert hits[0].memory.id == f.id and hits[0].memory.use_count == 1
+        assert mem.get(f.id).use_count == 0  # queued, not lost
+    finally:
+        bulk.execute("ROLLBACK")
+        bulk.close()
+    assert eng.use_counts.flush(timeout_s=30)
+    assert mem.get(f.id).use_count == 1
+
+
 def test_forget_is_final_and_leaves_no_text(eng):
     mem = eng.for_user("sarah")
     f = mem.write("Sarah's alarm code is 4711")

@@ -2,12 +2,14 @@
 
 EngramError
 ├── InvalidInput          bad argument or document; nothing was changed
-│   └── ImportFileError   an import document is invalid; names the record; nothing imported
+│   ├── ImportFileError   an import document is invalid; names the record; nothing imported
+│   └── ConfigError       a setting, the config file or the store URL is invalid; names which
 ├── NotFound              no such row *in your scope* (also raised for another tenant's rows)
 ├── PermissionDenied      the handle may not do this (e.g. a tenant writing the catalog)
 ├── Conflict              the row's state forbids it (e.g. superseding an already superseded fact)
 ├── ModelError            a model's files are missing/corrupt or do not match the store
 └── StorageError          the storage engine failed or the store is unusable
+    └── StoreBusy         another writer holds the store longer than the caller would wait
 """
 
 from __future__ import annotations
@@ -31,13 +33,17 @@ class ImportFileError(InvalidInput):
     code = "invalid_import"
 
 
+class ConfigError(InvalidInput):
+    """Raised at startup, never by a request: it keeps InvalidInput's code."""
+
+
 class NotFound(EngramError, LookupError):
     """Raised alike for rows that do not exist and rows of another tenant, so existence never leaks."""
 
     code = "not_found"
 
-    def __init__(self, memory_id: str) -> None:
-        super().__init__(f"memory {memory_id!r} not found")
+    def __init__(self, memory_id: str, what: str = "memory") -> None:
+        super().__init__(f"{what} {memory_id!r} not found")
         self.memory_id = memory_id
 
 
@@ -55,6 +61,12 @@ class ModelError(EngramError):
 
 class StorageError(EngramError):
     code = "storage_error"
+
+
+class StoreBusy(StorageError):
+    """Only raised where the caller set a wait bound (recall's use-count bump), which handles it."""
+
+    code = "store_busy"
 
 
 # What a remote client reads instead of a message that may name server files or quote a driver.

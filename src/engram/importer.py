@@ -1,4 +1,4 @@
-"""Bulk import of a user's memories or of catalog items from JSON. All or nothing.
+"""Bulk import of a user's memories or of catalog items from JSON.
 
 User document::
 
@@ -14,7 +14,11 @@ Catalog document: ``[{"title", "text", "metadata"?, "key"?}]``.
 ``key`` is a name local to the file, so records can point at each other (a fact superseding an
 older fact, a fact citing its episodes); the import returns the generated id of every key.
 Every record is validated before anything is embedded; an error names the record
-(``semantic[3].confidence: ...``) and nothing is written.
+(``semantic[3].confidence: ...``) and nothing is written. A valid document is then embedded and
+written in chunks of ``import_chunk`` rows, one transaction each, so a large import never holds the
+store's write lock for long (live turns and recall keep going beside it); records only point at
+earlier ones, so each chunk's references are already written. If the store fails midway, the
+error says how many rows were written.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rich.progress import Progress
 
-from engram.errors import ImportFileError, InvalidInput
+from engram.errors import EngramError, ImportFileError, InvalidInput, StorageError
 from engram.memory import _aware
 from engram.models import (
     CatalogItem,
@@ -49,7 +53,7 @@ from engram.storage.base import CATALOG, Supersession
 if TYPE_CHECKING:
     from engram.memory import Engram
 
-EMBED_CHUNK = 256  # rows embedded between progress updates
+
 MAX_DAYS_AGO = 365_250  # 1000 years: any real history, far from the year 1 where datetimes end
 
 
@@ -138,8 +142,8 @@ def import_document(
     user_id: str | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Validate, embed and insert a whole document in one transaction (the REST API passes a
-    UserDocument, validated already); see the module docstring."""
+    """Validate a whole document (the REST API passes a UserDocument, validated already), then embed
+    and insert it chunk by chunk; see the module docstring."""
     if isinstance(document, Sequence) and not isinstance(document, str | bytes):
         if user_id:
             raise ImportFileError(
@@ -195,7 +199,8 @@ def import_document(
         context, context_id = episode_context(episodes[i].metadata, episodes[before] if before >= 0 else None)
         if context is not None:
             episodes[i] = episodes[i].model_copy(update={"context": context, "context_id": context_id})
-    rows.extend(episodes)
+    # A turn's context is the turn before it in time: write in time order so it is there first.
+    rows.extend(sorted(episodes, key=lambda ep: ep.timestamp))
     superseded: set[str] = set()
     for i, fact in enumerate(doc.semantic):
         where = f"semantic[{i}]"
@@ -317,18 +322,24 @@ def _embed_and_insert(
     supersede: dict[str, Supersession],
     progress: bool,
 ) -> None:
-    import numpy as np
-
-    vectors, tokens = [], []
+    chunk = engram.settings.import_chunk
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("embedding", total=len(rows))
-        for start in range(0, len(rows), EMBED_CHUNK):
-            chunk_vectors, chunk_tokens = engram.encode_rows(rows[start : start + EMBED_CHUNK])
-            vectors.append(chunk_vectors)
-            tokens.extend(chunk_tokens or [])
-            bar.advance(task, len(chunk_vectors))
-    stacked = np.concatenate(vectors) if vectors else np.zeros((0, engram.embedder.dim), np.float32)
-    engram.store.insert(tenant, rows, stacked, supersede, tokens if engram.token_encoder else None)
+        task = bar.add_task("importing", total=len(rows))
+        for start in range(0, len(rows), chunk):
+            part = rows[start : start + chunk]
+            vectors, tokens = engram.encode_rows(part)
+            ids = {row.id for row in part}
+            try:
+                engram.store.insert(
+                    tenant, part, vectors, {i: s for i, s in supersede.items() if i in ids}, tokens
+                )
+            except EngramError as exc:
+                if start:
+                    raise StorageError(
+                        f"the import stopped after {start} of {len(rows)} rows were written: {exc}"
+                    ) from exc
+                raise
+            bar.advance(task, len(part))
 
 
 def _counts(rows: list[Memory]) -> dict[str, int]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engram.errors import InvalidInput, NotFound, PermissionDenied
+from engram.errors import ConfigError, InvalidInput, NotFound, PermissionDenied
 from engram.models import (
     MEMORY_TYPES,
     CatalogItem,
@@ -42,6 +42,7 @@ from engram.retrieval.pipeline import recall as run_recall
 from engram.settings import EngramSettings, load_settings
 from engram.storage._rows import search_text_of
 from engram.storage.base import CATALOG, Store, Supersession, Tenant
+from engram.use_counts import UseRecorder
 
 _USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+\-]{0,127}$")
 WRITABLE_TYPES = ("semantic", "procedural")
@@ -55,24 +56,46 @@ def validate_user_id(user_id: object) -> str:
     return user_id
 
 
-def open_store(url: str, pg_admin_url: str | None = None) -> Store:
-    """Open a store from a URL: ``sqlite:///path.db`` (or a bare path), or ``postgresql://...``
-    (migrated first with ``pg_admin_url`` when given)."""
-    if url.startswith(("postgresql://", "postgres://")):
-        from engram.storage.postgres import PostgresStore
+# "scheme:" (two letters at least, so C:\\ stays a path) or "keyword=" as in a libpq string "host=x dbname=y"
+_NOT_A_PATH = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:|(^|\s)[A-Za-z_]+\s*=")
 
-        return PostgresStore(url, admin_url=pg_admin_url)
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite store URL (``sqlite:///path.db`` or a plain path); None for PostgreSQL.
+    Anything else is refused rather than taken for a file name (ConfigError)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return None
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")  # sqlite:///rel.db, sqlite:////abs/path.db
-    elif "://" in url:
-        raise InvalidInput(
-            f"unsupported store URL {url!r}: expected sqlite:///PATH, postgresql://... or a file path"
+    elif not url.strip() or _NOT_A_PATH.search(url):
+        raise ConfigError(
+            f"unsupported store URL {url!r}: expected sqlite:///PATH, postgresql://USER@HOST/DB or a file "
+            "path (a libpq keyword string is not accepted; write it as a postgresql:// URL)"
         )
     else:
         path = url
+    return Path(path).expanduser()
+
+
+def open_store(url: str, pg_admin_url: str | None = None) -> Store:
+    """Open a store from a URL: ``sqlite:///path.db`` (or a bare path), or ``postgresql://...``
+    (migrated first with ``pg_admin_url`` when given)."""
+    path = sqlite_path(url)
+    if path is None:
+        from engram.storage.postgres import PostgresStore
+
+        return PostgresStore(url, admin_url=pg_admin_url)
     from engram.storage.sqlite import SQLiteStore
 
-    return SQLiteStore(Path(path).expanduser())
+    return SQLiteStore(path)
+
+
+def _close_all(resources: Sequence[object]) -> None:
+    """Close what has a close() (HTTP clients, thread pools); local ONNX sessions need none."""
+    for resource in resources:
+        close = getattr(resource, "close", None)
+        if callable(close):
+            close()
 
 
 class Engram:
@@ -88,12 +111,14 @@ class Engram:
         config: RetrievalConfig | None = None,
         settings: EngramSettings | None = None,
     ) -> None:
-        self.settings = settings or load_settings()
+        self.settings = settings or EngramSettings.defaults()  # no environment: only Engram.open reads it
         self.store = store
         self.embedder = embedder
         self.reranker = reranker
         self.token_encoder = token_encoder  # late interaction; None: recall skips that stage
         self.config = config or RetrievalConfig.from_settings(self.settings)
+        self.use_counts = UseRecorder(store, self.settings.use_wait_ms / 1000)
+        self._made: list[object] = []  # providers from_settings made: close() closes them too
         store.ensure_model(embedder.name, embedder.dim)
         if token_encoder is not None:
             store.ensure_model(token_encoder.name, token_encoder.dim, kind="token")
@@ -110,17 +135,21 @@ class Engram:
         from engram.providers import default_embedder, default_reranker, default_token_encoder
 
         store = open_store(url or settings.store_url(), settings.pg_admin_url)
+        made: list[object] = []
         try:
-            return cls(
-                store,
-                default_embedder(settings),
-                default_reranker(settings) if settings.rerank else None,
-                token_encoder=default_token_encoder(settings) if settings.late_interaction else None,
-                settings=settings,
-            )
+            embedder = default_embedder(settings)
+            made.append(embedder)
+            reranker = default_reranker(settings) if settings.rerank else None
+            made.append(reranker)
+            token_encoder = default_token_encoder(settings) if settings.late_interaction else None
+            made.append(token_encoder)
+            engram = cls(store, embedder, reranker, token_encoder=token_encoder, settings=settings)
         except BaseException:
+            _close_all(made)
             store.close()
             raise
+        engram._made = made
+        return engram
 
     def for_user(self, user_id: str) -> UserMemory:
         return UserMemory(self, validate_user_id(user_id))
@@ -137,7 +166,8 @@ class Engram:
         user_id: str | None = None,
         progress: bool = False,
     ) -> dict[str, int]:
-        """Import a user document or a catalog list; see ``engram.importer``. All or nothing."""
+        """Import a user document or a catalog list (see ``engram.importer``); an invalid one writes
+        nothing."""
         from engram.importer import import_document
 
         return import_document(self, document, user_id=user_id, progress=progress)
@@ -148,6 +178,7 @@ class Engram:
         from engram.consolidation import ConsolidationPolicy, ConsolidationReport, Consolidator, LLMClient
 
         s = self.settings
+        made_here = llm is None
         if llm is None:
             if not (s.llm_base_url and s.llm_model):
                 return ConsolidationReport(
@@ -167,9 +198,15 @@ class Engram:
             confidence_floor=s.confidence_floor,
             supersede_penalty=s.supersede_penalty,
         )
-        return Consolidator(self, llm, policy).run(user_id)
+        try:
+            return Consolidator(self, llm, policy).run(user_id)
+        finally:
+            if made_here:
+                llm.close()
 
     def close(self) -> None:
+        self.use_counts.close()
+        _close_all(self._made)
         self.store.close()
 
     def __enter__(self) -> Engram:
@@ -387,7 +424,9 @@ class UserMemory(_Handle):
         """Search all of the user's memory types and the catalog in one call.
 
         Returned semantic facts get ``use_count + 1`` and ``last_used_at = now`` (atomically); the
-        returned rows show the values after that bump, their explain the values before it.
+        returned rows show the values after that bump, their explain the values before it. When
+        another writer holds the store (a bulk import), the bump is queued rather than waited for
+        (see engram.use_counts) and the rows show the count read plus one.
         ``record_use=False`` leaves them untouched (evaluations, previews). ``as_of`` is the present
         that time decay measures ages from (default: now), for replays, audits and evaluations of
         recorded conversations; it does not hide rows written after it, and such a recall records no
@@ -419,13 +458,16 @@ class UserMemory(_Handle):
         used = [
             h.memory.id for h in hits if h.memory.memory_type == "semantic" and h.memory.superseded_by is None
         ]
-        engram.store.record_use(self.user_id, used, now)
+        counts = engram.use_counts.record(self.user_id, used, now)
         used_set = set(used)
         return [
             h.model_copy(
                 update={
                     "memory": h.memory.model_copy(
-                        update={"use_count": h.memory.use_count + 1, "last_used_at": now}
+                        update={
+                            "use_count": (counts or {}).get(h.memory.id, h.memory.use_count + 1),
+                            "last_used_at": now,
+                        }
                     )
                 }
             )
@@ -510,7 +552,7 @@ class CatalogAdmin(_Handle):
         return self._engram.store.list(CATALOG, "catalog", limit=limit, offset=offset)
 
     def import_json(self, items: Sequence[Any], *, progress: bool = False) -> dict[str, Any]:
-        """Import catalog items ``[{"title", "text", ...}]``; all or nothing."""
+        """Import catalog items ``[{"title", "text", ...}]``; an invalid list writes nothing."""
         if not isinstance(items, Sequence) or isinstance(items, str | bytes):
             raise InvalidInput("a catalog import is a JSON array of items")
         return self._engram.import_json(items, progress=progress)

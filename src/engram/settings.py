@@ -1,18 +1,22 @@
 """Every tunable constant, in one place, overridable by ``ENGRAM_*`` env vars or a TOML file.
 
 Precedence: keyword arguments > environment (``ENGRAM_RRF_K=60``) > TOML file (``ENGRAM_CONFIG``, else
-``$ENGRAM_HOME/engram.toml``) > the defaults below. Only interfaces and ``Engram.from_settings`` read
-settings; the core takes explicit arguments.
+``$ENGRAM_HOME/engram.toml``) > the defaults below. Only the edges read the environment: ``load_settings``
+(used by the CLI and ``Engram.open``). ``Engram(...)`` without settings uses ``EngramSettings.defaults()``,
+which reads no variable and no file, so embedding Engram is configured only by what the program passes.
+A bad value, an unknown key or a missing ``ENGRAM_CONFIG`` file is a ``ConfigError`` naming the setting.
 """
 
 from __future__ import annotations
 
 import os
+import tomllib
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any
 
 import platformdirs
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -20,6 +24,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from engram.errors import ConfigError
 
 # --- recall (the reference design's values unless said otherwise) ---------------------------------
 DEFAULT_LEG_CANDIDATES = 80  # each leg over-fetches enough that RRF sees both legs' long tails
@@ -39,6 +45,8 @@ DEFAULT_SUPERSEDE_PENALTY = 0.1  # a harshly contradicted user was wrong once: t
 DEFAULT_MAX_TEXT_CHARS = 16_000  # a turn or fact longer than this is a document, not a memory
 DEFAULT_EMBED_BATCH = 32  # batch size for the embedder; larger did not help on 2 cores
 DEFAULT_MODEL_THREADS = 2  # onnxruntime intra-op threads
+DEFAULT_IMPORT_CHUNK = 256  # rows per import transaction: the longest a bulk import holds the write lock
+DEFAULT_USE_WAIT_MS = 100  # recall waits this long for the write lock to bump use counts, then queues it
 
 
 def default_home() -> Path:
@@ -57,6 +65,11 @@ class EngramSettings(BaseSettings):
     pg_admin_url: str | None = Field(
         default=None,
         description="PostgreSQL URL of the schema owner: migrations run with it; recall never does",
+    )
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description="the one admin key of `engram serve` (else one is created on first start); setting a "
+        "new one revokes the others; rules in engram.auth.check_admin_key",
     )
     leg_candidates: int = Field(default=DEFAULT_LEG_CANDIDATES, ge=1, le=1000)
     rrf_k: float = Field(default=DEFAULT_RRF_K, gt=0)
@@ -82,6 +95,8 @@ class EngramSettings(BaseSettings):
     max_text_chars: int = Field(default=DEFAULT_MAX_TEXT_CHARS, ge=1)
     embed_batch: int = Field(default=DEFAULT_EMBED_BATCH, ge=1)
     model_threads: int = Field(default=DEFAULT_MODEL_THREADS, ge=1)
+    use_wait_ms: int = Field(default=DEFAULT_USE_WAIT_MS, ge=0)
+    import_chunk: int = Field(default=DEFAULT_IMPORT_CHUNK, ge=1)
     # Consolidation (needs an OpenAI-compatible chat endpoint; nothing else in Engram uses an LLM).
     llm_base_url: str | None = Field(default=None, description="e.g. http://localhost:11434/v1 (Ollama)")
     llm_model: str | None = Field(default=None, description="model name sent to llm_base_url")
@@ -133,16 +148,33 @@ class EngramSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if _BUILT_IN_ONLY.get():
+            return (init_settings,)
         toml = TomlConfigSettingsSource(settings_cls, toml_file=_toml_path())
         return (init_settings, env_settings, toml)
+
+    @classmethod
+    def defaults(cls, **values: Any) -> EngramSettings:
+        """The defaults above plus ``values``, reading no environment variable and no file."""
+        token = _BUILT_IN_ONLY.set(True)
+        try:
+            return _validated(cls, values)
+        finally:
+            _BUILT_IN_ONLY.reset(token)
 
     def store_url(self) -> str:
         return self.store or f"sqlite:///{self.home / 'engram.db'}"
 
 
+# Set while EngramSettings.defaults() builds an instance: the sources are then the arguments alone.
+_BUILT_IN_ONLY: ContextVar[bool] = ContextVar("engram_settings_built_in_only", default=False)
+
+
 def _toml_path() -> Path | None:
     explicit = os.environ.get("ENGRAM_CONFIG")
     if explicit:
+        if not Path(explicit).is_file():  # a typo here would otherwise silently mean "defaults"
+            raise ConfigError(f"ENGRAM_CONFIG={explicit}: no such file")
         return Path(explicit)
     home = os.environ.get("ENGRAM_HOME")
     candidate = (Path(home) if home else default_home()) / "engram.toml"
@@ -150,4 +182,27 @@ def _toml_path() -> Path | None:
 
 
 def load_settings(**overrides: Any) -> EngramSettings:
-    return EngramSettings(**overrides)
+    """Settings from ``overrides``, ``ENGRAM_*`` variables and the TOML file (the edges call this once)."""
+    return _validated(EngramSettings, overrides)
+
+
+def _validated(cls: type[EngramSettings], values: dict[str, Any]) -> EngramSettings:
+    try:
+        return cls(**values)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{_toml_path()} is not valid TOML: {exc}") from None
+
+
+def _describe(exc: ValidationError) -> str:
+    """One line per bad setting, named as a user sets it: ENGRAM_RRF_K (rrf_k in the TOML file)."""
+    lines = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else "?"
+        if error["type"] == "extra_forbidden":
+            lines.append(f"unknown setting {name!r}")
+            continue
+        got = "" if "key" in name else f" (got {str(error['input'])[:60]!r})"  # never echo a secret
+        lines.append(f"setting ENGRAM_{name.upper()} ({name} in the TOML file): {error['msg']}{got}")
+    return "; ".join(lines)

@@ -21,6 +21,14 @@ class FakeLLM:
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.url = ""
+        self.open_connections = 0  # keep-alive connections a client has not closed yet
+        self.clients: list[Any] = []  # LLM clients a test made: closed at teardown
+
+    def connections_closed(self, within_s: float = 5.0) -> bool:
+        deadline = time.monotonic() + within_s
+        while self.open_connections and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.open_connections == 0
 
     def script(self, *steps: Step) -> None:
         self.steps.extend(steps)
@@ -59,6 +67,18 @@ def fake_llm():
     llm = FakeLLM()
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, like a real endpoint: a client must close it
+
+        def setup(self):
+            super().setup()
+            with llm.lock:
+                llm.open_connections += 1
+
+        def finish(self):
+            super().finish()
+            with llm.lock:
+                llm.open_connections -= 1
+
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             status, payload, delay = llm.reply(body)
@@ -79,5 +99,7 @@ def fake_llm():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     llm.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     yield llm
+    for client in llm.clients:
+        client.close()
     server.shutdown()
     server.server_close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from engram.consolidation import LLMClient
@@ -17,9 +19,12 @@ def fact_id(prompt, needle):
 
 
 def llm_for(fake, **kw):
-    return LLMClient(
+    """A client of the fake endpoint, closed with the fixture (the test made it, the test closes it)."""
+    client = LLMClient(
         fake.url, "test-model", api_key="sk-test", timeout=kw.pop("timeout", 5), backoff=0.01, **kw
     )
+    fake.clients.append(client)
+    return client
 
 
 def test_without_an_llm_consolidation_is_disabled(eng):
@@ -183,13 +188,13 @@ def test_scripted_scenario_ends_with_the_right_memory(eng, fake_llm):
     assert eng.consolidate("sarah", llm=llm_for(fake_llm)).episodes == 0 and len(fake_llm.requests) == calls
 
 
-def test_malformed_output_skips_the_batch_and_keeps_the_watermark(eng, fake_llm):
+def test_an_llm_that_only_answers_malformed_output_sets_nothing_aside(eng, fake_llm):
     mem = eng.for_user("sarah")
     mem.remember_turn("I drive a red Volvo")
     fake_llm.script(raw(200, "Sure! Here are the facts: Volvo"))
     report = eng.consolidate("sarah", llm=llm_for(fake_llm))
-    assert report.status.startswith("partial") and report.skipped_batches and report.written == []
-    assert eng.store.watermark("sarah") is None
+    assert report.status.startswith("error: every LLM reply was malformed") and report.written == []
+    assert report.skipped_episodes == [] and len(eng.store.waiting_episodes("sarah", 10)) == 1
     fake_llm.script(
         ok(
             lambda p: {
@@ -231,7 +236,8 @@ def test_gives_up_after_the_retries_and_writes_nothing(eng, fake_llm):
     fake_llm.script(*[raw(503, "down")] * 3)
     report = eng.consolidate("sarah", llm=llm_for(fake_llm, max_retries=2))
     assert report.status.startswith("error") and len(fake_llm.requests) == 3
-    assert eng.store.watermark("sarah") is None and eng.for_user("sarah").list("semantic") == []
+    assert len(eng.store.waiting_episodes("sarah", 10)) == 1
+    assert eng.for_user("sarah").list("semantic") == []
 
 
 def test_batches_and_the_judge(make_engram, fake_llm, embedder):
@@ -307,7 +313,7 @@ def test_a_crash_before_commit_repeats_the_batch_without_duplicates(tmp_path, fa
     )
     fake_llm.script(good, good)
     with Engram.open(url, rerank=False) as eng:
-        assert eng.store.watermark("sarah") is None
+        assert len(eng.store.waiting_episodes("sarah", 10)) == 1
         assert len(eng.consolidate("sarah", llm=llm_for(fake_llm)).written) == 1
         eng.for_user("sarah").remember_turn("yes, the red Volvo, like I said")
         again = eng.consolidate("sarah", llm=llm_for(fake_llm))
@@ -377,3 +383,85 @@ def test_worker_runs_users_that_are_due(make_engram, fake_llm):
     hourly = ConsolidationWorker(eng, every_episodes=100, every_hours=0)  # due on time alone
     fake_llm.script(ok(lambda p: {}))
     assert [r["user_id"] for r in hourly.tick()] == ["bob"]
+
+
+def poison_aware(body):
+    """Malformed output whenever the batch holds the turn with POISON in it; else one fact per turn."""
+    prompt = json.loads(body["messages"][1]["content"])
+    if any("POISON" in e["user_said"] for e in prompt["episodes"]):
+        return 200, "I cannot answer that as JSON, sorry", 0.0
+    facts = [
+        {"text": f"Sarah said: {e['user_said']}", "confidence": 0.9, "supporting_episode_ids": [e["id"]]}
+        for e in prompt["episodes"]
+    ]
+    return 200, json.dumps({"facts": facts}), 0.0
+
+
+def test_one_unreadable_turn_is_set_aside_and_never_blocks_the_rest(eng, fake_llm):
+    """Issue 12.5: a malformed reply used to stop the user's consolidation for good."""
+    mem = eng.for_user("sarah")
+    texts = ["I drive a red Volvo", "POISON }{ turn", "my cat is called Miso", "I work nights"]
+    turns = [mem.remember_turn(t) for t in texts]
+    fake_llm.script(*[poison_aware] * 20)
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.status == "partial: 1 episodes skipped (malformed LLM output)"
+    assert report.skipped_episodes == [turns[1].id]
+    assert report.episodes == 3 and len(report.written) == 3
+    assert len(fake_llm.requests) <= 1 + 2 * 2 + 2  # bisection: a few calls, not one per turn
+    assert eng.store.waiting_episodes("sarah", 10) == []
+    mem.remember_turn("and a blue bike")  # later turns go through; the poison is not read again
+    again = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert (again.status, again.episodes, again.skipped_episodes) == ("ok", 1, [])
+    assert "POISON" not in fake_llm.requests[-1]["messages"][1]["content"]
+
+
+def test_a_turn_committed_after_a_later_stamped_one_is_still_consolidated(eng, fake_llm):
+    """Issue 12.3: batches read past a created_at watermark skipped a turn that committed late."""
+    from datetime import timedelta
+
+    from engram.models import EpisodicMemory, new_id, utcnow
+
+    mem = eng.for_user("sarah")
+    early = utcnow() - timedelta(seconds=5)  # stamped first, committed after the run below
+    late_turn = EpisodicMemory(
+        id=new_id("episodic"),
+        text="I also have a blue bike",
+        user_id="sarah",
+        created_at=early,
+        timestamp=early,
+    )
+    mem.remember_turn("I drive a red Volvo")
+    fake_llm.script(*[poison_aware] * 4)
+    assert eng.consolidate("sarah", llm=llm_for(fake_llm)).episodes == 1
+    vectors, tokens = eng.encode_rows([late_turn])
+    eng.store.insert("sarah", [late_turn], vectors, None, tokens)
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.episodes == 1
+    assert "Sarah said: I also have a blue bike" in {f.text for f in mem.list("semantic")}
+
+
+def test_the_worker_goes_on_to_the_next_user_when_one_fails(make_engram, fake_llm, embedder):
+    from engram.consolidation.worker import ConsolidationWorker
+    from engram.models import EpisodicMemory, new_id, utcnow
+
+    eng = make_engram(llm_base_url=fake_llm.url, llm_model="m", llm_max_retries=0)
+    # A tenant whose id this Engram refuses (written by another tool or an older release) fails...
+    odd = EpisodicMemory(
+        id=new_id("episodic"), text="hi", user_id="an odd id!", created_at=utcnow(), timestamp=utcnow()
+    )
+    eng.store.insert("an odd id!", [odd], embedder.embed_documents(["hi"]))
+    # ... and must not stop sarah's consolidation, which comes after it.
+    eng.for_user("sarah").remember_turn("I drive a red Volvo")
+    fake_llm.script(*[poison_aware] * 2)
+    reports = ConsolidationWorker(eng, every_episodes=1, every_hours=24).tick()
+    assert [(r["user_id"], r["status"][:5]) for r in reports] == [("an odd id!", "error"), ("sarah", "ok")]
+    assert [f.text for f in eng.for_user("sarah").list("semantic")] == ["Sarah said: I drive a red Volvo"]
+
+
+def test_consolidation_closes_the_http_client_it_opened(make_engram, fake_llm):
+    """Issue 12.7: every consolidate call left an HTTP client (and its connection) open."""
+    eng = make_engram(llm_base_url=fake_llm.url, llm_model="m", llm_max_retries=0)
+    eng.for_user("sarah").remember_turn("I drive a red Volvo")
+    fake_llm.script(poison_aware)
+    assert eng.consolidate("sarah").status == "ok" and len(fake_llm.requests) == 1
+    assert fake_llm.connections_closed()

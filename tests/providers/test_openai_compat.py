@@ -25,13 +25,24 @@ def fake_vector(text: str) -> list[float]:
 
 
 class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, like a real endpoint: a client must close it
     requests: ClassVar[list] = []
+    open_connections: ClassVar[list] = []
+
+    def setup(self):
+        super().setup()
+        Handler.open_connections.append(self)
+
+    def finish(self):
+        super().finish()
+        Handler.open_connections.remove(self)
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         Handler.requests.append((self.path, self.headers.get("Authorization"), body))
         if body["model"] == "broken":
             self.send_response(500)
+            self.send_header("Content-Length", "0")
             self.end_headers()
             return
         data = [{"index": i, "embedding": fake_vector(t)} for i, t in enumerate(body["input"])]
@@ -74,6 +85,7 @@ def test_embeds_through_the_wire_and_works_as_engram_embedder(server, tmp_path):
         f = mem.write("kitchen sensor battery replaced")
         mem.write("dog chews cables")
         assert mem.recall("sensor battery")[0].memory.id == f.id
+    emb.close()  # Engram(...) closes the store it is given; the embedder belongs to its maker
 
 
 def test_server_errors_are_model_errors(server):
@@ -81,3 +93,19 @@ def test_server_errors_are_model_errors(server):
         OpenAIEmbedder(server, model="broken")
     with pytest.raises(ModelError, match="embedder_model"):
         OpenAIEmbedder(server, model=None)
+
+
+def test_engram_close_closes_the_embedder_client_it_made(server, tmp_path):
+    """Issue 12.7: Engram.close() closed only the store; the embedder's connection stayed open."""
+    import time
+
+    eng = Engram.open(
+        f"sqlite:///{tmp_path}/x.db", embedder_url=server, embedder_model="tiny-embed", rerank=False
+    )
+    eng.for_user("sarah").write("kitchen sensor battery replaced")
+    assert Handler.open_connections
+    eng.close()
+    deadline = time.monotonic() + 5
+    while Handler.open_connections and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert Handler.open_connections == []

@@ -204,19 +204,26 @@ def test_failed_supersession_writes_nothing(store, embedder):
 def test_record_use_increments_atomically_under_threads(store, embedder):
     f = put(store, embedder, "sarah", fact("sarah", "Sarah likes tea"))
     other = put(store, embedder, "bob", fact("bob", "Bob likes tea"))
+    seen: list[int] = []
 
     def bump():
         for _ in range(25):
-            store.record_use("sarah", [f.id, other.id], T0)
+            counts = store.record_use("sarah", {f.id: 1, other.id: 1}, T0)
+            assert set(counts) == {f.id}  # bob's row is neither touched nor reported
+            seen.append(counts[f.id])
 
     threads = [threading.Thread(target=bump) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert sorted(seen) == list(range(1, 101))  # each call saw its own increment's result
     (row,) = store.get("sarah", [f.id])
     assert (row.use_count, row.last_used_at) == (100, T0)
     assert store.get("bob", [other.id])[0].use_count == 0  # not sarah's: untouched
+    # Queued uses arrive merged (n at once) and late: last_used_at never moves back.
+    assert store.record_use("sarah", {f.id: 3}, T0 - timedelta(days=1), max_wait_s=1.0) == {f.id: 103}
+    assert store.get("sarah", [f.id])[0].last_used_at == T0
 
 
 def test_forget_removes_everywhere_and_leaves_a_tombstone(store, embedder):
@@ -330,8 +337,9 @@ def test_list_pages_newest_first(store, embedder):
     second = store.list("sarah", "episodic", limit=3, offset=3)
     assert [r.text for r in first + second] == [f"turn {i}" for i in (6, 5, 4, 3, 2, 1)]
     assert store.list("bob", "episodic") == []
-    with pytest.raises(InvalidInput):
-        store.list("sarah", "episodic", limit=0)
+    for bad in ({"limit": 0}, {"offset": -1}, {"offset": 2**63}, {"limit": 2**63}):  # 2^63: overflow
+        with pytest.raises(InvalidInput):
+            store.list("sarah", "episodic", **bad)
 
 
 def test_a_write_is_visible_to_another_connection_at_once(store, embedder, tmp_path):
@@ -350,10 +358,9 @@ def test_a_write_is_visible_to_another_connection_at_once(store, embedder, tmp_p
 # -- consolidation support -------------------------------------------------------------------------
 
 
-def plan(store, embedder, episodes, *, expected, rows=(), merges=(), feedback=(), supersede=None):
-    from engram.storage.base import ConsolidationWrite, Watermark
+def plan(store, embedder, episodes, *, rows=(), merges=(), feedback=(), supersede=None, skipped=False):
+    from engram.storage.base import ConsolidationWrite
 
-    last = episodes[-1]
     return ConsolidationWrite(
         rows=list(rows),
         vectors=embedder.embed_documents([search_text_of(r) for r in rows])
@@ -362,23 +369,25 @@ def plan(store, embedder, episodes, *, expected, rows=(), merges=(), feedback=()
         supersede=supersede or {},
         merges=list(merges),
         feedback=list(feedback),
-        expected=expected,
-        watermark=Watermark(last.created_at, last.id),
+        episode_ids=[e.id for e in episodes],
         at=T0 + timedelta(days=1),
+        skipped=skipped,
     )
 
 
-def test_episodes_after_a_watermark_come_oldest_first(store, embedder):
-    from engram.storage.base import Watermark
-
+def test_waiting_episodes_come_oldest_first_until_consolidated(store, embedder):
     rows = [episode("sarah", f"turn {i}", at=T0 + timedelta(seconds=i)) for i in range(5)]
     rows = [r.model_copy(update={"created_at": r.timestamp}) for r in rows]
-    put(store, embedder, "sarah", *rows)
+    put(store, embedder, "sarah", *rows[1:])
     put(store, embedder, "bob", episode("bob", "bob's turn"))
-    assert store.watermark("sarah") is None
-    assert [e.text for e in store.episodes_after("sarah", None, 3)] == ["turn 0", "turn 1", "turn 2"]
-    after = Watermark(rows[1].created_at, rows[1].id)
-    assert [e.text for e in store.episodes_after("sarah", after, 10)] == ["turn 2", "turn 3", "turn 4"]
+    assert [e.text for e in store.waiting_episodes("sarah", 3)] == ["turn 1", "turn 2", "turn 3"]
+    store.apply_consolidation("sarah", plan(store, embedder, rows[1:3]))
+    # Turn 0 was stamped first but committed last (issue 12.3): it still waits, it is not behind a line.
+    put(store, embedder, "sarah", rows[0])
+    assert [e.text for e in store.waiting_episodes("sarah", 10)] == ["turn 0", "turn 3", "turn 4"]
+    store.apply_consolidation("sarah", plan(store, embedder, [rows[0]], skipped=True))  # set aside
+    assert [e.text for e in store.waiting_episodes("sarah", 10)] == ["turn 3", "turn 4"]
+    assert [e.text for e in store.waiting_episodes("bob", 10)] == ["bob's turn"]
     assert store.tenants() == ["bob", "sarah"]
 
 
@@ -403,29 +412,28 @@ def test_apply_consolidation_is_atomic_and_compare_and_set(store, embedder):
         store,
         embedder,
         eps,
-        expected=None,
         rows=[new_fact],
         merges=[FactMerge(old_fact.id, (eps[1].id,))],
         feedback=[PlaybookFeedback(pb.id, success=True)],
     )
     store.apply_consolidation("sarah", write)
-    assert store.watermark("sarah") == write.watermark
+    assert store.waiting_episodes("sarah", 10) == []
     merged = store.get("sarah", [old_fact.id])[0]
     assert merged.supporting_episode_ids == [eps[1].id] and merged.use_count == 1
     got_pb = store.get("sarah", [pb.id])[0]
     assert got_pb.success_count == 1 and got_pb.last_success_at == write.at
     assert store.get("sarah", [new_fact.id])[0].text == new_fact.text
-    # a second run that started from the old watermark is refused whole
+    # a second run that read the same episodes is refused whole
     again = fact("sarah", "a duplicate from a stale run")
     with pytest.raises(Conflict):
-        store.apply_consolidation("sarah", plan(store, embedder, eps, expected=None, rows=[again]))
+        store.apply_consolidation("sarah", plan(store, embedder, eps, rows=[again]))
     assert store.get("sarah", [again.id]) == []
     # failure feedback refines the steps and bumps the version
+    later = put(store, embedder, "sarah", episode("sarah", "the reset failed this time"))
     refine = plan(
         store,
         embedder,
-        eps,
-        expected=write.watermark,
+        [later],
         feedback=[
             PlaybookFeedback(pb.id, success=False, refined_steps=(Step(order=1, instruction="hold 20 s"),))
         ],
@@ -445,6 +453,6 @@ def test_apply_consolidation_cannot_touch_another_tenant(store, embedder):
         {"feedback": [PlaybookFeedback(bobs.id, success=True)]},
     ):
         with pytest.raises(NotFound):
-            store.apply_consolidation("sarah", plan(store, embedder, [eps], expected=None, **bad))
-    assert store.watermark("sarah") is None
+            store.apply_consolidation("sarah", plan(store, embedder, [eps], **bad))
+    assert [e.id for e in store.waiting_episodes("sarah", 10)] == [eps.id]
     assert store.get("bob", [bobs.id])[0].use_count == 0

@@ -100,7 +100,37 @@ def test_migrations_are_idempotent(pg):
             (1,),
             (2,),
             (3,),
+            (4,),
         ]
+
+
+def test_a_runtime_store_refuses_an_older_schema_and_migration_4_marks_the_watermark(pg_urls, embedder):
+    from datetime import timedelta
+
+    from engram.models import EpisodicMemory
+
+    admin, runtime = pg_urls
+    turns = [
+        EpisodicMemory(id=new_id("episodic"), text=f"turn {i}", user_id="sarah", created_at=t, timestamp=t)
+        for i, t in enumerate((T0, T0 + timedelta(hours=1)))
+    ]
+    store = PostgresStore(runtime, admin_url=admin)
+    store.ensure_model(embedder.name, embedder.dim)
+    store.insert("sarah", turns, embedder.embed_documents([t.text for t in turns]))
+    store.close()
+    with psycopg.connect(admin) as conn:  # back to schema 3: a watermark past turn 0, no marks
+        conn.execute("DROP INDEX memories_waiting")
+        conn.execute("ALTER TABLE memories DROP COLUMN consolidated")
+        conn.execute("DELETE FROM engram_migrations WHERE version = 4")
+        conn.execute("INSERT INTO consolidation_state VALUES ('sarah', %s, %s, %s)", (T0, turns[0].id, T0))
+    with pytest.raises(StorageError, match="predates migration 4"):
+        PostgresStore(runtime)
+    assert migrate(admin) == [4]
+    store = PostgresStore(runtime)
+    try:
+        assert [e.text for e in store.waiting_episodes("sarah", 10)] == ["turn 1"]
+    finally:
+        store.close()
 
 
 def test_concurrent_supersessions_leave_one_live_fact(pg, embedder):
@@ -177,12 +207,13 @@ def test_recall_quality_matches_the_sqlite_bar(pg_urls, embedder, reranker, toke
     assert result["r_at_5"] >= 0.9 and result["r_at_10"] >= 0.95 and result["mrr"] >= 0.75
 
 
-def test_a_runtime_store_refuses_a_schema_older_than_itself(pg_urls):
-    admin, runtime = pg_urls
-    migrate(admin)
-    with psycopg.connect(admin) as conn:  # as if the last migration had not run
-        conn.execute("ALTER TABLE memories DROP COLUMN tokens")
-        conn.execute("DELETE FROM engram_migrations WHERE version = 3")
-    with pytest.raises(StorageError, match="run migrations"):
-        PostgresStore(runtime)
-    PostgresStore(runtime, admin_url=admin).close()  # migrating brings it up to date
+def test_a_bounded_use_count_bump_gives_up_on_a_locked_row(pg):
+    from engram.errors import StoreBusy
+
+    store, admin, _ = pg
+    fact = store.list("sarah", "semantic", limit=1)[0]
+    with psycopg.connect(admin) as holder, holder.transaction():
+        holder.execute("SELECT 1 FROM memories WHERE id = %s FOR UPDATE", (fact.id,))
+        with pytest.raises(StoreBusy):
+            store.record_use("sarah", {fact.id: 1}, T0, max_wait_s=0.1)
+    assert store.record_use("sarah", {fact.id: 1}, T0, max_wait_s=0.1) == {fact.id: 1}

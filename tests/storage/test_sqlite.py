@@ -3,6 +3,7 @@
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime, timedelta
 
 from engram.storage.sqlite import SQLiteStore
 
@@ -42,22 +43,37 @@ def test_wal_mode_and_schema_version(tmp_path):
     try:
         conn = store._conn()
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert store.stats()["meta"]["schema_version"] == "2"
+        assert store.stats()["meta"]["schema_version"] == "3"
     finally:
         store.close()
 
 
-def test_an_older_file_is_upgraded_and_a_newer_one_refused(tmp_path):
+def test_an_older_file_is_upgraded_and_a_newer_one_refused(tmp_path, embedder):
     import pytest
 
     from engram.errors import StorageError
+    from engram.models import EpisodicMemory, new_id
 
+    t0 = datetime(2025, 1, 1, tzinfo=UTC)
+    turns = [
+        EpisodicMemory(id=new_id("episodic"), text=f"turn {i}", user_id="sarah", created_at=t, timestamp=t)
+        for i, t in enumerate((t0, t0 + timedelta(hours=1)))
+    ]
     store = SQLiteStore(tmp_path / "x.db")
-    store._conn().execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    store.ensure_model(embedder.name, embedder.dim)
+    store.insert("sarah", turns, embedder.embed_documents([t.text for t in turns]))
+    conn = store._conn()  # back to 0.1's layout: a watermark past turn 0, no consolidated marks
+    conn.execute("DROP INDEX memories_waiting; ALTER TABLE memories DROP COLUMN consolidated")
+    conn.execute(
+        "INSERT INTO consolidation_state VALUES ('sarah', ?, ?, ?)",
+        (t0.isoformat(timespec="microseconds"), turns[0].id, t0.isoformat()),
+    )
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     store.close()
-    store = SQLiteStore(tmp_path / "x.db")  # 0.1's layout gains memory_tokens; version moves to 2
-    assert store.stats()["meta"]["schema_version"] == "2"
-    store._conn().execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    store = SQLiteStore(tmp_path / "x.db")  # gains memory_tokens and the marks; version moves to 3
+    assert store.stats()["meta"]["schema_version"] == "3"
+    assert [e.text for e in store.waiting_episodes("sarah", 10)] == ["turn 1"]  # turn 0 was consumed
+    store._conn().execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     store.close()
     with pytest.raises(StorageError, match="upgrade engram-memory"):
         SQLiteStore(tmp_path / "x.db")

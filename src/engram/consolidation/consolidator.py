@@ -1,11 +1,15 @@
 """Consolidation: turn a user's new episodes into facts, playbooks, supersessions and feedback.
 
-Per batch of episodes since the user's watermark: one LLM call extracts candidates; guards filter them
-(cited episodes of this batch only, assistant words never become facts, confidence floor, duplicate
-check against the hybrid top-5 neighbours with one batched judge call for the unclear ones); then
-everything is written in ONE transaction together with the watermark move (compare-and-set). A crash
-before the commit leaves nothing behind and the batch is simply read again; a batch whose LLM reply
-is malformed is skipped with the watermark kept, so it is retried next run.
+Per batch of the user's waiting episodes (oldest first): one LLM call extracts candidates; guards
+filter them (cited episodes of this batch only, assistant words never become facts, confidence floor,
+duplicate check against the hybrid top-5 neighbours with one batched judge call for the unclear ones);
+then everything is written in ONE transaction that also marks the batch's episodes consolidated. A
+crash before the commit leaves nothing behind and the batch simply waits for the next run.
+
+A batch whose LLM reply is malformed is split in halves, each tried on its own, down to single
+episodes; an episode the LLM cannot read alone is set aside (marked skipped, reported) so it never
+blocks the user's later turns. Only if some batch of the same run succeeded, though: when nothing
+does, the LLM is at fault, not the episodes, and nothing is set aside.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from engram.consolidation import guards
 from engram.consolidation.llm import LLMClient, LLMError, LLMOutputError
@@ -28,7 +34,7 @@ from engram.errors import Conflict
 from engram.models import EpisodicMemory, Memory, ProceduralMemory, SemanticMemory, new_id, utcnow
 from engram.retrieval.config import RetrievalConfig
 from engram.storage._rows import search_text_of
-from engram.storage.base import ConsolidationWrite, FactMerge, PlaybookFeedback, Supersession, Watermark
+from engram.storage.base import ConsolidationWrite, FactMerge, PlaybookFeedback, Supersession
 
 if TYPE_CHECKING:
     from engram.memory import Engram
@@ -58,7 +64,7 @@ class ConsolidationReport:
     superseded: list[str] = field(default_factory=list)
     feedback: list[str] = field(default_factory=list)
     dropped: list[dict[str, str]] = field(default_factory=list)
-    skipped_batches: list[str] = field(default_factory=list)
+    skipped_episodes: list[str] = field(default_factory=list)  # ids the LLM could not read
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -74,42 +80,87 @@ class Consolidator:
         user = self.engram.for_user(user_id).user_id
         store = self.engram.store
         report = ConsolidationReport(user_id=user)
+        unreadable: list[tuple[EpisodicMemory, str]] = []
         while True:
-            start = store.watermark(user)  # type: ignore[attr-defined]
-            episodes = store.episodes_after(user, start, self.policy.batch_size)  # type: ignore[attr-defined]
+            episodes = store.waiting_episodes(user, self.policy.batch_size)  # type: ignore[attr-defined]
+            episodes = [e for e in episodes if e.id not in {u.id for u, _ in unreadable}]
             if not episodes:
                 break
             try:
-                write = self._plan(user, episodes, start, report)
-                store.apply_consolidation(user, write)  # type: ignore[attr-defined]
-            except LLMOutputError as exc:
-                log.warning("consolidation of %s: skipping a batch, watermark kept: %s", user, exc)
-                report.skipped_batches.append(str(exc))
-                report.status = "partial: a batch was skipped (malformed LLM output); it will be retried"
-                break
+                self._consolidate(user, episodes, report, unreadable)
             except LLMError as exc:
                 report.status = f"error: {exc}"
                 break
             except Conflict:
                 report.status = "stopped: another consolidation of this user ran meanwhile"
                 break
-            report.batches += 1
-            report.episodes += len(episodes)
-            report.written += [r.id for r in write.rows]
-            report.merged += [m.fact_id for m in write.merges]
-            report.superseded += list(
-                write.supersede.values() and [s.old_id for s in write.supersede.values()]
-            )
-            report.feedback += [
-                f"{f.playbook_id}:{'success' if f.success else 'failure'}" for f in write.feedback
-            ]
             if len(episodes) < self.policy.batch_size:
                 break
+        if unreadable:
+            self._set_aside(user, unreadable, report)
         return report
+
+    def _consolidate(
+        self,
+        user: str,
+        episodes: list[EpisodicMemory],
+        report: ConsolidationReport,
+        unreadable: list[tuple[EpisodicMemory, str]],
+    ) -> None:
+        """Plan and apply one batch; on a malformed reply, each half on its own (see the docstring)."""
+        try:
+            write = self._plan(user, episodes, report)
+        except LLMOutputError as exc:
+            if len(episodes) == 1:
+                unreadable.append((episodes[0], str(exc)))
+                return
+            half = len(episodes) // 2
+            log.warning(
+                "consolidation of %s: malformed reply for %d episodes, splitting", user, len(episodes)
+            )
+            self._consolidate(user, episodes[:half], report, unreadable)
+            self._consolidate(user, episodes[half:], report, unreadable)
+            return
+        self.engram.store.apply_consolidation(user, write)  # type: ignore[attr-defined]
+        report.batches += 1
+        report.episodes += len(episodes)
+        report.written += [r.id for r in write.rows]
+        report.merged += [m.fact_id for m in write.merges]
+        report.superseded += [s.old_id for s in write.supersede.values()]
+        report.feedback += [
+            f"{f.playbook_id}:{'success' if f.success else 'failure'}" for f in write.feedback
+        ]
+
+    def _set_aside(
+        self, user: str, unreadable: list[tuple[EpisodicMemory, str]], report: ConsolidationReport
+    ) -> None:
+        ids = [episode.id for episode, _ in unreadable]
+        if not report.batches:  # nothing worked this run: blame the LLM, keep the episodes waiting
+            report.status = f"error: every LLM reply was malformed ({unreadable[0][1]}); nothing skipped"
+            return
+        self.engram.store.apply_consolidation(  # type: ignore[attr-defined]
+            user,
+            ConsolidationWrite(
+                rows=[],
+                vectors=np.zeros((0, self.engram.embedder.dim), np.float32),
+                supersede={},
+                merges=[],
+                feedback=[],
+                episode_ids=ids,
+                at=utcnow(),
+                skipped=True,
+            ),
+        )
+        log.warning(
+            "consolidation of %s: set aside %d episodes the LLM could not read: %s", user, len(ids), ids
+        )
+        report.skipped_episodes += ids
+        if report.status == "ok":
+            report.status = f"partial: {len(ids)} episodes skipped (malformed LLM output)"
 
     # -- one batch ------------------------------------------------------------------------------
     def _plan(
-        self, user: str, episodes: list[EpisodicMemory], start: Watermark | None, report: ConsolidationReport
+        self, user: str, episodes: list[EpisodicMemory], report: ConsolidationReport
     ) -> ConsolidationWrite:
         store, now = self.engram.store, utcnow()
         facts = [m for m in store.list(user, "semantic", limit=500) if isinstance(m, SemanticMemory)]
@@ -242,7 +293,6 @@ class Consolidator:
                 feedback.append(PlaybookFeedback(update.playbook_id, update.outcome == "success", refined))
 
         vectors, tokens = self.engram.encode_rows(rows)
-        last = episodes[-1]
         return ConsolidationWrite(
             rows=rows,
             vectors=vectors,
@@ -250,8 +300,7 @@ class Consolidator:
             supersede=supersede,
             merges=[FactMerge(fact_id, tuple(sorted(ids))) for fact_id, ids in merges.items()],
             feedback=feedback,
-            expected=start,
-            watermark=Watermark(last.created_at, last.id),
+            episode_ids=[e.id for e in episodes],
             at=now,
         )
 

@@ -51,11 +51,15 @@ class ConsolidationWorker:
         for user in store.tenants():
             if self._stop.is_set():
                 break
-            pending = len(store.episodes_after(user, store.watermark(user), self.every_episodes))
-            waited = now - self._last_run.get(user, self._started)
-            if pending and (pending >= self.every_episodes or waited >= self.every_seconds):
-                report = self.engram.consolidate(user).as_dict()
-                self._last_run[user] = now
-                log.info("consolidated %s: %s", user, {k: report[k] for k in ("status", "episodes")})
-                reports.append(report)
+            try:
+                waiting = len(store.waiting_episodes(user, self.every_episodes))
+                waited = now - self._last_run.get(user, self._started)
+                if waiting and (waiting >= self.every_episodes or waited >= self.every_seconds):
+                    self._last_run[user] = now  # a user that fails waits its turn like the others
+                    report = self.engram.consolidate(user).as_dict()
+                    log.info("consolidated %s: %s", user, {k: report[k] for k in ("status", "episodes")})
+                    reports.append(report)
+            except Exception as exc:  # one user's failure must not starve every user after it
+                log.exception("consolidation of %s failed", user)
+                reports.append({"user_id": user, "status": f"error: {exc}", "episodes": 0})
         return reports

@@ -221,6 +221,9 @@ class OnnxCrossEncoder:
             self._sessions.put(_load(model_dir, threads=1)[1])
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engram-rerank")
 
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
     @classmethod
     def packaged(cls, *, workers: int = 2) -> OnnxCrossEncoder:
         model_dir = PACKAGED_RERANKER.verified_dir()

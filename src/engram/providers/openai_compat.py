@@ -30,7 +30,11 @@ class OpenAIEmbedder:
         self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
         self._model = model
         self._batch_size = batch_size
-        self._dim = len(self._request(["dimension probe"])[0])
+        try:
+            self._dim = len(self._request(["dimension probe"])[0])
+        except BaseException:
+            self._client.close()
+            raise
 
     @property
     def name(self) -> str:
@@ -59,3 +63,6 @@ class OpenAIEmbedder:
 
     def embed_query(self, text: str) -> Vectors:
         return self.embed_documents([text])[0]
+
+    def close(self) -> None:
+        self._client.close()

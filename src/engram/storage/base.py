@@ -50,14 +50,6 @@ class LegHit:
 
 
 @dataclass(frozen=True)
-class Watermark:
-    """How far consolidation has read a user's episodes: the last episode consumed, by system time."""
-
-    created_at: datetime
-    episode_id: str
-
-
-@dataclass(frozen=True)
 class FactMerge:
     """A candidate fact that repeats a stored one: add its provenance and bump the stored fact."""
 
@@ -76,10 +68,12 @@ class PlaybookFeedback:
 
 @dataclass
 class ConsolidationWrite:
-    """Everything one consolidation batch writes, applied in one transaction with the watermark move.
+    """Everything one consolidation batch writes, applied in one transaction that also marks the
+    batch's episodes consolidated (or skipped: ``skipped`` writes nothing else).
 
-    ``expected`` is the watermark the batch started from: if another run moved it meanwhile, nothing
-    is written (Conflict), so two workers never apply the same episodes twice.
+    Episodes are marked one by one rather than read past a watermark: a turn that commits after a
+    later-stamped one is still waiting, never behind the line. If another run took any episode of
+    the batch meanwhile, nothing is written (Conflict), so two workers never apply one episode twice.
     """
 
     rows: Sequence[Memory]
@@ -87,19 +81,38 @@ class ConsolidationWrite:
     supersede: Mapping[str, Supersession]
     merges: Sequence[FactMerge]
     feedback: Sequence[PlaybookFeedback]
-    expected: Watermark | None
-    watermark: Watermark
+    episode_ids: Sequence[str]
     at: datetime
     tokens: Sequence[bytes] | None = None  # the rows' packed late-interaction token vectors
+    skipped: bool = False  # the LLM could not read these episodes: set them aside, write nothing
+
+
+class TransferStore(Protocol):
+    """What a whole-store export and import need beside Store (engram.transfer)."""
+
+    def scan(self, tenant: Tenant, after: int, limit: int) -> list[tuple[int, Memory, int]]:
+        """The tenant's rows, live or not, in write order after the cursor ``after`` (0 to start):
+        (cursor, row, consolidated), consolidated being 0 waiting, 1 consolidated, 2 skipped."""
+        ...
+
+    def tombstones(self, tenant: Tenant) -> list[Tombstone]:
+        """The tenant's tombstones, oldest first."""
+        ...
+
+    def add_tombstones(self, tenant: Tenant, tombstones: Sequence[Tombstone]) -> None:
+        """Restore tombstones (an import of an export); an id already there is a Conflict."""
+        ...
+
+    def export_keys(self) -> list[tuple[ApiKeyRecord, str]]:
+        """Every API key record with its hash (never the key: the store has none)."""
+        ...
 
 
 class ConsolidationStore(Protocol):
     """What consolidation needs beside Store. Tenant-scoped like Store."""
 
-    def watermark(self, tenant: str) -> Watermark | None: ...
-
-    def episodes_after(self, tenant: str, after: Watermark | None, limit: int) -> list[EpisodicMemory]:
-        """The tenant's episodes stored after ``after``, oldest first."""
+    def waiting_episodes(self, tenant: str, limit: int) -> list[EpisodicMemory]:
+        """The tenant's episodes not yet consolidated (nor skipped), oldest stored first."""
         ...
 
     def apply_consolidation(self, tenant: str, write: ConsolidationWrite) -> None: ...
@@ -183,6 +196,15 @@ def check_insert(
             raise InvalidInput(f"row {row.id} does not belong to this tenant")
 
 
+MAX_PAGE_BOUND = 1_000_000_000  # limit/offset past this are nonsense and overflow some engines' integers
+
+
+def check_page(limit: int, offset: int) -> None:
+    """``Store.list`` paging every backend enforces: 1 <= limit and 0 <= offset, both <= 10^9."""
+    if not (1 <= limit <= MAX_PAGE_BOUND and 0 <= offset <= MAX_PAGE_BOUND):
+        raise InvalidInput(f"limit must be in [1, {MAX_PAGE_BOUND}] and offset in [0, {MAX_PAGE_BOUND}]")
+
+
 def check_supersession(spec: Supersession, new: Memory, old_type: str, superseded_by: str | None) -> None:
     """The old row (found in the tenant's scope, else NotFound earlier) must be live and of the same type."""
     if old_type != new.memory_type:
@@ -242,8 +264,12 @@ class Store(Protocol):
         """Exact nearest neighbours by cosine similarity, best first."""
         ...
 
-    def record_use(self, tenant: Tenant, ids: Sequence[str], at: datetime) -> None:
-        """Atomically bump use_count and set last_used_at of the tenant's semantic rows among ``ids``."""
+    def record_use(
+        self, tenant: Tenant, uses: Mapping[str, int], at: datetime, *, max_wait_s: float | None = None
+    ) -> dict[str, int]:
+        """Atomically add ``uses[id]`` to use_count of each of the tenant's semantic rows among the ids
+        and move last_used_at up to ``at``; returns each updated row's use_count after the change.
+        With ``max_wait_s``, raises StoreBusy instead of waiting longer for another writer."""
         ...
 
     def forget(self, tenant: Tenant, memory_id: str, at: datetime) -> Tombstone:

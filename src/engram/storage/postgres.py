@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from engram.errors import Conflict, InvalidInput, NotFound, StorageError
+from engram.errors import Conflict, InvalidInput, NotFound, StorageError, StoreBusy
 from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
 from engram.storage._rows import (
@@ -43,9 +43,9 @@ from engram.storage.base import (
     SearchFilter,
     Supersession,
     Tenant,
-    Watermark,
     check_insert,
     check_model,
+    check_page,
     check_supersession,
     model_keys,
     wanted_ids,
@@ -137,6 +137,22 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE memories ADD COLUMN tokens bytea;
         """,
     ),
+    (
+        4,
+        """
+        -- consolidation marks each episode it consumed instead of reading past a watermark (a turn
+        -- committed late could land behind it); what the old watermark covered counts as consumed.
+        -- episodic rows: 0 waiting, 1 consolidated, 2 skipped (the LLM could not read them)
+        ALTER TABLE memories ADD COLUMN consolidated smallint NOT NULL DEFAULT 0;
+        ALTER TABLE memories NO FORCE ROW LEVEL SECURITY;  -- the owner marks every tenant's rows, once
+        UPDATE memories m SET consolidated = 1 FROM consolidation_state s
+            WHERE m.memory_type = 'episodic' AND m.owner = s.owner
+              AND (m.created_at, m.id) <= (s.created_at, s.episode_id);
+        ALTER TABLE memories FORCE ROW LEVEL SECURITY;
+        CREATE INDEX memories_waiting ON memories (owner, created_at, id)
+            WHERE memory_type = 'episodic' AND consolidated = 0;
+        """,
+    ),
 ]
 
 
@@ -207,9 +223,9 @@ class PostgresStore:
                 owner = conn.execute(
                     "SELECT tableowner FROM pg_tables WHERE schemaname = 'public' AND tablename = 'memories'"
                 ).fetchone()
-                current = conn.execute(  # the newest migration's column (3: tokens)
+                current = conn.execute(  # the newest migration's column (4: consolidated)
                     "SELECT 1 FROM information_schema.columns WHERE table_schema = 'public' "
-                    "AND table_name = 'memories' AND column_name = 'tokens'"
+                    "AND table_name = 'memories' AND column_name = 'consolidated'"
                 ).fetchone()
         except psycopg.Error as exc:
             raise StorageError(f"cannot open PostgreSQL store: {exc}") from exc
@@ -382,15 +398,30 @@ class PostgresStore:
             rows = conn.execute(sql, (_vector(vector), owners, sorted(where.memory_types), limit)).fetchall()
         return [LegHit(id=i, score=1.0 - float(d)) for i, d in rows]
 
-    def record_use(self, tenant: Tenant, ids: Sequence[str], at: datetime) -> None:
-        if not ids or tenant is None:
-            return
-        with self._tx(tenant) as conn:
-            conn.execute(
-                """UPDATE memories SET use_count = use_count + 1, last_used_at = %s
-                   WHERE owner = %s AND memory_type = 'semantic' AND id = ANY(%s)""",
-                (at, tenant, list(ids)),
-            )
+    def record_use(
+        self, tenant: Tenant, uses: Mapping[str, int], at: datetime, *, max_wait_s: float | None = None
+    ) -> dict[str, int]:
+        if not uses or tenant is None:
+            return {}
+        try:
+            with self._tx(tenant) as conn:
+                if max_wait_s is not None:
+                    conn.execute(
+                        "SELECT set_config('lock_timeout', %s, true)", (f"{round(max_wait_s * 1000)}ms",)
+                    )
+                rows = conn.execute(
+                    """UPDATE memories m SET use_count = m.use_count + u.n,
+                           last_used_at = GREATEST(m.last_used_at, %s)
+                       FROM unnest(%s::text[], %s::int[]) AS u(id, n)
+                       WHERE m.owner = %s AND m.memory_type = 'semantic' AND m.id = u.id
+                       RETURNING m.id, m.use_count""",
+                    (at, list(uses), list(uses.values()), tenant),
+                ).fetchall()
+        except StorageError as exc:
+            if max_wait_s is not None and isinstance(exc.__cause__, self._psycopg.errors.LockNotAvailable):
+                raise StoreBusy("another writer holds the rows") from exc
+            raise
+        return dict(rows)
 
     def forget(self, tenant: Tenant, memory_id: str, at: datetime) -> Tombstone:
         owner = "" if tenant is None else tenant
@@ -422,8 +453,7 @@ class PostgresStore:
         limit: int = 50,
         offset: int = 0,
     ) -> list[Memory]:
-        if limit < 1 or offset < 0:
-            raise InvalidInput("limit must be >= 1 and offset >= 0")
+        check_page(limit, offset)
         sql = f"""SELECT {_SELECT} FROM memories WHERE owner = %s AND memory_type = %s
                   {"" if include_superseded else "AND superseded_by IS NULL"}
                   ORDER BY created_at DESC, rid DESC LIMIT %s OFFSET %s"""
@@ -440,32 +470,25 @@ class PostgresStore:
         return {"url": self.url.split("@")[-1], "counts": {"catalog": catalog}, "meta": meta}
 
     # -- ConsolidationStore protocol -----------------------------------------------------------
-    def watermark(self, tenant: str) -> Watermark | None:
+    def waiting_episodes(self, tenant: str, limit: int) -> list[EpisodicMemory]:
+        sql = f"""SELECT {_SELECT} FROM memories
+                  WHERE owner = %s AND memory_type = 'episodic' AND consolidated = 0
+                  ORDER BY created_at, id LIMIT %s"""
         with self._tx(tenant) as conn:
-            return self._watermark(conn, tenant)
-
-    @staticmethod
-    def _watermark(conn: Any, tenant: str) -> Watermark | None:
-        row = conn.execute(
-            "SELECT created_at, episode_id FROM consolidation_state WHERE owner = %s", (tenant,)
-        ).fetchone()
-        return Watermark(row[0], row[1]) if row else None
-
-    def episodes_after(self, tenant: str, after: Watermark | None, limit: int) -> list[EpisodicMemory]:
-        sql = f"SELECT {_SELECT} FROM memories WHERE owner = %s AND memory_type = 'episodic'"
-        params: list[Any] = [tenant]
-        if after is not None:
-            sql += " AND (created_at, id) > (%s, %s)"
-            params += [after.created_at, after.episode_id]
-        with self._tx(tenant) as conn:
-            rows = conn.execute(sql + " ORDER BY created_at, id LIMIT %s", [*params, limit]).fetchall()
+            rows = conn.execute(sql, (tenant, limit)).fetchall()
         return [m for m in map(_memory, rows) if isinstance(m, EpisodicMemory)]
 
     def apply_consolidation(self, tenant: str, write: ConsolidationWrite) -> None:
+        ids = list(write.episode_ids)
         with self._tx(tenant) as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (tenant,))  # one run per user
-            if self._watermark(conn, tenant) != write.expected:
-                raise Conflict(f"consolidation of {tenant!r} moved on meanwhile; batch discarded")
+            taken = conn.execute(
+                """SELECT count(*) FROM memories WHERE owner = %s AND memory_type = 'episodic'
+                   AND consolidated <> 0 AND id = ANY(%s)""",
+                (tenant, ids),
+            ).fetchone()[0]
+            if taken:
+                raise Conflict(f"another consolidation of {tenant!r} took this batch; discarded")
             self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede, write.tokens)
             for merge in write.merges:
                 row = _lock_row(conn, merge.fact_id, tenant, "semantic")
@@ -489,15 +512,49 @@ class PostgresStore:
                         (refined_attrs(row[1], feedback.refined_steps), row[0]),
                     )
             conn.execute(
-                """INSERT INTO consolidation_state VALUES (%s, %s, %s, %s) ON CONFLICT (owner) DO UPDATE
-                   SET created_at = excluded.created_at, episode_id = excluded.episode_id,
-                       updated_at = excluded.updated_at""",
-                (tenant, write.watermark.created_at, write.watermark.episode_id, write.at),
+                """UPDATE memories SET consolidated = %s
+                   WHERE owner = %s AND memory_type = 'episodic' AND id = ANY(%s)""",
+                (2 if write.skipped else 1, tenant, ids),
             )
 
     def tenants(self) -> list[str]:
         with self._tx("") as conn:
             return [r[0] for r in conn.execute("SELECT owner FROM engram_tenants ORDER BY owner").fetchall()]
+
+    # -- TransferStore protocol ----------------------------------------------------------------
+    def scan(self, tenant: Tenant, after: int, limit: int) -> list[tuple[int, Memory, int]]:
+        sql = f"""SELECT rid, consolidated, {_SELECT} FROM memories WHERE owner = %s AND rid > %s
+                  ORDER BY rid LIMIT %s"""
+        with self._tx(tenant) as conn:
+            rows = conn.execute(sql, ("" if tenant is None else tenant, after, limit)).fetchall()
+        return [(r[0], _memory(r[2:]), r[1]) for r in rows]
+
+    def tombstones(self, tenant: Tenant) -> list[Tombstone]:
+        sql = """SELECT id, memory_type, created_at, forgotten_at FROM tombstones WHERE owner = %s
+                 ORDER BY forgotten_at, id"""
+        with self._tx(tenant) as conn:
+            rows = conn.execute(sql, ("" if tenant is None else tenant,)).fetchall()
+        return [
+            Tombstone(id=i, user_id=tenant, memory_type=t, created_at=c, forgotten_at=f)
+            for i, t, c, f in rows
+        ]
+
+    def add_tombstones(self, tenant: Tenant, tombstones: Sequence[Tombstone]) -> None:
+        owner = "" if tenant is None else tenant
+        if any((t.user_id or "") != owner for t in tombstones):
+            raise InvalidInput("a tombstone does not belong to this tenant")
+        with self._tx(tenant) as conn, conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO tombstones VALUES (%s, %s, %s, %s, %s)",
+                [(t.id, owner, t.memory_type, t.created_at, t.forgotten_at) for t in tombstones],
+            )
+
+    def export_keys(self) -> list[tuple[ApiKeyRecord, str]]:
+        with self._tx("") as conn:
+            rows = conn.execute(
+                f"SELECT {_KEY_COLUMNS}, key_hash FROM api_keys ORDER BY created_at, id"
+            ).fetchall()
+        return [(ApiKeyRecord(*r[:-1]), r[-1]) for r in rows]
 
     # -- KeyStore protocol ---------------------------------------------------------------------
     def add_key(self, record: ApiKeyRecord, key_hash: str) -> None:

@@ -34,7 +34,7 @@ import apsw
 import numpy as np
 import sqlite_vec
 
-from engram.errors import Conflict, InvalidInput, NotFound, StorageError
+from engram.errors import Conflict, InvalidInput, NotFound, StorageError, StoreBusy
 from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
 from engram.storage._rows import (
@@ -56,15 +56,16 @@ from engram.storage.base import (
     SearchFilter,
     Supersession,
     Tenant,
-    Watermark,
     check_insert,
     check_model,
+    check_page,
     check_supersession,
     model_keys,
     wanted_ids,
 )
 
-SCHEMA_VERSION = 2  # 2: memory_tokens, episode context (older Engrams refuse the file)
+# 2: memory_tokens, episode context; 3: episodes marked consolidated (older Engrams refuse the file)
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 10_000  # writers queue behind each other rather than fail
 
 _SCHEMA = """
@@ -87,7 +88,8 @@ CREATE TABLE IF NOT EXISTS memories (
     supersedes    TEXT,
     superseded_by TEXT,
     superseded_at TEXT,
-    retracted     INTEGER NOT NULL DEFAULT 0
+    retracted     INTEGER NOT NULL DEFAULT 0,
+    consolidated  INTEGER NOT NULL DEFAULT 0  -- episodic: 0 waiting, 1 consolidated, 2 skipped
 );
 CREATE INDEX IF NOT EXISTS memories_owner_type ON memories (owner, memory_type, created_at);
 CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5 (
@@ -107,9 +109,9 @@ CREATE TABLE IF NOT EXISTS memory_tokens (  -- late-interaction token vectors, p
     tokens      BLOB NOT NULL,
     PRIMARY KEY (owner, rid)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS consolidation_state (
+CREATE TABLE IF NOT EXISTS consolidation_state (  -- schema 2's watermark, read once by the upgrade to 3
     owner        TEXT PRIMARY KEY,
-    created_at   TEXT NOT NULL,               -- watermark: the last episode consumed
+    created_at   TEXT NOT NULL,
     episode_id   TEXT NOT NULL,
     updated_at   TEXT NOT NULL
 );
@@ -200,10 +202,16 @@ class SQLiteStore:
                         f"{self.path} has schema version {row[0]}; this Engram knows up to "
                         f"{SCHEMA_VERSION}: upgrade engram-memory"
                     )
-                elif int(row[0]) < SCHEMA_VERSION:  # every change so far is additive (CREATE IF NOT EXISTS)
+                elif int(row[0]) < SCHEMA_VERSION:  # 2's changes were additive (CREATE IF NOT EXISTS)
+                    if int(row[0]) < 3:
+                        _mark_consolidated_before_the_watermark(conn)
                     conn.execute(
                         "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
                     )
+                conn.execute(
+                    "CREATE INDEX IF NOT EXISTS memories_waiting ON memories (owner, created_at, id) "
+                    "WHERE memory_type = 'episodic' AND consolidated = 0"
+                )
 
     # -- connections and transactions ----------------------------------------------------------
     def _conn(self) -> apsw.Connection:
@@ -439,15 +447,35 @@ class SQLiteStore:
             rows = self._conn().execute(sql, params).fetchall()
         return [LegHit(id=i, score=1.0 - d) for i, d in rows]
 
-    def record_use(self, tenant: Tenant, ids: Sequence[str], at: datetime) -> None:
-        if not ids or tenant is None:
-            return
-        sql = f"""UPDATE memories SET use_count = use_count + 1, last_used_at = ?
-                  WHERE +owner = ? AND +memory_type = 'semantic' AND id IN ({_marks(len(ids))})"""
+    def record_use(
+        self, tenant: Tenant, uses: Mapping[str, int], at: datetime, *, max_wait_s: float | None = None
+    ) -> dict[str, int]:
+        if not uses or tenant is None:
+            return {}
+        by_increment: dict[int, list[str]] = {}
+        for memory_id, n in uses.items():
+            by_increment.setdefault(n, []).append(memory_id)
+        counts: dict[str, int] = {}
         with self._errors():
             conn = self._conn()
-            with self._write(conn):
-                conn.execute(sql, (_ts(at), tenant, *ids))
+            if max_wait_s is not None:
+                conn.set_busy_timeout(round(max_wait_s * 1000))
+            try:
+                with self._write(conn):
+                    for n, ids in by_increment.items():
+                        sql = f"""UPDATE memories SET use_count = use_count + ?,
+                                      last_used_at = max(coalesce(last_used_at, ''), ?)
+                                  WHERE +owner = ? AND +memory_type = 'semantic'
+                                    AND id IN ({_marks(len(ids))})
+                                  RETURNING id, use_count"""
+                        counts.update(conn.execute(sql, (n, _ts(at), tenant, *ids)).fetchall())
+            except apsw.BusyError as exc:
+                if max_wait_s is None:
+                    raise
+                raise StoreBusy(f"another writer holds {self.path}") from exc
+            finally:
+                conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        return counts
 
     def forget(self, tenant: Tenant, memory_id: str, at: datetime) -> Tombstone:
         owner = _owner_key(tenant)
@@ -531,8 +559,7 @@ class SQLiteStore:
         limit: int = 50,
         offset: int = 0,
     ) -> list[Memory]:
-        if limit < 1 or offset < 0:
-            raise InvalidInput("limit must be >= 1 and offset >= 0")
+        check_page(limit, offset)
         sql = f"""SELECT {_SELECT} FROM memories WHERE owner = ? AND memory_type = ?
                   {"" if include_superseded else "AND superseded_by IS NULL"}
                   ORDER BY created_at DESC, rid DESC LIMIT ? OFFSET ?"""
@@ -540,42 +567,35 @@ class SQLiteStore:
             return self._rows(sql, (_owner_key(tenant), memory_type, limit, offset))
 
     # -- ConsolidationStore protocol -----------------------------------------------------------
-    def watermark(self, tenant: str) -> Watermark | None:
+    def waiting_episodes(self, tenant: str, limit: int) -> list[EpisodicMemory]:
+        sql = f"""SELECT {_SELECT} FROM memories
+                  WHERE owner = ? AND memory_type = 'episodic' AND consolidated = 0
+                  ORDER BY created_at, id LIMIT ?"""
         with self._errors():
-            row = (
-                self._conn()
-                .execute("SELECT created_at, episode_id FROM consolidation_state WHERE owner = ?", (tenant,))
-                .fetchone()
-            )
-        return Watermark(datetime.fromisoformat(row[0]), row[1]) if row else None
-
-    def episodes_after(self, tenant: str, after: Watermark | None, limit: int) -> list[EpisodicMemory]:
-        sql = f"SELECT {_SELECT} FROM memories WHERE owner = ? AND memory_type = 'episodic'"
-        params: list[Any] = [tenant]
-        if after is not None:
-            at = _ts(after.created_at)
-            sql += " AND (created_at > ? OR (created_at = ? AND id > ?))"
-            params += [at, at, after.episode_id]
-        with self._errors():
-            rows = self._rows(sql + " ORDER BY created_at, id LIMIT ?", [*params, limit])
+            rows = self._rows(sql, (tenant, limit))
         return [r for r in rows if isinstance(r, EpisodicMemory)]
 
     def apply_consolidation(self, tenant: str, write: ConsolidationWrite) -> None:
+        marks = _marks(len(write.episode_ids))
         with self._errors():
             conn = self._conn()
             with self._write(conn):
-                if self.watermark(tenant) != write.expected:
-                    raise Conflict(f"consolidation of {tenant!r} moved on meanwhile; batch discarded")
+                taken = conn.execute(
+                    f"""SELECT count(*) FROM memories WHERE owner = ? AND memory_type = 'episodic'
+                        AND consolidated != 0 AND id IN ({marks})""",
+                    (tenant, *write.episode_ids),
+                ).fetchone()[0]
+                if taken:
+                    raise Conflict(f"another consolidation of {tenant!r} took this batch; discarded")
                 self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede, write.tokens)
                 for merge in write.merges:
                     self._merge_fact(conn, tenant, merge, write.at)
                 for feedback in write.feedback:
                     self._playbook_feedback(conn, tenant, feedback, write.at)
                 conn.execute(
-                    "INSERT INTO consolidation_state VALUES (?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET "
-                    "created_at = excluded.created_at, episode_id = excluded.episode_id, "
-                    "updated_at = excluded.updated_at",
-                    (tenant, _ts(write.watermark.created_at), write.watermark.episode_id, _ts(write.at)),
+                    f"""UPDATE memories SET consolidated = ? WHERE owner = ? AND memory_type = 'episodic'
+                        AND id IN ({marks})""",
+                    (2 if write.skipped else 1, tenant, *write.episode_ids),
                 )
 
     def _merge_fact(self, conn: apsw.Connection, owner: str, merge: FactMerge, at: datetime) -> None:
@@ -601,13 +621,60 @@ class SQLiteStore:
             )
 
     def tenants(self) -> list[str]:
+        sql = """SELECT owner FROM memories WHERE owner != ''
+                 UNION SELECT owner FROM tombstones WHERE owner != '' ORDER BY owner"""
+        with self._errors():
+            rows = self._conn().execute(sql).fetchall()
+        return [r[0] for r in rows]
+
+    # -- TransferStore protocol ----------------------------------------------------------------
+    def scan(self, tenant: Tenant, after: int, limit: int) -> list[tuple[int, Memory, int]]:
+        sql = f"""SELECT rid, consolidated, {_SELECT} FROM memories WHERE owner = ? AND rid > ?
+                  ORDER BY rid LIMIT ?"""
+        with self._errors():
+            rows = self._conn().execute(sql, (_owner_key(tenant), after, limit)).fetchall()
+        return [(r[0], memory_from_row(dict(zip(MEMORY_COLUMNS, r[2:], strict=True))), r[1]) for r in rows]
+
+    def tombstones(self, tenant: Tenant) -> list[Tombstone]:
+        sql = """SELECT id, memory_type, created_at, forgotten_at FROM tombstones WHERE owner = ?
+                 ORDER BY forgotten_at, id"""
+        with self._errors():
+            rows = self._conn().execute(sql, (_owner_key(tenant),)).fetchall()
+        return [
+            Tombstone(
+                id=i,
+                user_id=tenant,
+                memory_type=t,
+                created_at=datetime.fromisoformat(c),
+                forgotten_at=datetime.fromisoformat(f),
+            )
+            for i, t, c, f in rows
+        ]
+
+    def add_tombstones(self, tenant: Tenant, tombstones: Sequence[Tombstone]) -> None:
+        owner = _owner_key(tenant)
+        with self._errors():
+            conn = self._conn()
+            with self._write(conn):
+                for t in tombstones:
+                    if (t.user_id or "") != owner:
+                        raise InvalidInput(f"tombstone {t.id} does not belong to this tenant")
+                    try:
+                        conn.execute(
+                            "INSERT INTO tombstones VALUES (?, ?, ?, ?, ?)",
+                            (t.id, owner, t.memory_type, _ts(t.created_at), _ts(t.forgotten_at)),
+                        )
+                    except apsw.ConstraintError as exc:
+                        raise Conflict(f"tombstone {t.id} already exists") from exc
+
+    def export_keys(self) -> list[tuple[ApiKeyRecord, str]]:
         with self._errors():
             rows = (
                 self._conn()
-                .execute("SELECT DISTINCT owner FROM memories WHERE owner != '' ORDER BY owner")
+                .execute(f"SELECT {_KEY_COLUMNS}, key_hash FROM api_keys ORDER BY created_at, id")
                 .fetchall()
             )
-        return [r[0] for r in rows]
+        return [(_key_record(r[:-1]), r[-1]) for r in rows]
 
     # -- KeyStore protocol ---------------------------------------------------------------------
     def add_key(self, record: ApiKeyRecord, key_hash: str) -> None:
@@ -726,6 +793,19 @@ def _use_wal(conn: apsw.Connection) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def _mark_consolidated_before_the_watermark(conn: apsw.Connection) -> None:
+    """Upgrade to schema 3: consolidation no longer reads past a watermark but marks each episode it
+    consumed (a turn committed late could land behind the watermark); mark what the watermark covered."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(memories)")}
+    if "consolidated" not in columns:
+        conn.execute("ALTER TABLE memories ADD COLUMN consolidated INTEGER NOT NULL DEFAULT 0")
+    conn.execute(
+        """UPDATE memories SET consolidated = 1 WHERE memory_type = 'episodic' AND EXISTS (
+               SELECT 1 FROM consolidation_state s WHERE s.owner = memories.owner
+               AND (memories.created_at, memories.id) <= (s.created_at, s.episode_id))"""
+    )
 
 
 def _typed_row(conn: apsw.Connection, memory_id: str, owner: str, memory_type: str) -> tuple[int, Any]:
