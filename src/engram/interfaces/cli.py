@@ -118,9 +118,16 @@ def demo(store: StoreOpt = None) -> None:
 def import_(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSON file to import")],
     user: Annotated[str | None, typer.Option("--user", "-u", help="user to import into")] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="FILE is a whole-store export (`engram export`): load it all")
+    ] = False,
     store: StoreOpt = None,
 ) -> None:
-    """Import a user's memories (JSON object) or catalog items (JSON array). All or nothing."""
+    """Import a user's memories (JSON object) or catalog items (JSON array); an invalid file writes
+    nothing. With --all, a whole store written by `engram export`."""
+    if all_:
+        _import_all(file, user, store)
+        return
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -132,6 +139,39 @@ def import_(
         result = eng.import_json(document, user_id=user, progress=console.is_terminal)
     counts = ", ".join(f"{v} {k}" for k, v in result.items() if isinstance(v, int) and v)
     console.print(f"imported {counts or 'nothing'}")
+
+
+def _import_all(file: Path, user: str | None, store: str | None) -> None:
+    from engram.transfer import import_store
+
+    if user:
+        raise _fail("--all loads every user of an export; it takes no --user")
+    with _engram(store) as eng, file.open(encoding="utf-8") as lines:
+        try:
+            counts = import_store(eng, lines)
+        except UnicodeDecodeError as exc:
+            raise _fail(f"{file} is not UTF-8 text: {exc}") from None
+    console.print(f"imported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'}")
+
+
+@app.command()
+def export(
+    file: Annotated[str, typer.Argument(help="JSON Lines file to write; - for stdout")],
+    keys: Annotated[bool, typer.Option("--keys", help="include the API keys (as hashes)")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Write the whole store (every user, the catalog, tombstones, consolidation marks; API keys with
+    --keys) as JSON Lines, for `engram import --all` into any store of any backend."""
+    from engram.transfer import export_store
+
+    with _engram(store, existing=True, rerank=False, late_interaction=False) as eng:
+        if file == "-":
+            counts = export_store(eng, sys.stdout, keys=keys)
+        else:
+            with open(file, "w", encoding="utf-8") as out:
+                counts = export_store(eng, out, keys=keys)
+    summary = f"exported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'}"
+    Console(stderr=True).print(summary, highlight=False)
 
 
 @app.command()
