@@ -36,6 +36,7 @@ from engram.models import (
     utcnow,
 )
 from engram.providers.base import Embedder, Reranker, TokenEncoder, Vectors
+from engram.retrieval.admission import Admission
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.late_interaction import pack
 from engram.retrieval.pipeline import recall as run_recall
@@ -118,6 +119,7 @@ class Engram:
         self.token_encoder = token_encoder  # late interaction; None: recall skips that stage
         self.config = config or RetrievalConfig.from_settings(self.settings)
         self.use_counts = UseRecorder(store, self.settings.use_wait_ms / 1000)
+        self.rerank_admission = Admission(self.settings.rerank_queue)  # sheds the cross-encoder under load
         self._made: list[object] = []  # providers from_settings made: close() closes them too
         store.ensure_model(embedder.name, embedder.dim)
         if token_encoder is not None:
@@ -452,6 +454,7 @@ class UserMemory(_Handle):
             include_superseded=include_superseded,
             config=config or engram.config,
             now=_aware(as_of) or now,
+            admission=engram.rerank_admission,
         )
         if not (record_use if record_use is not None else as_of is None):
             return hits

@@ -33,6 +33,7 @@ DEFAULT_RRF_K = 30  # tighter than the usual 60, so top ranks of each leg weigh 
 DEFAULT_RERANK_WINDOW = (
     10  # measured: windows 20-80 gave no better R@1/MRR at 1.4-5x the latency (docs/benchmarks.md)
 )
+DEFAULT_RERANK_QUEUE = 4  # recalls in the cross-encoder at once; past it one is shed (docs/benchmarks.md)
 DEFAULT_LATE_WINDOW = 160  # late interaction scores every fused candidate (2 legs x 80): ~0.1 ms each
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
 DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
@@ -81,6 +82,9 @@ class EngramSettings(BaseSettings):
     late_window: int = Field(default=DEFAULT_LATE_WINDOW, ge=0, le=2000)
     rerank: bool = Field(default=True, description="use the cross-encoder at all")
     rerank_window: int = Field(default=DEFAULT_RERANK_WINDOW, ge=0, le=1000)
+    rerank_queue: int = Field(
+        default=DEFAULT_RERANK_QUEUE, ge=0, description="0: never shed the rerank stage under load"
+    )
     decay_offset_days: float = Field(default=DEFAULT_DECAY_OFFSET_DAYS, ge=0)
     decay_scale_days: float = Field(default=DEFAULT_DECAY_SCALE_DAYS, gt=0)
     decay_value: float = Field(default=DEFAULT_DECAY_VALUE, gt=0, lt=1)

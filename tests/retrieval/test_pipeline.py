@@ -165,3 +165,47 @@ def test_a_query_longer_than_the_rerankers_input_is_still_reranked(eng):
     mem.write("Sarah's garage sensor runs on a CR2032 coin cell")
     hits = mem.recall(" ".join(["which battery does the garage sensor take?"] * 40))
     assert "rerank_error" not in hits[0].explain and hits[0].explain["relevance"] == "rerank"
+
+
+def test_under_load_a_recall_skips_the_cross_encoder_and_says_so(make_engram):
+    import threading
+
+    eng = make_engram(rerank_queue=2)
+    mem = eng.for_user("sarah")
+    mem.write("Sarah's garage sensor runs on a CR2032 coin cell")
+    busy, release = threading.Barrier(3), threading.Event()
+
+    def hold_a_slot() -> None:  # two recalls already in the stage: it is full
+        with eng.rerank_admission.slot() as admitted:
+            assert admitted
+            busy.wait()
+            release.wait()
+
+    holders = [threading.Thread(target=hold_a_slot) for _ in range(2)]
+    for t in holders:
+        t.start()
+    busy.wait()
+    try:
+        shed = mem.recall("which battery does the garage sensor take?")
+    finally:
+        release.set()
+        for t in holders:
+            t.join()
+    assert shed[0].explain["rerank"] == "skipped: load"
+    assert shed[0].explain["relevance"] == "late_interaction"  # the previous stage's order, not an error
+    assert "rerank_error" not in shed[0].explain
+    calm = mem.recall("which battery does the garage sensor take?")
+    assert calm[0].explain["relevance"] == "rerank" and calm[0].memory.id == shed[0].memory.id
+
+
+def test_admission_counts_who_is_inside():
+    from engram.retrieval.admission import Admission
+
+    gate = Admission(1)
+    with gate.slot() as first:
+        with gate.slot() as second:
+            assert (first, second, gate.shed) == (True, False, 1)
+    with gate.slot() as again:
+        assert again  # the slot was given back
+    with Admission(0).slot() as unbounded:
+        assert unbounded

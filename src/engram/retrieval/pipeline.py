@@ -13,7 +13,9 @@
    score, else RRF). Each stage re-orders only its head: reranked candidates rank above the rest
    of the late-interaction head, which ranks above the RRF tail, and a ``stage_scale`` factor keeps
    scores falling with rank across them (``keep_scores_ordered``). If a model stage raises, recall
-   continues on the previous order and says so in every hit's explain.
+   continues on the previous order and says so in every hit's explain (``<stage>_error``); under
+   overload the rerank stage is skipped the same way (``admission``), explain ``"rerank": "skipped:
+   load"``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 from engram.models import EpisodicMemory, Hit, Memory, MemoryType
 from engram.providers.base import Embedder, Reranker, TokenEncoder
+from engram.retrieval.admission import Admission
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import Matrix, late_score, pack, token_maxima
@@ -39,6 +42,7 @@ log = logging.getLogger(__name__)
 # stage is skipped, so a store upgraded from 0.1 keeps 0.1's latency until `engram reindex` has run.
 MAX_ENCODED_AT_RECALL = 8
 _LEG_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-leg")
+_ADMIT_ALL = Admission(0)
 
 
 @dataclass
@@ -65,7 +69,7 @@ class Candidate:
     def final(self) -> float:
         return self.relevance * product(self.multipliers)
 
-    def explain(self, errors: dict[str, str]) -> dict[str, Any]:
+    def explain(self, errors: dict[str, str], skipped: dict[str, str]) -> dict[str, Any]:
         stage = (
             "rerank" if self.rerank is not None else "late_interaction" if self.late is not None else "rrf"
         )
@@ -82,6 +86,7 @@ class Candidate:
             "final": self.final,
         }
         info.update({f"{name}_error": error for name, error in errors.items()})
+        info.update(skipped)  # a stage left out on purpose says why in its own field
         return info
 
 
@@ -98,6 +103,7 @@ def recall(
     include_superseded: bool,
     config: RetrievalConfig,
     now: datetime,
+    admission: Admission | None = None,
 ) -> list[Hit]:
     where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded)
     legs: dict[str, list[tuple[str, float]]] = {}
@@ -136,6 +142,7 @@ def recall(
     candidates.sort(key=lambda c: -c.final)
 
     errors: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     heads = [len(candidates)]  # where each stage's re-ordered head ends
     if query_tokens is not None and token_encoder is not None and candidates:
         head = candidates[: config.late_window]
@@ -147,9 +154,12 @@ def recall(
         else:
             errors["late_interaction"] = late_error
     if config.rerank and reranker is not None and config.rerank_window > 0 and candidates:
-        window = candidates[: config.rerank_window]
-        rerank_error = apply_rerank(reranker, query, window)
-        if rerank_error is None:
+        with (admission or _ADMIT_ALL).slot() as admitted:
+            window = candidates[: config.rerank_window]
+            rerank_error = apply_rerank(reranker, query, window) if admitted else None
+        if not admitted:
+            skipped["rerank"] = "skipped: load"
+        elif rerank_error is None:
             window.sort(key=lambda c: -c.final)
             candidates[: len(window)] = window
             heads.append(len(window))
@@ -159,7 +169,7 @@ def recall(
     keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
 
     return [
-        Hit(memory=c.memory, score=c.final, rank=rank, explain=c.explain(errors))
+        Hit(memory=c.memory, score=c.final, rank=rank, explain=c.explain(errors, skipped))
         for rank, c in enumerate(candidates[:k], start=1)
     ]
 
