@@ -120,6 +120,22 @@ class EngramSettings(BaseSettings):
     consolidation_worker: bool = Field(default=True, description="run consolidation inside `engram serve`")
     consolidate_every_episodes: int = Field(default=20, ge=1, description="new turns that trigger a run")
     consolidate_every_hours: float = Field(default=24.0, gt=0, description="a run at least this often")
+    # The support agent (engram.agent, `engram chat`) talks to the same LLM as consolidation.
+    agent_max_tool_rounds: int = Field(
+        default=4,
+        ge=0,
+        le=50,
+        description="model calls per turn that may use tools: a looping model still answers",
+    )
+    agent_profile_facts: int = Field(
+        default=24,
+        ge=0,
+        le=200,
+        description="core facts in the system prompt: the user at a glance, small contexts",
+    )
+    agent_recall_k: int = Field(
+        default=8, ge=1, le=100, description="hits recalled on the raw message before the model's first call"
+    )
     # Optional providers; the default is always the packaged local models.
     embedder_onnx_dir: Path | None = Field(
         default=None, description="a local BERT-style ONNX embedder (model.onnx + tokenizer.json)"

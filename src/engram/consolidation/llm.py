@@ -1,7 +1,8 @@
 """A client for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, llama.cpp server, Ollama).
 
 JSON mode, a timeout per call, retries with exponential backoff on timeouts, connection errors, 429
-and 5xx, and the reply validated against a pydantic model. Nothing else in Engram needs an LLM.
+and 5xx, and the reply validated against a pydantic model. ``chat`` (tool calling) serves the agent
+(engram.agent); nothing else in Engram needs an LLM.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -65,7 +66,25 @@ class LLMClient:
         except (json.JSONDecodeError, ValidationError) as exc:
             raise LLMOutputError(f"the LLM's reply is not valid {schema.__name__} JSON: {exc}") from exc
 
+    def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        tool_choice: str = "auto",
+    ) -> dict[str, Any]:
+        """One chat call, with tools if given (the agent); returns the assistant message as the
+        endpoint sent it (``content``, ``tool_calls``), unvalidated: the caller judges tool calls."""
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = tool_choice
+        return self._message(body)
+
     def _post(self, body: dict[str, object]) -> str:
+        return str(self._message(body).get("content"))
+
+    def _message(self, body: dict[str, object]) -> dict[str, Any]:
         attempt = 0
         while True:
             try:
@@ -75,7 +94,10 @@ class LLMClient:
                         f"HTTP {response.status_code}", request=response.request, response=response
                     )
                 response.raise_for_status()
-                return str(response.json()["choices"][0]["message"]["content"])
+                message = response.json()["choices"][0]["message"]
+                if not isinstance(message, dict):
+                    raise TypeError(f"the message is a {type(message).__name__}, not an object")
+                return message
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
                 status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
                 retryable = status is None or status in RETRY_STATUSES

@@ -543,6 +543,44 @@ def consolidate(
         raise typer.Exit(1)
 
 
+@app.command()
+def chat(
+    user: Annotated[str | None, typer.Option("--user", "-u", help="the user you chat as")] = None,
+    url: Annotated[str | None, typer.Option(help="chat through a running `engram serve` at this URL")] = None,
+    key: Annotated[str | None, typer.Option(envvar="ENGRAM_API_KEY", help="a user key, with --url")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Chat with a support agent that remembers (ENGRAM_LLM_BASE_URL and ENGRAM_LLM_MODEL: an
+    OpenAI-compatible endpoint with tool calling); each reply shows what was recalled and written."""
+    from engram.agent import Agent
+    from engram.agent.chat import run_chat
+
+    settings = _settings()
+    if not (settings.llm_base_url and settings.llm_model):
+        raise _fail(
+            "engram chat needs an LLM: set ENGRAM_LLM_BASE_URL (an OpenAI-compatible endpoint with tool "
+            "calling, e.g. http://localhost:11434/v1) and ENGRAM_LLM_MODEL"
+        )
+    if url is None:
+        if not user:
+            raise _fail("give --user U (or --url and --key to chat through a running service)")
+        with _engram(store, settings) as eng, Agent.for_engram(eng, user) as agent:
+            run_chat(agent, console, user=user, where=_store_url(store, settings, existing=False))
+        return
+    from engram.client import Client
+
+    if not key or store:
+        raise _fail("--url needs --key (or ENGRAM_API_KEY), a user key; the service has its own store")
+    try:
+        with Client(url, key) as client:
+            if user and user != client.user_id:
+                raise _fail(f"the key is {client.user_id}'s, not {user}'s")
+            with Agent.from_settings(client, settings) as agent:
+                run_chat(agent, console, user=client.user_id, where=url)
+    except EngramError as exc:
+        raise _fail(exc) from None
+
+
 def _metrics_table(
     title: str, rows: dict[str, dict[str, Any]], *, n: bool = True, latency: tuple[str, ...] = ()
 ) -> Table:

@@ -1,0 +1,308 @@
+"""A support agent with long-term memory, over any OpenAI-compatible chat endpoint with tool calling.
+
+One turn (``Agent.respond``):
+
+1. the user's message is stored verbatim as an episode BEFORE the model is called (with the
+   assistant's previous reply as ``metadata["assistant_context"]``, so consolidation can tell who
+   said what; the replies themselves are never stored);
+2. memory is recalled on the raw message and handed to the model as if it had called recall_memory
+   itself: exact tokens (error codes, versions) reach it before it can paraphrase them away;
+3. the system prompt carries the rules and a bounded profile of the user's core facts;
+4. the model may call recall_memory / write_memory / forget_memory for at most ``max_tool_rounds``
+   rounds; then it must answer. Malformed calls get tool errors, never an exception;
+5. consolidation follows the existing policy: embedded, ``EmbeddedConsolidation`` applies the serve
+   worker's every-N-turns rule after the turn; through an ``engram.Client``, the server's worker does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from engram.agent.handle import MemoryHandle
+from engram.agent.prompt import profile_facts, system_prompt
+from engram.agent.tools import RECALL, hits_content, parse_tool_calls, recall, run_tool, tool_schemas
+from engram.consolidation.llm import LLMClient, LLMError
+from engram.consolidation.prompts import ASSISTANT_CONTEXT_KEY
+from engram.errors import ConfigError, EngramError, public_message
+from engram.models import EpisodicMemory, Hit, Memory, Tombstone, utcnow
+from engram.settings import EngramSettings
+
+if TYPE_CHECKING:
+    from engram.consolidation.consolidator import ConsolidationReport
+    from engram.memory import Engram
+
+log = logging.getLogger(__name__)
+
+HISTORY_TURNS = 10  # earlier exchanges of this chat the model sees verbatim; older ones live in memory
+NO_ANSWER = "Sorry, I could not finish looking this up. Could you say it again?"
+
+
+class Recall(BaseModel):
+    """One recall of the turn: the pre-recall on the raw message, or one the model asked for."""
+
+    source: Literal["pre-recall", "tool"]
+    query: str
+    hits: list[Hit] = Field(default_factory=list)
+    error: str | None = None
+
+
+class ToolCallRecord(BaseModel):
+    name: str
+    arguments: Any
+    error: str | None = None
+
+
+class TurnResult(BaseModel):
+    """What a turn did: the reply, what was recalled, what was written, superseded or forgotten."""
+
+    message: str
+    episode: EpisodicMemory = Field(description="the user's message, as stored before the model was called")
+    reply: str
+    recalled: list[Recall] = Field(default_factory=list)
+    written: list[Memory] = Field(default_factory=list)
+    superseded: list[str] = Field(default_factory=list, description="ids of facts replaced this turn")
+    forgotten: list[Tombstone] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    tool_rounds: int = 0
+    round_limit_hit: bool = False
+    consolidating: bool = Field(default=False, description="a consolidation run started after this turn")
+    error: str | None = Field(default=None, description="the LLM failed: the reply is a fallback")
+
+
+class EmbeddedConsolidation:
+    """The consolidation worker's rule (``engram serve``: a run once a user has ``every_episodes``
+    waiting turns) for one user of an embedded store. Checked after each turn; a due run goes to a
+    background thread, one at a time, so the chat never waits for it. The hours rule belongs to a
+    long-running worker and is left to it."""
+
+    def __init__(self, engram: Engram, user_id: str, every_episodes: int) -> None:
+        self.engram = engram
+        self.user_id = user_id
+        self.every_episodes = every_episodes
+        self.reports: list[ConsolidationReport] = []
+        self._thread: threading.Thread | None = None
+
+    def after_turn(self) -> bool:
+        """Start a run if one is due and none is going; True if it started."""
+        if self._thread is not None and self._thread.is_alive():
+            return False  # the next turn checks again
+        store: Any = self.engram.store
+        try:
+            waiting = len(store.waiting_episodes(self.user_id, self.every_episodes))
+        except EngramError as exc:  # the turn is done; the next one checks again
+            log.warning("consolidation check failed: %s", exc)
+            return False
+        if waiting < self.every_episodes:
+            return False
+        self._thread = threading.Thread(target=self._run, name="engram-agent-consolidation", daemon=True)
+        self._thread.start()
+        return True
+
+    def _run(self) -> None:
+        try:
+            self.reports.append(self.engram.consolidate(self.user_id))
+        except Exception:  # a failed run leaves its episodes waiting for the next one
+            log.exception("consolidation of %s failed", self.user_id)
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+
+class Agent:
+    """A support agent over one user's memory (an embedded ``UserMemory`` or an ``engram.Client``).
+
+    ``Agent.for_engram(eng, "sarah")`` embedded, or ``Agent.from_settings(client, settings)``;
+    ``agent.respond("my hub shows E-4012 again")`` returns a ``TurnResult``. Close it when done.
+    """
+
+    def __init__(
+        self,
+        memory: MemoryHandle,
+        llm: LLMClient,
+        *,
+        max_tool_rounds: int = 4,
+        profile_facts: int = 24,
+        recall_k: int = 8,
+        consolidation: EmbeddedConsolidation | None = None,
+        session_id: str | None = None,
+        owns_llm: bool = False,
+    ) -> None:
+        self.memory = memory
+        self.llm = llm
+        self.max_tool_rounds = max_tool_rounds
+        self.profile_facts = profile_facts
+        self.recall_k = recall_k
+        self.consolidation = consolidation
+        self.session_id = session_id or f"chat-{secrets.token_hex(6)}"
+        self._owns_llm = owns_llm
+        self._history: list[dict[str, Any]] = []  # earlier user messages and replies of this chat
+        self._last_reply: str | None = None
+        self._tools = tool_schemas()
+
+    @classmethod
+    def from_settings(
+        cls,
+        memory: MemoryHandle,
+        settings: EngramSettings,
+        *,
+        consolidation: EmbeddedConsolidation | None = None,
+    ) -> Agent:
+        """An agent on the configured LLM (ENGRAM_LLM_*); ConfigError when none is configured."""
+        if not (settings.llm_base_url and settings.llm_model):
+            raise ConfigError(
+                "the agent needs an LLM: set ENGRAM_LLM_BASE_URL (an OpenAI-compatible endpoint with tool "
+                "calling, e.g. http://localhost:11434/v1) and ENGRAM_LLM_MODEL"
+            )
+        llm = LLMClient(
+            settings.llm_base_url,
+            settings.llm_model,
+            api_key=settings.llm_api_key,
+            timeout=settings.llm_timeout_s,
+            max_retries=settings.llm_max_retries,
+        )
+        return cls(
+            memory,
+            llm,
+            max_tool_rounds=settings.agent_max_tool_rounds,
+            profile_facts=settings.agent_profile_facts,
+            recall_k=settings.agent_recall_k,
+            consolidation=consolidation,
+            owns_llm=True,
+        )
+
+    @classmethod
+    def for_engram(cls, engram: Engram, user_id: str) -> Agent:
+        """An agent on an embedded store, with ``engram.settings``; consolidation runs by the worker's
+        rule unless ``consolidation_worker`` is off."""
+        settings = engram.settings
+        memory = engram.for_user(user_id)
+        consolidation = (
+            EmbeddedConsolidation(engram, memory.user_id, settings.consolidate_every_episodes)
+            if settings.consolidation_worker and settings.llm_base_url and settings.llm_model
+            else None
+        )
+        return cls.from_settings(memory, settings, consolidation=consolidation)
+
+    def respond(self, message: str) -> TurnResult:
+        """One user turn. Raises only if the message cannot be stored (InvalidInput: nothing changed;
+        StorageError); an LLM failure gives a fallback reply and ``error``."""
+        metadata = {ASSISTANT_CONTEXT_KEY: self._last_reply} if self._last_reply else None
+        episode = self.memory.remember_turn(message, session_id=self.session_id, metadata=metadata)
+        result = TurnResult(message=message, episode=episode, reply="")
+        hidden = {episode.id}  # the model has the message itself: a hit on it would waste a slot
+        try:
+            facts = profile_facts(self.memory, self.profile_facts)
+        except EngramError as exc:  # without a profile the model still has the recall and the tools
+            log.warning("agent profile failed: %s", exc)
+            facts = []
+        messages = [
+            {"role": "system", "content": system_prompt(facts, utcnow(), self.profile_facts)},
+            *self._history,
+            {"role": "user", "content": message},
+            *self._pre_recall(message, hidden, result),
+        ]
+        text = ""
+        try:
+            text = self._run_model(messages, episode.id, hidden, result)
+        except LLMError as exc:
+            log.warning("agent turn failed: %s", exc)
+            result.error = str(exc)
+        result.reply = text or NO_ANSWER
+        # Only what the model said is context for the next turn; our fallback is not.
+        self._last_reply = text or None
+        if text:
+            self._history += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
+            self._history = self._history[-2 * HISTORY_TURNS :]
+        if self.consolidation is not None:
+            result.consolidating = self.consolidation.after_turn()
+        return result
+
+    def _pre_recall(self, message: str, hidden: set[str], result: TurnResult) -> list[dict[str, Any]]:
+        """The recall on the raw message, as an assistant tool call and its result."""
+        record = Recall(source="pre-recall", query=message)
+        try:
+            record.hits = recall(self.memory, message, self.recall_k, hidden_ids=hidden)
+            content = hits_content(record.hits)
+        except EngramError as exc:  # recall failing must not cost the user their answer
+            record.error = f"{exc.code}: {public_message(exc)}"
+            content = json.dumps({"error": exc.code, "message": "memory could not be searched"})
+        result.recalled.append(record)
+        call_id = f"call_pre_{secrets.token_hex(6)}"
+        arguments = json.dumps({"query": message, "k": self.recall_k}, ensure_ascii=False)
+        call = {"id": call_id, "type": "function", "function": {"name": RECALL, "arguments": arguments}}
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call_id, "content": content},
+        ]
+
+    def _run_model(
+        self, messages: list[dict[str, Any]], episode_id: str, hidden: set[str], result: TurnResult
+    ) -> str:
+        """Call the model until it answers; returns its text ("" if none). After ``max_tool_rounds``
+        rounds of tool calls the last call forbids tools (tool_choice "none"), and tool calls it makes
+        anyway are not run."""
+        for round_ in range(self.max_tool_rounds + 1):
+            last = round_ == self.max_tool_rounds
+            answer = self.llm.chat(messages, self._tools, tool_choice="none" if last else "auto")
+            calls = parse_tool_calls(answer)
+            text = _text(answer.get("content"))
+            if not calls:
+                return text
+            if last:
+                result.round_limit_hit = True
+                return text
+            result.tool_rounds += 1
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": text or None,
+                    "tool_calls": [c.as_message_part() for c in calls],
+                }
+            )
+            for call in calls:
+                outcome = run_tool(call, self.memory, episode_id=episode_id, hidden_ids=hidden)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
+                result.tool_calls.append(
+                    ToolCallRecord(name=call.name, arguments=call.arguments, error=outcome.error)
+                )
+                if outcome.hits is not None:
+                    result.recalled.append(
+                        Recall(source="tool", query=outcome.query or "", hits=outcome.hits)
+                    )
+                if outcome.written is not None:
+                    result.written.append(outcome.written)
+                if outcome.superseded:
+                    result.superseded.append(outcome.superseded)
+                if outcome.forgotten is not None:
+                    result.forgotten.append(outcome.forgotten)
+        raise AssertionError("unreachable: the last round always returns")
+
+    def close(self) -> None:
+        """Wait for a running consolidation and close the LLM client this agent made."""
+        if self.consolidation is not None:
+            self.consolidation.wait()
+        if self._owns_llm:
+            self.llm.close()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _text(content: Any) -> str:
+    """An assistant message's text: a string, or the text parts of a content list."""
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        return "".join(p for p in parts if isinstance(p, str)).strip()
+    return ""

@@ -1,0 +1,65 @@
+"""What the agent needs of a user's memory: the embedded ``UserMemory`` and the REST ``engram.Client``
+both have these methods, so one agent works on either."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from engram.models import (
+    Contradiction,
+    EpisodicMemory,
+    FactType,
+    Hit,
+    Memory,
+    MemoryType,
+    Step,
+    Tombstone,
+)
+
+
+class MemoryHandle(Protocol):
+    def remember_turn(
+        self,
+        text: str,
+        at: datetime | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> EpisodicMemory: ...
+
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        memory_types: Iterable[MemoryType] | None = None,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+    ) -> list[Hit]: ...
+
+    def write(
+        self,
+        text: str,
+        memory_type: MemoryType = "semantic",
+        *,
+        fact_type: FactType = "identity",
+        confidence: float = 1.0,
+        supporting_episode_ids: Sequence[str] = (),
+        supersedes_id: str | None = None,
+        contradiction: Contradiction | None = None,
+        name: str | None = None,
+        trigger_text: str = "",
+        description: str = "",
+        steps: Iterable[Step | Mapping[str, Any]] = (),
+    ) -> Memory: ...
+
+    def forget(self, memory_id: str) -> Tombstone: ...
+
+    def list(
+        self,
+        memory_type: MemoryType,
+        *,
+        include_superseded: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> Sequence[Memory]: ...

@@ -1,0 +1,266 @@
+"""The agent's memory tools: their OpenAI function schemas, the parsing of whatever tool calls a model
+sends back, and their execution against a ``MemoryHandle``.
+
+A model's tool calls are untrusted input: arguments that are not JSON, an unknown tool, a missing or
+unknown field, an id that does not exist. Each such call is answered with a tool result carrying an
+error the model can act on; nothing here raises out of a turn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from engram.agent.handle import MemoryHandle
+from engram.errors import EngramError, public_message
+from engram.models import (
+    MAX_STEPS,
+    Contradiction,
+    FactType,
+    Hit,
+    Memory,
+    MemoryType,
+    StrictStep,
+    Tombstone,
+)
+
+log = logging.getLogger(__name__)
+
+RECALL = "recall_memory"
+WRITE = "write_memory"
+FORGET = "forget_memory"
+INVALID = "invalid_tool_call"  # the name given to a call that named no function, so it can be answered
+
+
+class _Args(BaseModel):
+    # An unknown field is refused, not ignored: "supersede_id" silently dropped would store a second,
+    # contradicting fact instead of superseding the old one.
+    model_config = ConfigDict(extra="forbid")
+
+
+class RecallArgs(_Args):
+    """Search the user's long-term memory (their past messages, stable facts, playbooks) and the shared
+    product catalog. Pass the user's own words, keeping exact tokens (error codes, versions, model
+    numbers) as written. Hits come best first with their ids. Superseded facts are hidden unless
+    include_superseded is true (for "what did I have before?")."""
+
+    query: str = Field(min_length=1, description="what to look for, in the user's own words")
+    k: int = Field(default=8, ge=1, le=50, description="how many hits")
+    memory_types: list[MemoryType] | None = Field(
+        default=None, description="restrict to these types: episodic, semantic, procedural, catalog"
+    )
+    include_superseded: bool = False
+
+
+class WriteArgs(_Args):
+    """Store a durable memory about the user: a fact (semantic) or a playbook (procedural: name,
+    trigger_text, steps). Only what the user said or confirmed, never your own advice or answers.
+    If it contradicts a stored fact, pass that fact's id as supersedes_id (never store a second,
+    conflicting fact); contradiction "natural" when the world changed (a move, a new device), "harsh"
+    when the old fact was never true."""
+
+    text: str = Field(min_length=1, description="the fact as a short third-person sentence")
+    memory_type: Literal["semantic", "procedural"] = "semantic"
+    fact_type: FactType = "identity"
+    confidence: float = Field(default=1.0, ge=0, le=1)
+    supersedes_id: str | None = Field(default=None, description="id of the stored fact this one replaces")
+    contradiction: Contradiction | None = Field(default=None, description="with supersedes_id only")
+    name: str | None = Field(default=None, description="a playbook's name (procedural)")
+    trigger_text: str = Field(default="", description="when the playbook applies (procedural)")
+    description: str = ""
+    steps: list[StrictStep] = Field(default_factory=list, max_length=MAX_STEPS)
+
+
+class ForgetArgs(_Args):
+    """Permanently delete one of the user's memories by id. Only when the user explicitly asks to forget
+    something; to record a change, use write_memory with supersedes_id instead."""
+
+    memory_id: str = Field(min_length=1)
+
+
+ARGS: dict[str, type[_Args]] = {RECALL: RecallArgs, WRITE: WriteArgs, FORGET: ForgetArgs}
+
+
+def tool_schemas() -> list[dict[str, Any]]:
+    """The ``tools`` of a chat-completions request, generated from the argument models."""
+    tools = []
+    for name, model in ARGS.items():
+        schema = model.model_json_schema()
+        description = " ".join((schema.pop("description", "") or "").split())
+        schema.pop("title", None)
+        tools.append(
+            {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
+        )
+    return tools
+
+
+@dataclass
+class ToolCall:
+    """One call as the model sent it, made answerable: a call without an id gets one (the tool result
+    must name it), a call without a function name is named ``invalid_tool_call``. ``problem`` says
+    why the call cannot run before any argument is looked at."""
+
+    id: str
+    name: str
+    arguments: Any  # the parsed JSON object, else the raw text
+    problem: str | None = None
+
+    def as_message_part(self) -> dict[str, Any]:
+        raw = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": raw}}
+
+
+def _call_id() -> str:
+    return f"call_{secrets.token_hex(8)}"
+
+
+def parse_tool_calls(message: dict[str, Any]) -> list[ToolCall]:
+    """The tool calls of an assistant message, each either runnable or carrying its ``problem``."""
+    raw_calls = message.get("tool_calls")
+    if raw_calls is None or raw_calls == []:
+        return []
+    if not isinstance(raw_calls, list):
+        return [ToolCall(_call_id(), INVALID, str(raw_calls)[:200], "tool_calls must be a list of calls")]
+    calls = []
+    for raw in raw_calls:
+        if not isinstance(raw, dict):
+            calls.append(ToolCall(_call_id(), INVALID, str(raw)[:200], "a tool call must be an object"))
+            continue
+        call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else _call_id()
+        function = raw.get("function")
+        if (
+            not isinstance(function, dict)
+            or not isinstance(function.get("name"), str)
+            or not function["name"]
+        ):
+            calls.append(ToolCall(call_id, INVALID, {}, "the call names no function"))
+            continue
+        name, arguments = function["name"], function.get("arguments")
+        if name not in ARGS:
+            calls.append(
+                ToolCall(call_id, name, arguments or {}, f"unknown tool {name!r}; use one of {list(ARGS)}")
+            )
+            continue
+        if arguments is None or arguments == "":
+            arguments = {}  # some servers send nothing for "no arguments"
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError as exc:
+                calls.append(ToolCall(call_id, name, arguments, f"arguments are not valid JSON: {exc}"))
+                continue
+        if not isinstance(arguments, dict):
+            calls.append(ToolCall(call_id, name, arguments, "arguments must be a JSON object"))
+            continue
+        calls.append(ToolCall(call_id, name, arguments))
+    return calls
+
+
+@dataclass
+class Outcome:
+    """What running one call did: the tool result for the model, and what changed for the turn."""
+
+    content: str
+    error: str | None = None
+    hits: list[Hit] | None = None
+    query: str | None = None
+    written: Memory | None = None
+    superseded: str | None = None
+    forgotten: Tombstone | None = None
+
+
+def error_outcome(code: str, message: str) -> Outcome:
+    return Outcome(json.dumps({"error": code, "message": message}), error=f"{code}: {message}")
+
+
+def run_tool(
+    call: ToolCall, memory: MemoryHandle, *, episode_id: str, hidden_ids: set[str] | None = None
+) -> Outcome:
+    """Run one call; every failure is an error result, never an exception. ``episode_id`` (this
+    turn's user message) is the provenance of any fact written; ``hidden_ids`` are left out of hits
+    (the turn's own message: the model already has it)."""
+    if call.problem:
+        return error_outcome("invalid_tool_call", call.problem)
+    try:
+        args = ARGS[call.name].model_validate(call.arguments)
+    except ValidationError as exc:
+        return error_outcome("invalid_arguments", _describe(exc))
+    try:
+        if isinstance(args, RecallArgs):
+            hits = recall(memory, args.query, args.k, args.memory_types, args.include_superseded, hidden_ids)
+            return Outcome(hits_content(hits), hits=hits, query=args.query)
+        if isinstance(args, WriteArgs):
+            row = memory.write(
+                args.text,
+                args.memory_type,
+                fact_type=args.fact_type,
+                confidence=args.confidence,
+                supporting_episode_ids=[episode_id],
+                supersedes_id=args.supersedes_id,
+                contradiction=args.contradiction,
+                name=args.name,
+                trigger_text=args.trigger_text,
+                description=args.description,
+                steps=args.steps,
+            )
+            stored = {"id": row.id, "text": row.text, "supersedes": getattr(row, "supersedes", None)}
+            return Outcome(json.dumps({"stored": stored}), written=row, superseded=stored["supersedes"])
+        assert isinstance(args, ForgetArgs)
+        stone = memory.forget(args.memory_id)
+        return Outcome(json.dumps({"forgotten": stone.id}), forgotten=stone)
+    except EngramError as exc:  # NotFound, InvalidInput, Conflict...: the model can correct these
+        return error_outcome(exc.code, public_message(exc))
+    except Exception:  # a failure of ours must not end the user's turn; the log has the traceback
+        log.exception("agent tool %s failed", call.name)
+        return error_outcome("internal_error", "the memory tool failed; try again or answer without it")
+
+
+def recall(
+    memory: MemoryHandle,
+    query: str,
+    k: int,
+    memory_types: list[MemoryType] | None = None,
+    include_superseded: bool = False,
+    hidden_ids: set[str] | None = None,
+) -> list[Hit]:
+    hidden = hidden_ids or set()
+    hits = memory.recall(
+        query, k=k + len(hidden), memory_types=memory_types, include_superseded=include_superseded
+    )
+    return [h for h in hits if h.memory.id not in hidden][:k]
+
+
+def hits_content(hits: list[Hit]) -> str:
+    """A recall result as the model reads it: each hit's id, type, date and text (no score breakdown:
+    it costs tokens and tells the model nothing it can use)."""
+    return json.dumps({"hits": [_hit_view(h) for h in hits]}, ensure_ascii=False)
+
+
+def _hit_view(hit: Hit) -> dict[str, Any]:
+    m = hit.memory
+    view: dict[str, Any] = {"id": m.id, "type": m.memory_type, "text": m.text}
+    if m.memory_type == "episodic":
+        view["said_at"] = m.timestamp.isoformat(timespec="minutes")
+    else:
+        view["stored_at"] = m.created_at.isoformat(timespec="minutes")
+    if m.memory_type == "semantic":
+        view["fact_type"] = m.fact_type
+        if m.superseded_by:
+            view["superseded_by"] = m.superseded_by
+    elif m.memory_type == "procedural":
+        view.update(name=m.name, trigger=m.trigger_text, steps=[s.instruction for s in m.steps])
+        if m.superseded_by:
+            view["superseded_by"] = m.superseded_by
+    elif m.memory_type == "catalog" and m.title:
+        view["title"] = m.title
+    return view
+
+
+def _describe(exc: ValidationError) -> str:
+    """pydantic's errors as one line naming each field ("text: Field required")."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())
