@@ -88,9 +88,13 @@ class EmbeddedConsolidation:
         self.reports: list[ConsolidationReport] = []
         self._thread: threading.Thread | None = None
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def after_turn(self) -> bool:
         """Start a run if one is due and none is going; True if it started."""
-        if self._thread is not None and self._thread.is_alive():
+        if self.running:
             return False  # the next turn checks again
         store: Any = self.engram.store
         try:

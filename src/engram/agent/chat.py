@@ -45,6 +45,8 @@ def run_chat(agent: Agent, console: Console, *, user: str, where: str) -> None:
             console.print(f"[red]error:[/red] {exc}", highlight=False)
             continue
         show_turn(console, result)
+    if agent.consolidation is not None and agent.consolidation.running:  # close() waits for it
+        console.print("[dim]finishing the background consolidation…[/dim]")
     console.print("[dim]bye[/dim]")
 
 

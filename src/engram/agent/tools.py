@@ -93,6 +93,8 @@ def tool_schemas() -> list[dict[str, Any]]:
         schema = model.model_json_schema()
         description = " ".join((schema.pop("description", "") or "").split())
         schema.pop("title", None)
+        for definition in schema.get("$defs", {}).values():
+            definition.pop("description", None)  # written for developers (StrictStep), not the model
         tools.append(
             {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
         )
