@@ -2,7 +2,8 @@
 
 A key is ``egk_`` + 256 random bits, shown once at creation; only its SHA-256 is stored (the key is
 random, so a fast hash is enough: there is nothing to brute-force). A key belongs to one user, or is
-the admin key (``user_id`` None), which manages keys and the catalog but reads no user's memories.
+the admin key (``user_id`` None), which manages keys and the catalog but reads no user's memories
+through the API; the inspector alone lets it look at a chosen user's, read only (``may_inspect``).
 
 An admin key given from outside (``ENGRAM_ADMIN_KEY``) is the only admin key: adopting it revokes every
 other, so an old key stops working when the setting changes. It must pass ``check_admin_key``.
@@ -34,6 +35,11 @@ class Principal:
     @property
     def is_admin(self) -> bool:
         return self.user_id is None
+
+    def may_inspect(self, user_id: str) -> bool:
+        """Whether this key may look at ``user_id``'s memories in the inspector: a user key its own
+        only; the admin key any user's, and only through ``Engram.reader``, which cannot write."""
+        return self.is_admin or self.user_id == user_id
 
 
 def hash_key(key: str) -> str:

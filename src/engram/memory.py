@@ -156,6 +156,10 @@ class Engram:
     def for_user(self, user_id: str) -> UserMemory:
         return UserMemory(self, validate_user_id(user_id))
 
+    def reader(self, user_id: str) -> MemoryReader:
+        """A read-only view of one user's memory, for inspection (the inspector's admin path)."""
+        return MemoryReader(self, validate_user_id(user_id))
+
     @property
     def catalog(self) -> CatalogAdmin:
         """The admin handle for the shared catalog (readable by all, writable only here)."""
@@ -559,6 +563,47 @@ class CatalogAdmin(_Handle):
         if not isinstance(items, Sequence) or isinstance(items, str | bytes):
             raise InvalidInput("a catalog import is a JSON array of items")
         return self._engram.import_json(items, progress=progress)
+
+
+class MemoryReader:
+    """One user's memory, read only: list, get, history and a recall that records no use.
+
+    It has no write method, so whoever holds one (the inspector, for the admin key, which reads no
+    user's memories otherwise) can look but never change anything, not even use counts."""
+
+    def __init__(self, engram: Engram, user_id: str) -> None:
+        self._memory = UserMemory(engram, user_id)
+        self.user_id = user_id
+
+    def get(self, memory_id: str) -> Memory:
+        return self._memory.get(memory_id)
+
+    def history(self, memory_id: str) -> list[Memory]:
+        return self._memory.history(memory_id)
+
+    def list(
+        self, memory_type: MemoryType, *, include_superseded: bool = False, limit: int = 50, offset: int = 0
+    ) -> list[Memory]:
+        return self._memory.list(
+            memory_type, include_superseded=include_superseded, limit=limit, offset=offset
+        )
+
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        memory_types: Iterable[MemoryType] | None = None,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+    ) -> list[Hit]:
+        return self._memory.recall(
+            query,
+            k=k,
+            memory_types=memory_types,
+            include_catalog=include_catalog,
+            include_superseded=include_superseded,
+            record_use=False,
+        )
 
 
 def _check_types(memory_types: Iterable[Any]) -> list[MemoryType]:

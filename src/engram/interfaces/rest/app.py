@@ -27,6 +27,7 @@ from engram.errors import (
     StorageError,
     public_message,
 )
+from engram.interfaces.inspector.routes import mount_inspector
 from engram.interfaces.mcp import build_mcp_server, http_tenant
 from engram.interfaces.rest.routes import admin, memories
 from engram.interfaces.rest.schemas import HTTP_CODES
@@ -92,6 +93,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     app.state.keys = keys
     app.include_router(memories.router)
     app.include_router(admin.router)
+    mount_inspector(app)  # /inspector, and the activity log the memory routes record into
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, Any]:

@@ -8,7 +8,8 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from engram.auth import ApiKeys, Principal
-from engram.memory import CatalogAdmin, Engram, UserMemory
+from engram.interfaces.inspector.activity import RecordingMemory
+from engram.memory import CatalogAdmin, Engram, UserMemory, validate_user_id
 
 _bearer = HTTPBearer(auto_error=False, description="an Engram API key")
 
@@ -34,13 +35,15 @@ def get_principal(
 
 
 def get_user_memory(
+    request: Request,
     principal: Annotated[Principal, Depends(get_principal)],
     engram: Annotated[Engram, Depends(get_engram)],
 ) -> UserMemory:
-    """The caller's own memory: the tenant comes from the key, never from the request."""
+    """The caller's own memory: the tenant comes from the key, never from the request. What it does is
+    recorded in that user's activity log (the inspector's "this turn" view)."""
     if principal.user_id is None:
         raise HTTPException(403, "the admin key manages keys and the catalog; use a user key for memories")
-    return engram.for_user(principal.user_id)
+    return RecordingMemory(engram, validate_user_id(principal.user_id), request.app.state.activity)
 
 
 def get_admin(

@@ -1,0 +1,1 @@
+"""The memory inspector: a small web UI at ``/inspector`` of ``engram serve`` (see ``routes``)."""

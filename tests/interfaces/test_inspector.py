@@ -1,0 +1,326 @@
+"""The memory inspector over real HTTP (no browser): sign-in and cookie, who sees what (a user key only
+its own memories, the admin key any user's and read only), stored markup rendered as text, paging and
+search, and the per-user activity log behind the "this turn" view."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import httpx
+import pytest
+
+from engram.interfaces.inspector import activity
+from engram.interfaces.inspector.activity import ActivityLog, RecallEvent
+from engram.models import EpisodicMemory, Hit, utcnow
+
+XSS = 'Sarah\'s note <script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
+BOB_SECRETS = ("9931", "Harbour", "garage door sticks")
+
+
+def seed_world(service) -> dict:
+    """Two users and the catalog, written as an agent would: sarah's turns, facts (one superseded),
+    a playbook with feedback counts, a fact with markup in it; bob's private rows; one catalog row.
+    Returns the rows by name."""
+    sarah, bob, admin = service.client("sarah"), service.client("bob"), service.client()
+    rows: dict = {}
+    admin.post(
+        "/v1/catalog",
+        json={"title": "Hub v2 radios", "text": "The Lumio Hub v2 supports Zigbee 3.0 and Thread"},
+    ).raise_for_status()
+    rows["bob_turn"] = bob.post("/v1/turns", json={"text": "Bob's garage code is 9931"}).json()
+    rows["bob_fact"] = bob.post("/v1/memories", json={"text": "Bob lives at 12 Harbour Road"}).json()
+    rows["bob_playbook"] = bob.post(
+        "/v1/memories",
+        json={"memory_type": "procedural", "name": "Bob's reset", "trigger_text": "garage door sticks"},
+    ).json()
+    sarah.post("/v1/turns", json={"text": "my hub shows error E42 after the firmware update"})
+    rows["bristol"] = sarah.post("/v1/memories", json={"text": "Sarah lives in Bristol"}).json()
+    sarah.post(
+        "/v1/import",
+        json={
+            "user_id": "sarah",
+            "procedural": [
+                {
+                    "name": "Re-pair a Zigbee sensor",
+                    "trigger_text": "a sensor shows offline",
+                    "steps": [
+                        {"order": 1, "instruction": "hold the reset button for 10 seconds"},
+                        {"order": 2, "instruction": "add the sensor again in the Lumio app", "tool": "app"},
+                    ],
+                    "success_count": 3,
+                    "failure_count": 1,
+                }
+            ],
+        },
+    ).raise_for_status()
+    rows["xss"] = sarah.post("/v1/memories", json={"text": XSS, "fact_type": "preference"}).json()
+    rows["moved"] = sarah.post("/v1/turns", json={"text": "we moved to Edinburgh last week!"}).json()
+    rows["edinburgh"] = sarah.post(
+        "/v1/memories",
+        json={
+            "text": "Sarah lives in Edinburgh",
+            "supersedes_id": rows["bristol"]["id"],
+            "contradiction": "natural",
+        },
+    ).json()
+    rows["question"] = sarah.post(
+        "/v1/turns", json={"text": "is my Zigbee hub supported where I live?"}
+    ).json()
+    sarah.post(
+        "/v1/recall", json={"query": "where does Sarah live and which hub radios", "k": 8}
+    ).raise_for_status()
+    return rows
+
+
+def sign_in(service, key: str) -> httpx.Client:
+    client = httpx.Client(base_url=service.url, timeout=30)
+    service.clients.append(client)
+    response = client.post("/inspector/sign-in", data={"key": key})
+    assert response.status_code == 303, response.text
+    return client
+
+
+def bob_snapshot(service) -> list[dict]:
+    mem = service.engram.for_user("bob")
+    return [
+        m.model_dump(mode="json")
+        for t in ("episodic", "semantic", "procedural")
+        for m in mem.list(t, include_superseded=True, limit=1000)
+    ]
+
+
+def test_sign_in_cookie_sign_out_and_revocation(service):
+    key = service.user_keys["sarah"]
+    anon = httpx.Client(base_url=service.url, timeout=30)
+    service.clients.append(anon)
+    first = anon.get("/inspector/semantic")
+    assert first.status_code == 303 and first.headers["location"] == "/inspector/sign-in"
+    # htmx (a poll, a boosted link) is told to go to the sign-in page instead of swapping it into a box
+    polled = anon.get("/inspector/turn/live", headers={"HX-Request": "true"})
+    assert polled.status_code == 200 and polled.headers["HX-Redirect"] == "/inspector/sign-in"
+    assert "Sign in" in anon.get("/inspector/sign-in").text
+
+    wrong = anon.post("/inspector/sign-in", data={"key": "egk_not-a-key"})
+    assert wrong.status_code == 401 and "unknown or has been revoked" in wrong.text
+    assert "egk_not-a-key" not in wrong.text  # a mistyped key is not echoed back
+    assert anon.post("/inspector/sign-in", data={"key": service.admin_key[:-1]}).status_code == 401
+
+    signed = anon.post("/inspector/sign-in", data={"key": key})
+    assert signed.status_code == 303 and signed.headers["location"] == "/inspector/semantic"
+    cookie = signed.headers["set-cookie"]
+    assert re.search(r"(?i)httponly", cookie) and re.search(r"(?i)samesite=strict", cookie)
+    assert "Path=/inspector" in cookie and key not in cookie and key not in signed.headers["location"]
+    page = anon.get("/inspector/semantic")
+    assert page.status_code == 200 and key not in page.text and ">sarah<" in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["cache-control"] == "no-store"
+
+    # another site's page cannot sign anyone in or out
+    evil = {"Origin": "http://evil.example"}
+    assert anon.post("/inspector/sign-out", headers=evil).status_code == 403
+    assert anon.post("/inspector/sign-in", data={"key": key}, headers=evil).status_code == 403
+    assert anon.get("/inspector/semantic").status_code == 200
+
+    out = anon.post("/inspector/sign-out")
+    assert out.status_code == 303 and 'engram_inspector=""' in out.headers["set-cookie"]
+    assert anon.get("/inspector/semantic").status_code == 303
+
+    # a key revoked while signed in stops working at the next request
+    extra_key, record = service.keys.create("sarah", "to revoke")
+    client = sign_in(service, extra_key)
+    assert client.get("/inspector/episodic").status_code == 200
+    service.keys.revoke(record.id)
+    assert client.get("/inspector/episodic").headers["location"] == "/inspector/sign-in"
+
+
+def test_user_key_never_sees_another_users_memories(service):
+    rows = seed_world(service)
+    bob_ids = [rows[k]["id"] for k in ("bob_turn", "bob_fact", "bob_playbook")]
+    before = bob_snapshot(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    attempts: list[tuple[str, str, dict]] = []
+    for i in bob_ids:
+        attempts += [("get", f"/inspector/memory/{i}", {}), ("get", f"/inspector/memory/{i}?user=bob", {})]
+    for tab in ("episodic", "semantic", "procedural", "catalog", "recall", "turn", "turn/live", ""):
+        for user in ("bob", "Bob", "bob ", "sarah/../bob", "*"):
+            attempts.append(("get", f"/inspector/{tab}", {"params": {"user": user}}))
+    for secret in BOB_SECRETS:
+        for tab in ("episodic", "semantic", "procedural", "catalog"):
+            attempts.append(("get", f"/inspector/{tab}", {"params": {"q": secret}}))
+        attempts.append(("post", "/inspector/recall", {"data": {"query": secret, "k": "100"}}))
+        attempts.append(
+            ("post", "/inspector/recall", {"data": {"query": secret, "k": "100", "include_superseded": "on"}})
+        )
+        attempts.append(("post", "/inspector/recall?user=bob", {"data": {"query": secret}}))
+    attempts += [("get", "/inspector/turn", {}), ("get", "/inspector/turn/live", {})]
+    statuses = set()
+    for method, path, kwargs in attempts:
+        r = getattr(sarah, method)(path, **kwargs)
+        statuses.add(r.status_code)
+        asked = kwargs.get("params", kwargs.get("data", {})).get("q") or kwargs.get("data", {}).get("query")
+        body = r.text.replace(asked, "") if asked else r.text  # the search box shows what was asked
+        for text in (*BOB_SECRETS, *bob_ids, "Bob's reset", "Bob&#39;s reset"):
+            assert text not in body, (path, kwargs, r.status_code)
+        if "user" in kwargs.get("params", {}) or "user=bob" in path:
+            assert r.status_code in (403, 404), (path, kwargs)
+    assert {200, 403, 404} <= statuses
+    # the same answer for another user's id and an id that does not exist
+    assert sarah.get(f"/inspector/memory/{bob_ids[1]}").text == sarah.get(
+        "/inspector/memory/sem_" + "B" * 22
+    ).text.replace("sem_" + "B" * 22, bob_ids[1])
+    # her own pages work, and bob's rows were neither changed nor used
+    assert "Sarah lives in Edinburgh" in sarah.get("/inspector/semantic?user=sarah").text
+    assert bob_snapshot(service) == before
+
+
+def test_admin_reads_a_chosen_user_read_only(service):
+    rows = seed_world(service)
+    admin = sign_in(service, service.admin_key)
+    home = admin.get("/inspector/catalog")
+    assert "Hub v2 radios" in home.text and ">bob</option>" in home.text and ">sarah</option>" in home.text
+    assert "Pick a user" in admin.get("/inspector/semantic").text  # no user chosen: nobody's memories
+    before = bob_snapshot(service)
+    sarah_before = service.engram.for_user("sarah").get(rows["edinburgh"]["id"]).use_count
+
+    assert "12 Harbour Road" in admin.get("/inspector/semantic", params={"user": "bob"}).text
+    assert "Bob&#39;s reset" in admin.get("/inspector/procedural", params={"user": "bob"}).text
+    detail = admin.get(f"/inspector/memory/{rows['bob_fact']['id']}", params={"user": "bob"})
+    assert detail.status_code == 200 and "12 Harbour Road" in detail.text
+    hits = admin.post("/inspector/recall?user=bob", data={"query": "where does Bob live", "k": "5"})
+    assert hits.status_code == 200 and "12 Harbour Road" in hits.text and "cross-encoder" in hits.text
+    chain = admin.get(f"/inspector/memory/{rows['bristol']['id']}", params={"user": "sarah"})
+    assert "Sarah lives in Bristol" in chain.text and "Sarah lives in Edinburgh" in chain.text
+    admin.post("/inspector/recall?user=sarah", data={"query": "where does Sarah live"})
+    # a row of one user is not found when looking at another
+    assert (
+        admin.get(f"/inspector/memory/{rows['bob_fact']['id']}", params={"user": "sarah"}).status_code == 404
+    )
+    assert admin.get("/inspector/turn", params={"user": "bob"}).status_code == 200
+
+    # nothing changed: no row, no use count (an inspector recall records no use)
+    assert bob_snapshot(service) == before
+    assert service.engram.for_user("sarah").get(rows["edinburgh"]["id"]).use_count == sarah_before
+    # and the admin key still reads no memories through the API
+    assert service.client().get("/v1/memories", params={"type": "semantic"}).status_code == 403
+
+
+def test_inspector_recall_by_a_user_records_no_use(service):
+    rows = seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    before = service.engram.for_user("sarah").get(rows["edinburgh"]["id"]).use_count
+    page = sarah.post("/inspector/recall", data={"query": "where does Sarah live", "k": "5"})
+    assert page.status_code == 200 and "Sarah lives in Edinburgh" in page.text
+    assert service.engram.for_user("sarah").get(rows["edinburgh"]["id"]).use_count == before
+    empty = sarah.post("/inspector/recall", data={"query": "\u200b"})
+    assert empty.status_code == 422 and "visible character" in empty.text
+
+
+def test_stored_markup_is_rendered_as_text(service):
+    rows = seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    pages = [
+        sarah.get("/inspector/semantic"),
+        sarah.get("/inspector/semantic", params={"q": "note"}),
+        sarah.get(f"/inspector/memory/{rows['xss']['id']}"),
+        sarah.post("/inspector/recall", data={"query": "Sarah's note", "k": "20"}),
+        sarah.get("/inspector/turn"),
+    ]
+    pages.append(sarah.get("/inspector/turn/live", params={"v": 0}))
+    for page in pages:
+        assert page.status_code == 200
+        assert "&lt;script&gt;window.__xss = 1&lt;/script&gt;" in page.text, page.url
+        assert "&lt;img src=x onerror=&#34;window.__xss = 2&#34;&gt;" in page.text, page.url
+        assert "<script>window" not in page.text and "<img" not in page.text
+
+
+def test_tabs_count_page_and_search(service):
+    mem = service.engram.for_user("sarah")
+    start = utcnow() - timedelta(days=30)
+    for i in range(27):
+        mem.remember_turn(f"turn number {i:02d} about the thermostat", at=start + timedelta(hours=i))
+    mem.remember_turn("the porch light flickers at night", at=start + timedelta(days=2))
+    sarah = sign_in(service, service.user_keys["sarah"])
+    first = sarah.get("/inspector/episodic")
+    assert re.search(r"Episodic<span class=\"count\">28</span>", first.text)
+    assert first.text.count('<tr class="') == 20 and "older →" in first.text
+    assert "turn number 26" in first.text  # newest first
+    second = sarah.get("/inspector/episodic", params={"page": 2})
+    assert second.text.count('<tr class="') == 8 and "← newer" in second.text and "older →" not in second.text
+    found = sarah.get("/inspector/episodic", params={"q": "porch"})
+    assert (
+        "1 match for" in found.text
+        and "porch light flickers" in found.text
+        and "thermostat" not in found.text
+    )
+    assert "No episodic memory matches" in sarah.get("/inspector/episodic", params={"q": "zebra"}).text
+    assert sarah.get("/inspector/nonsense").status_code == 404
+    static = sarah.get("/inspector/static/htmx.min.js")
+    assert (
+        static.status_code == 200
+        and static.text.startswith("/*! htmx 2.0.11")
+        and "0BSD" in static.text[:300]
+    )
+
+
+def test_this_turn_view_follows_the_users_key(service):
+    rows = seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    page = sarah.get("/inspector/turn")
+    version = int(re.search(r"/inspector/turn/live\?v=(\d+)", page.text).group(1))
+    # the current turn: the question, then the recall and its hits; earlier turns below it
+    current = page.text.split('<details class="turn">')[0]
+    assert "is my Zigbee hub supported where I live?" in current and "recalled" in current
+    assert "Sarah lives in Edinburgh" in current and "Hub v2 radios" in current
+    assert "Turn 3" in current and "Turn 2" in page.text  # sarah's third turn: bob's turns are his own
+    assert "superseded" in page.text and "Sarah lives in Bristol" in page.text
+    for secret in BOB_SECRETS:
+        assert secret not in page.text
+    assert sarah.get("/inspector/turn/live", params={"v": version}).status_code == 204
+
+    api = service.client("sarah")
+    gone = api.delete(f"/v1/memories/{rows['edinburgh']['id']}").json()["forgotten"]
+    live = sarah.get("/inspector/turn/live", params={"v": version})
+    assert live.status_code == 200 and "forgot" in live.text and gone["id"] in live.text
+    assert "Sarah lives in Edinburgh" not in live.text  # forgotten: its text leaves the log too
+    api.post("/v1/turns", json={"text": "thanks, that helped"})
+    latest = sarah.get("/inspector/turn").text.split('<details class="turn">')[0]
+    assert "Turn 4" in latest and "thanks, that helped" in latest and "forgot" not in latest
+    # the lists mark what the current turn touched
+    api.post("/v1/recall", json={"query": "which hub radios", "k": 3})
+    assert "recalled this turn" in sarah.get("/inspector/catalog").text
+
+
+def _hit(i: int) -> Hit:
+    row: EpisodicMemory = EpisodicMemory(
+        id=f"epi_{i:022d}", text=f"row {i}", user_id="u", created_at=utcnow(), timestamp=utcnow()
+    )
+    return Hit(memory=row, score=1.0, rank=1, explain={})
+
+
+def test_activity_log_is_bounded_per_user_and_scrubs_forgotten_rows():
+    log = ActivityLog()
+    for n in range(activity.TURNS_KEPT + 3):
+        log.start_turn("u", _hit(n).memory)
+    for n in range(activity.EVENTS_PER_TURN + 7):
+        log.add("u", RecallEvent(utcnow(), f"q{n}", [_hit(n)]))
+    version, turns = log.snapshot("u")
+    assert len(turns) == activity.TURNS_KEPT and turns[0].number == activity.TURNS_KEPT + 3
+    assert len(turns[0].events) == activity.EVENTS_PER_TURN and turns[0].dropped_events == 7
+    log.scrub("u", _hit(0).memory.id)
+    _, turns = log.snapshot("u")
+    first = turns[0].events[0]
+    assert isinstance(first, RecallEvent) and first.hits == [] and first.dropped_hits == 1
+    assert log.version("u") > version and log.snapshot("someone else") == (0, [])
+    for n in range(activity.USERS_KEPT + 5):
+        log.add(f"user{n}", RecallEvent(utcnow(), "q", []))
+    assert log.snapshot("u") == (0, []) and log.snapshot(f"user{activity.USERS_KEPT + 4}")[0] > 0
+
+
+@pytest.mark.parametrize("path", ["/inspector", "/inspector/"])
+def test_home_sends_each_key_to_its_first_tab(service, path):
+    user = sign_in(service, service.user_keys["bob"])
+    admin = sign_in(service, service.admin_key)
+    assert user.get(path).headers["location"] == "/inspector/semantic"
+    assert admin.get(path).headers["location"] == "/inspector/catalog"
+    assert admin.get(path, params={"user": "bob"}).headers["location"] == "/inspector/semantic?user=bob"
