@@ -7,6 +7,7 @@ mem.remember_turn("I moved to Edinburgh")
 hits = mem.recall("where do I live?")
 """
 
+from engram.client import Client, ServiceUnavailable, Unauthorized
 from engram.errors import (
     Conflict,
     EngramError,
@@ -34,6 +35,7 @@ from engram.settings import EngramSettings
 __all__ = [
     "CatalogAdmin",
     "CatalogItem",
+    "Client",
     "Conflict",
     "Engram",
     "EngramError",
@@ -49,9 +51,11 @@ __all__ = [
     "ProceduralMemory",
     "RetrievalConfig",
     "SemanticMemory",
+    "ServiceUnavailable",
     "Step",
     "StorageError",
     "Tombstone",
+    "Unauthorized",
     "UserMemory",
 ]
 __version__ = "0.1.0"

@@ -524,6 +524,11 @@ class UserMemory(_Handle):
             self.user_id, checked, include_superseded=include_superseded, limit=limit, offset=offset
         )
 
+    def import_json(self, document: Mapping[str, Any], *, progress: bool = False) -> dict[str, Any]:
+        """Import a user document (see ``engram.importer``) into this user's memory; a ``user_id`` in
+        it must be this user's. An invalid document writes nothing (ImportFileError)."""
+        return self._engram.import_json(document, user_id=self.user_id, progress=progress)
+
     def _deny_catalog_write(self, memory_id: str) -> None:
         if isinstance(memory_id, str) and memory_id.startswith("cat_"):
             rows = self._engram.store.get(self.user_id, [memory_id], include_catalog=True)

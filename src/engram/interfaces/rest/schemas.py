@@ -85,6 +85,9 @@ class MemoryCreate(_Request):
     description: str = Field(default="", json_schema_extra={"maxLength": DEFAULT_MAX_TEXT_CHARS})
     steps: list[StrictStep] = Field(default_factory=list, max_length=MAX_STEPS)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: IsoDatetime | None = Field(
+        default=None, description="backdates the row (e.g. when copying memories over); default: now"
+    )
 
 
 class RecallRequest(_Request):
@@ -98,6 +101,11 @@ class RecallRequest(_Request):
         description="the present that time decay measures from (default: now): replays, audits; "
         "such a recall records no use",
     )
+    record_use: bool | None = Field(
+        default=None,
+        description="count the returned facts as used (use_count + 1, last_used_at = now); "
+        "default: yes, unless as_of is given",
+    )
 
 
 class CatalogCreate(_Request):
@@ -109,6 +117,10 @@ class CatalogCreate(_Request):
 class KeyCreate(_Request):
     user_id: str = Field(pattern=USER_ID_PATTERN, description="the user whose memory the key opens")
     label: str = Field(default="", max_length=200)
+
+
+class Me(BaseModel):
+    user_id: str = Field(description="the user whose memory this key opens")
 
 
 class RecallResponse(BaseModel):

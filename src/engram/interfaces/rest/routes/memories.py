@@ -11,6 +11,7 @@ from engram.interfaces.rest.deps import EngramDep, UserMemoryDep
 from engram.interfaces.rest.schemas import (
     MAX_OFFSET,
     ForgetResponse,
+    Me,
     MemoryCreate,
     MemoryList,
     RecallRequest,
@@ -21,6 +22,12 @@ from engram.interfaces.rest.schemas import (
 from engram.models import EpisodicMemory, Memory, ProceduralMemory, SemanticMemory
 
 router = APIRouter(prefix="/v1", tags=["memories"], responses=error_responses(401, 403, 413, 422, 503))
+
+
+@router.get("/me", response_model=Me)
+def me(mem: UserMemoryDep) -> Me:
+    """Whose memory this key opens."""
+    return Me(user_id=mem.user_id)
 
 
 @router.post("/turns", status_code=201, response_model=EpisodicMemory)
@@ -52,6 +59,7 @@ def write(body: MemoryCreate, mem: UserMemoryDep) -> SemanticMemory | Procedural
         description=body.description,
         steps=body.steps,
         metadata=body.metadata,
+        created_at=body.created_at,
     )
 
 
@@ -65,6 +73,7 @@ def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse:
         include_catalog=body.include_catalog,
         include_superseded=body.include_superseded,
         as_of=body.as_of,
+        record_use=body.record_use,
     )
     return RecallResponse(hits=hits)
 

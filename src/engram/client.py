@@ -1,0 +1,407 @@
+"""``engram.Client``: one user's memory over the REST API, with the embedded ``UserMemory`` API.
+
+::
+
+    from engram import Client
+
+    with Client("http://127.0.0.1:8765", "egk_...") as mem:   # a user key: the tenant is the key's
+        mem.remember_turn("we moved to Edinburgh last week!")
+        for hit in mem.recall("where do I live?"):
+            print(hit.rank, hit.memory.text, hit.explain)
+
+Every public method has the signature of the ``UserMemory`` method of the same name, returns the same
+models (``EpisodicMemory``, ``SemanticMemory``, ``Hit``, ``Tombstone``...) and raises the same
+``EngramError`` subclasses, read back from the service's ``{"error": code, "message"}`` body. Two
+errors exist only here: ``Unauthorized`` (the key was refused, HTTP 401) and ``ServiceUnavailable``
+(the service could not be reached, or did not answer as Engram does).
+
+What the service decides, the client does not check again: the server runs the same ``UserMemory``
+code. The client checks only what JSON cannot carry (a timestamp must be a datetime, not a string
+that the server would happen to parse).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Annotated, Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from engram.errors import (
+    Conflict,
+    EngramError,
+    ImportFileError,
+    InvalidInput,
+    ModelError,
+    NotFound,
+    PermissionDenied,
+    StorageError,
+)
+from engram.memory import _aware
+from engram.models import (
+    Contradiction,
+    EpisodicMemory,
+    FactType,
+    Hit,
+    Memory,
+    MemoryType,
+    ProceduralMemory,
+    SemanticMemory,
+    Step,
+    Tombstone,
+)
+from engram.retrieval.config import RetrievalConfig
+from engram.storage.base import check_page
+
+__all__ = ["Client", "ServiceUnavailable", "Unauthorized"]
+
+MAX_PAGE = 500  # the largest page GET /v1/memories serves; longer lists are fetched page by page
+
+
+class Unauthorized(PermissionDenied):
+    """The service refused the API key: missing, unknown or revoked (HTTP 401)."""
+
+    code = "unauthorized"
+
+
+class ServiceUnavailable(StorageError):
+    """The service could not be reached (refused, timed out, name unknown) or did not answer as an Engram
+    service does (not its JSON, an unexpected shape, a proxy's error page). A StorageError, so code that
+    carries on without memory when the store fails does the same when the service is away."""
+
+    code = "service_unavailable"
+
+
+# The service's stable error codes (engram.errors and the REST layer's HTTP codes), most specific first.
+_BY_CODE: dict[str, type[EngramError]] = {
+    "invalid_import": ImportFileError,
+    "invalid_input": InvalidInput,
+    "payload_too_large": InvalidInput,  # nothing was changed, as with every 4xx
+    "not_found": NotFound,
+    "permission_denied": PermissionDenied,
+    "forbidden": PermissionDenied,
+    "unauthorized": Unauthorized,
+    "conflict": Conflict,
+    "model_error": ModelError,
+    "storage_error": StorageError,
+    "store_busy": StorageError,
+}
+# For a code this client does not know (a newer server): what the status means.
+_BY_STATUS: dict[int, type[EngramError]] = {
+    400: InvalidInput,
+    401: Unauthorized,
+    403: PermissionDenied,
+    404: NotFound,
+    409: Conflict,
+    413: InvalidInput,
+    422: InvalidInput,
+    503: StorageError,
+}
+_NOT_FOUND = re.compile(r"^(?P<what>\w+) (?P<id>'.*'|\".*\") not found$", re.DOTALL)
+
+
+# The envelopes of engram.interfaces.rest.schemas, read here without importing the service (FastAPI, MCP)
+# into every `import engram`; the rows inside are the engine's own models.
+class _Me(BaseModel):
+    user_id: str
+
+
+class _Hits(BaseModel):
+    hits: list[Hit]
+
+
+class _Rows(BaseModel):
+    data: list[Memory]
+
+
+class _Forgotten(BaseModel):
+    forgotten: Tombstone
+
+
+_ME = TypeAdapter(_Me)
+_EPISODE = TypeAdapter(EpisodicMemory)
+_WRITTEN: TypeAdapter[SemanticMemory | ProceduralMemory] = TypeAdapter(
+    Annotated[SemanticMemory | ProceduralMemory, Field(discriminator="memory_type")]
+)
+_RECALLED = TypeAdapter(_Hits)
+_MEMORY: TypeAdapter[Memory] = TypeAdapter(Memory)
+_LIST = TypeAdapter(_Rows)
+_FORGOTTEN = TypeAdapter(_Forgotten)
+_IMPORTED = TypeAdapter(dict[str, Any])
+_RESULT = TypeVar("_RESULT")
+
+
+class Client:
+    """One user's memory in an Engram service (``engram serve``), over its REST API (``/v1``).
+
+    ``base_url`` is where the service answers (``http://127.0.0.1:8765``, or behind a proxy
+    ``https://host/engram``); ``api_key`` is a user key (``engram keys create --user U``), which decides
+    whose memory this is. One HTTP connection pool per client, safe to share between threads; close it
+    with ``close()`` or use the client as a context manager.
+    """
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0) -> None:
+        if not (isinstance(api_key, str) and api_key.isascii() and api_key.isprintable()):
+            raise InvalidInput("api_key must be a string of printable ASCII characters (an Engram key)")
+        self.base_url = base_url.rstrip("/")
+        headers = {"Accept": "application/json"}
+        if api_key:  # none at all rather than an empty one, which HTTP refuses: the service says 401
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._user_id: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Client({self.base_url!r})"
+
+    @property
+    def user_id(self) -> str:
+        """The user whose memory the key opens (asked of the service once)."""
+        if self._user_id is None:
+            self._user_id = self._call("GET", "/v1/me", result=_ME).user_id
+        return self._user_id
+
+    def close(self) -> None:
+        """Close the connection pool; the client cannot be used afterwards."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- the UserMemory API ----------------------------------------------------------------------
+    def remember_turn(
+        self,
+        text: str,
+        at: datetime | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> EpisodicMemory:
+        """Store one user turn verbatim (episodic), visible to the very next recall.
+
+        ``metadata["assistant_context"]`` may carry the assistant message this turn replied to (see
+        ``UserMemory.remember_turn``)."""
+        body = {"text": text, "at": _iso(at), "session_id": session_id, "metadata": dict(metadata or {})}
+        return self._call("POST", "/v1/turns", body, result=_EPISODE)
+
+    def write(
+        self,
+        text: str,
+        memory_type: MemoryType = "semantic",
+        *,
+        fact_type: FactType = "identity",
+        confidence: float = 1.0,
+        supporting_episode_ids: Sequence[str] = (),
+        supersedes_id: str | None = None,
+        contradiction: Contradiction | None = None,
+        valid_from: datetime | None = None,
+        valid_to: datetime | None = None,
+        name: str | None = None,
+        trigger_text: str = "",
+        description: str = "",
+        steps: Iterable[Step | Mapping[str, Any]] = (),
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+    ) -> SemanticMemory | ProceduralMemory:
+        """Write a fact (semantic) or a playbook (procedural); with ``supersedes_id`` the new row
+        replaces that live row atomically (``contradiction`` "natural" or "harsh", see
+        ``UserMemory.write``)."""
+        body = {
+            "text": text,
+            "memory_type": memory_type,
+            "fact_type": fact_type,
+            "confidence": confidence,
+            "supporting_episode_ids": _listed(supporting_episode_ids),
+            "supersedes_id": supersedes_id,
+            "contradiction": contradiction,
+            "valid_from": _iso(valid_from),
+            "valid_to": _iso(valid_to),
+            "name": name,
+            "trigger_text": trigger_text or "",  # the handle takes None for "" too
+            "description": description or "",
+            "steps": [s.model_dump() if isinstance(s, Step) else dict(s) for s in steps],
+            "metadata": dict(metadata or {}),
+            "created_at": _iso(created_at),
+        }
+        return self._call("POST", "/v1/memories", body, result=_WRITTEN)
+
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        memory_types: Iterable[MemoryType] | None = None,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+        config: RetrievalConfig | None = None,
+        record_use: bool | None = None,
+        as_of: datetime | None = None,
+    ) -> list[Hit]:
+        """Search all of the user's memory types and the catalog in one call; each hit's ``explain``
+        shows how its score was made. Returned facts count as used unless ``record_use=False`` (or
+        ``as_of`` is given), as in ``UserMemory.recall``.
+
+        ``config`` must be None here: the service recalls with its own settings (a caller's
+        candidate counts and rerank windows would be other tenants' latency); InvalidInput otherwise.
+        The service returns at most 100 hits (``k`` over 100 is InvalidInput)."""
+        if config is not None:
+            raise InvalidInput("config is not taken over the REST API: the service recalls with its settings")
+        body = {
+            "query": query,
+            "k": k,
+            "memory_types": None if memory_types is None else _listed(memory_types),
+            "include_catalog": include_catalog,
+            "include_superseded": include_superseded,
+            "record_use": record_use,
+            "as_of": _iso(as_of),
+        }
+        return self._call("POST", "/v1/recall", body, result=_RECALLED).hits
+
+    def get(self, memory_id: str) -> Memory:
+        """One of the user's rows, or a catalog row; NotFound otherwise (also for other users' ids)."""
+        return self._call("GET", _memory_path(memory_id), result=_MEMORY)
+
+    def forget(self, memory_id: str) -> Tombstone:
+        """Hard-delete one of the user's rows; an audit tombstone without text remains."""
+        path = _memory_path(memory_id)
+        return self._call("DELETE", path, result=_FORGOTTEN).forgotten
+
+    def history(self, memory_id: str) -> list[Memory]:
+        """The supersession chain that contains ``memory_id``, oldest first."""
+        path = _memory_path(memory_id) + "/history"
+        return self._call("GET", path, result=_LIST).data
+
+    def list(
+        self,
+        memory_type: MemoryType,
+        *,
+        include_superseded: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Memory]:
+        """The user's rows of one type, newest first, paged. A limit over the service's page size
+        (500) is fetched in several requests."""
+        params = {"type": memory_type, "include_superseded": "true" if include_superseded else "false"}
+        if not isinstance(limit, int) or limit <= MAX_PAGE:
+            page = {**params, "limit": limit, "offset": offset}
+            return self._call("GET", "/v1/memories", params=page, result=_LIST).data
+        check_page(limit, offset)  # the bounds the handle's store enforces, before any request
+        rows: list[Memory] = []
+        while len(rows) < limit:
+            want = min(limit - len(rows), MAX_PAGE)
+            page = {**params, "limit": want, "offset": offset + len(rows)}
+            got = self._call("GET", "/v1/memories", params=page, result=_LIST).data
+            rows.extend(got)
+            if len(got) < want:  # the last page
+                break
+        return rows
+
+    def import_json(self, document: Mapping[str, Any], *, progress: bool = False) -> dict[str, Any]:
+        """Import a user document (see ``engram.importer``) into the user's memory; an invalid one
+        writes nothing (ImportFileError). ``progress`` has no effect: the service does the work."""
+        try:
+            return self._call("POST", "/v1/import", document, result=_IMPORTED)
+        except ImportFileError:
+            raise
+        except InvalidInput as exc:  # the service validated the document as the request body
+            raise ImportFileError(str(exc)) from None
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        result: TypeAdapter[_RESULT],
+        params: Mapping[str, Any] | None = None,
+    ) -> _RESULT:
+        """One request; the parsed result, or the EngramError the service's answer stands for."""
+        content = None if body is None else _json(body)
+        headers = {"Content-Type": "application/json"} if content is not None else None
+        try:
+            response = self._http.request(method, path, content=content, params=params, headers=headers)
+        except httpx.TransportError as exc:
+            raise ServiceUnavailable(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
+        if response.is_success:
+            try:
+                return result.validate_json(response.content)
+            except ValidationError:
+                raise ServiceUnavailable(self._odd(response)) from None
+        raise self._error(response)
+
+    def _error(self, response: httpx.Response) -> EngramError:
+        """The EngramError a non-2xx answer stands for: by its code, else by its status."""
+        try:
+            body = response.json()
+            code, message = body["error"], body["message"]
+            if not (isinstance(code, str) and isinstance(message, str)):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return ServiceUnavailable(self._odd(response))  # not an Engram service: a proxy, a wrong URL
+        cls = _BY_CODE.get(code) or _BY_STATUS.get(response.status_code, EngramError)
+        if issubclass(cls, NotFound):
+            found = _not_found(message)
+            # A 404 that names no row is a route the service lacks: a wrong base_url, or an older server.
+            return found or ServiceUnavailable(self._odd(response) + " (no such route: is base_url right?)")
+        error = cls(message)
+        if cls.code != code:  # e.g. "forbidden" or "internal_error": keep the service's own code
+            error.code = code
+        return error
+
+    def _odd(self, response: httpx.Response) -> str:
+        return (
+            f"{self.base_url} did not answer as an Engram service: HTTP {response.status_code} "
+            f"to {response.request.method} {response.request.url.path}"
+        )
+
+
+def _not_found(message: str) -> NotFound | None:
+    """NotFound as the handle raises it (``memory 'x' not found``, with ``memory_id`` set), from the
+    service's message; None when the message names no row."""
+    match = _NOT_FOUND.match(message)
+    if match is None:
+        return None
+    try:
+        return NotFound(str(ast.literal_eval(match["id"])), match["what"])
+    except (ValueError, SyntaxError):
+        return None
+
+
+def _memory_path(memory_id: object) -> str:
+    """The route of one row. The handle looks up ``str(memory_id)`` whatever it is given; here every
+    character is escaped (the dots too: "." or ".." would be read as path steps), so the id stays one
+    path segment."""
+    segment = str(memory_id)
+    if not segment or "/" in segment:  # no id has either; the handle says NotFound too
+        raise NotFound(segment)
+    return "/v1/memories/" + quote(segment, safe="").replace(".", "%2E")
+
+
+def _iso(at: datetime | None) -> str | None:
+    """A timestamp as the handle reads it (a naive one is UTC; anything else InvalidInput), in ISO."""
+    aware = _aware(at)
+    return None if aware is None else aware.isoformat()
+
+
+def _listed(values: Iterable[Any]) -> list[Any]:
+    """A sequence argument as the handle takes it: one string is one item, not its characters."""
+    return [values] if isinstance(values, str) else list(values)
+
+
+def _json(body: Any) -> bytes:
+    """The request body. ASCII-escaped, so a lone surrogate reaches the service (which refuses it as the
+    handle does) instead of failing to encode here; NaN and infinity are not JSON."""
+    try:
+        return json.dumps(body, allow_nan=False).encode("ascii")
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"the request cannot be sent as JSON: {exc}") from None
