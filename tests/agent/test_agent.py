@@ -6,10 +6,9 @@ import json
 import re
 from datetime import timedelta
 
-from tests.agent.conftest import calls, last_tool_results, say, tool_call
-
 from engram.agent.agent import NO_ANSWER
 from engram.models import utcnow
+from tests.agent.conftest import calls, last_tool_results, say, tool_call
 
 
 def profile_ids(body):
@@ -243,3 +242,15 @@ def test_the_agent_closes_its_http_client(make_agent, fake_chat):
     assert fake_chat.open_connections == 1
     agent.close()
     assert fake_chat.connections_closed()
+
+
+def test_a_failed_consolidation_is_not_retried_on_every_turn(make_agent, fake_chat):
+    agent, eng = make_agent(consolidate_every_episodes=1)
+    fake_chat.script(say("Hi!"), lambda body: (500, '{"error": "down"}'), say("Still here."))
+    assert agent.respond("hi there").consolidating is True
+    agent.consolidation.wait()
+    assert agent.respond("hello again").consolidating is False  # due, but the last run failed just now
+    assert len(fake_chat.requests) == 3
+    (report,) = agent.consolidation.reports
+    assert report.status.startswith("error")
+    assert len(eng.store.waiting_episodes("sarah", 10)) == 2  # still waiting for a later run

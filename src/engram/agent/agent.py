@@ -20,6 +20,7 @@ import json
 import logging
 import secrets
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HISTORY_TURNS = 10  # earlier exchanges of this chat the model sees verbatim; older ones live in memory
+# After a failed run the episodes are still waiting, so every turn would be due again: with a broken
+# consolidation LLM that is a failing call per turn. Wait this long instead.
+RETRY_AFTER_FAILURE_S = 600.0
 NO_ANSWER = "Sorry, I could not finish looking this up. Could you say it again?"
 
 
@@ -87,6 +91,7 @@ class EmbeddedConsolidation:
         self.every_episodes = every_episodes
         self.reports: list[ConsolidationReport] = []
         self._thread: threading.Thread | None = None
+        self._failed_at: float | None = None  # monotonic time of the last failed run
 
     @property
     def running(self) -> bool:
@@ -96,6 +101,8 @@ class EmbeddedConsolidation:
         """Start a run if one is due and none is going; True if it started."""
         if self.running:
             return False  # the next turn checks again
+        if self._failed_at is not None and time.monotonic() - self._failed_at < RETRY_AFTER_FAILURE_S:
+            return False
         store: Any = self.engram.store
         try:
             waiting = len(store.waiting_episodes(self.user_id, self.every_episodes))
@@ -109,10 +116,14 @@ class EmbeddedConsolidation:
         return True
 
     def _run(self) -> None:
+        failed = True
         try:
-            self.reports.append(self.engram.consolidate(self.user_id))
+            report = self.engram.consolidate(self.user_id)
+            self.reports.append(report)
+            failed = report.status.startswith("error")
         except Exception:  # a failed run leaves its episodes waiting for the next one
             log.exception("consolidation of %s failed", self.user_id)
+        self._failed_at = time.monotonic() if failed else None
 
     def wait(self) -> None:
         if self._thread is not None:

@@ -1,0 +1,74 @@
+"""The agent and `engram chat --url` through ``engram.Client`` and a running REST service: the handle
+Protocol fits both the embedded handle and the client."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from engram import Client
+from engram.agent import Agent
+from engram.auth import ApiKeys
+from engram.interfaces.rest import create_app
+from engram.interfaces.rest.background import BackgroundServer
+from engram.models import utcnow
+from engram.settings import EngramSettings
+from tests.agent.conftest import last_tool_results, say, tool_call
+from tests.agent.test_chat_cli import chat
+
+
+def test_the_agent_works_through_a_client_of_the_service(eng, fake_chat):
+    mem = eng.for_user("sarah")
+    old = mem.write("Sarah lives in Bristol")
+    earlier = mem.remember_turn("the hub shows error E-4012 after an update", at=utcnow() - timedelta(days=3))
+    key, _ = ApiKeys(eng.store).create("sarah")
+    settings = EngramSettings.defaults(llm_base_url=fake_chat.url, llm_model="test-model", llm_max_retries=0)
+    message = "E-4012 again, and we moved to Edinburgh"
+
+    def first(body):
+        assert mem.list("episodic")[0].text == message  # stored before this call
+        (pre,) = last_tool_results(body)
+        assert pre["hits"][0]["id"] == earlier.id
+        arguments = {"text": "Sarah lives in Edinburgh", "supersedes_id": old.id, "contradiction": "natural"}
+        return {"tool_calls": [tool_call("write_memory", arguments)]}
+
+    def second(body):
+        (stored,) = last_tool_results(body)
+        return {"content": f"Noted [{stored['stored']['id']}]."}
+
+    fake_chat.script(first, second, lambda body: {"content": "ok"})
+    app = create_app(eng, ApiKeys(eng.store))
+    with (
+        BackgroundServer(app) as url,
+        Client(url, key) as client,
+        Agent.from_settings(client, settings) as agent,
+    ):
+        assert agent.consolidation is None  # the service's worker consolidates
+        result = agent.respond(message)
+        agent.respond("thanks")
+    assert result.error is None and result.superseded == [old.id]
+    (new,) = result.written
+    assert [m.id for m in mem.history(old.id)] == [old.id, new.id]
+    assert new.supporting_episode_ids == [result.episode.id]
+    turns = mem.list("episodic")
+    assert turns[0].text == "thanks" and turns[0].metadata == {"assistant_context": f"Noted [{new.id}]."}
+    assert len(fake_chat.requests) == 3
+    assert json.loads(fake_chat.requests[0]["messages"][2]["tool_calls"][0]["function"]["arguments"]) == {
+        "query": message,
+        "k": 8,
+    }
+
+
+def test_engram_chat_through_a_running_service(tmp_path, fake_chat, eng):
+    keys = ApiKeys(eng.store)
+    key, _ = keys.create("sarah")
+    fake_chat.script(say("Hello from the service."))
+    with BackgroundServer(create_app(eng, keys)) as url:
+        served = ("--url", url, "--key", key)
+        proc = chat(*served, stdin="hi there\n", home=tmp_path, llm_url=fake_chat.url)
+        wrong = chat(*served, "--user", "bob", stdin="", home=tmp_path, llm_url=fake_chat.url)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    assert "Engram chat · sarah · http://127.0.0.1" in proc.stdout
+    assert "Hello from the service." in proc.stdout
+    assert [m.text for m in eng.for_user("sarah").list("episodic")] == ["hi there"]
+    assert wrong.returncode == 1 and "the key is sarah's, not bob's" in wrong.stdout
