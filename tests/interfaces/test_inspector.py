@@ -4,6 +4,7 @@ search, and the per-user activity log behind the "this turn" view."""
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import timedelta
 
@@ -121,6 +122,8 @@ def test_sign_in_cookie_sign_out_and_revocation(service):
     assert anon.post("/inspector/sign-out", headers=evil).status_code == 403
     assert anon.post("/inspector/sign-in", data={"key": key}, headers=evil).status_code == 403
     assert anon.get("/inspector/semantic").status_code == 200
+    proxied = {"Origin": "https://memory.example.com", "X-Forwarded-Host": "memory.example.com"}
+    assert anon.post("/inspector/sign-in", data={"key": key}, headers=proxied).status_code == 303
 
     out = anon.post("/inspector/sign-out")
     assert out.status_code == 303 and 'engram_inspector=""' in out.headers["set-cookie"]
@@ -132,6 +135,22 @@ def test_sign_in_cookie_sign_out_and_revocation(service):
     assert client.get("/inspector/episodic").status_code == 200
     service.keys.revoke(record.id)
     assert client.get("/inspector/episodic").headers["location"] == "/inspector/sign-in"
+
+
+def test_the_key_stays_out_of_urls_and_the_access_log(service, caplog):
+    access = logging.getLogger("uvicorn.access")
+    caplog.set_level(logging.INFO, logger="uvicorn.access")  # engram serve logs no access; turn it on
+    access.addHandler(caplog.handler)  # uvicorn's access logger does not propagate to the root
+    try:
+        for key in (service.user_keys["sarah"], service.admin_key):
+            client = sign_in(service, key)  # a new connection: it logs access at the level set now
+            for path in ("/inspector/", "/inspector/episodic", "/inspector/turn", "/inspector/recall"):
+                assert client.get(path, follow_redirects=True).status_code == 200
+            client.post("/inspector/sign-out")
+    finally:
+        access.removeHandler(caplog.handler)
+    assert "POST /inspector/sign-in" in caplog.text and "GET /inspector/turn" in caplog.text
+    assert service.user_keys["sarah"] not in caplog.text and service.admin_key not in caplog.text
 
 
 def test_user_key_never_sees_another_users_memories(service):

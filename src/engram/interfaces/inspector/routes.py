@@ -169,9 +169,11 @@ def _key_from_cookie(value: str | None) -> str | None:
 
 
 def _same_origin(request: Request) -> None:
-    """Refuse a form posted from another site's page (a browser always sends Origin on a POST)."""
+    """Refuse a form posted from another site's page (a browser always sends Origin on a POST). Behind
+    a reverse proxy the public host may come as X-Forwarded-Host: a page cannot set that header."""
     origin = request.headers.get("origin")
-    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+    hosts = {request.headers.get("host"), request.headers.get("x-forwarded-host")} - {None}
+    if origin is not None and urlsplit(origin).netloc not in hosts:
         raise _Stop(render("error.html", 403, title="Refused", message="cross-site request", viewer=None))
 
 
