@@ -329,9 +329,12 @@ app.add_typer(keys_app, name="keys")
 def serve(
     host: Annotated[str, typer.Option(envvar="ENGRAM_HOST", help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="ENGRAM_PORT", help="TCP port")] = 8765,
+    workers: Annotated[
+        int, typer.Option(envvar="ENGRAM_WORKERS", min=1, help="server processes on the one store")
+    ] = 1,
     store: StoreOpt = None,
 ) -> None:
-    """Serve the REST API (/v1, docs at /docs), MCP (/mcp) and /healthz in one process."""
+    """Serve the REST API (/v1, docs at /docs), MCP (/mcp) and /healthz; --workers N for N processes."""
     import uvicorn
 
     from engram.auth import ApiKeys, check_admin_key
@@ -355,12 +358,39 @@ def serve(
             key, _ = keys.create(None, label="created on first start")
             console.print(f"[bold]admin key[/bold] (shown once, keep it): {key}", highlight=False)
         console.print(f"Engram on http://{host}:{port}  (REST /v1, docs /docs, MCP /mcp)", highlight=False)
-        worker = _consolidation_worker(eng)
+        worker = _consolidation_worker(eng)  # in this process only: one per store, whatever --workers
         try:
-            uvicorn.run(create_app(eng, keys, host=host), host=host, port=port, log_level="warning")
+            if workers == 1:
+                uvicorn.run(create_app(eng, keys, host=host), host=host, port=port, log_level="warning")
+            else:
+                _serve_processes(
+                    workers, eng.settings, _store_url(store, eng.settings, existing=False), host, port
+                )
         finally:
             if worker is not None:
                 worker.stop()
+
+
+def _serve_processes(workers: int, settings: EngramSettings, store: str, host: str, port: int) -> None:
+    """uvicorn's supervisor over ``workers`` processes (engram.interfaces.rest.workers), each with its
+    share of the cores for its models so they do not oversubscribe them."""
+    import os
+
+    import uvicorn
+
+    os.environ["ENGRAM_STORE"] = store
+    os.environ["ENGRAM_HOST"] = host
+    if "model_threads" not in settings.model_fields_set:
+        os.environ["ENGRAM_MODEL_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    console.print(f"{workers} worker processes", highlight=False)
+    uvicorn.run(
+        "engram.interfaces.rest.workers:app_from_environment",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level="warning",
+    )
 
 
 def _consolidation_worker(eng: Engram) -> Any:
