@@ -242,3 +242,19 @@ def test_playbooks_have_limits(eng, playbook, message):
     with pytest.raises(ImportFileError, match=message):
         eng.import_json({"user_id": "sarah", "procedural": [{"name": "p", **playbook}]})
     assert counts(eng, "sarah") == {"episodic": 0, "semantic": 0, "procedural": 0}
+
+
+def test_an_import_run_again_writes_only_what_is_missing(make_engram):
+    """Ids derive from the content, so an interrupted import is finished by running it again, a
+    finished one writes nothing twice, and a row forgotten since stays forgotten."""
+    eng = make_engram(import_chunk=2)
+    first = eng.import_json(DOC)
+    assert first["skipped"] == 0
+    mem = eng.for_user("sarah")
+    mem.forget(first["ids"]["e1"])
+    again = eng.import_json(DOC)
+    assert again["ids"] == first["ids"] and again["skipped"] == 5  # 4 there, 1 forgotten
+    assert counts(eng, "sarah") == {"episodic": 1, "semantic": 2, "procedural": 1}
+    # another user importing the same file gets rows of their own
+    bob = eng.import_json({**DOC, "user_id": "bob"})
+    assert bob["skipped"] == 0 and set(bob["ids"].values()).isdisjoint(first["ids"].values())

@@ -197,9 +197,10 @@ def test_recall_bumps_use_count_and_last_used(eng):
     assert hits[0].explain["use_count_boost"] == pytest.approx(1 + 0.2 * 0.30103, abs=1e-4)
 
 
-def test_concurrent_recalls_each_report_the_use_count_they_made(eng):
+def test_concurrent_recalls_each_report_the_use_count_they_made(make_engram):
     import threading
 
+    eng = make_engram(use_wait_ms=30_000)  # a loaded machine must not turn a bump into a queued one
     mem = eng.for_user("sarah")
     f = mem.write("Sarah's dog Rex chews sensor cables")
     start = threading.Barrier(6)

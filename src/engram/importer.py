@@ -17,12 +17,18 @@ Every record is validated before anything is embedded; an error names the record
 (``semantic[3].confidence: ...``) and nothing is written. A valid document is then embedded and
 written in chunks of ``import_chunk`` rows, one transaction each, so a large import never holds the
 store's write lock for long (live turns and recall keep going beside it); records only point at
-earlier ones, so each chunk's references are already written. If the store fails midway, the
-error says how many rows were written.
+earlier ones, so each chunk's references are already written.
+
+Imports are idempotent: each row's id derives from the document's content, the user and the
+record's place in it, and rows already in the store are skipped. So an import that stopped midway (a
+store failure, a crash, a 503 to a client) is finished by running it again, and running a finished
+one again writes nothing; a row forgotten since is not written again (the result counts both as
+``skipped``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -163,6 +169,7 @@ def import_document(
     if not owner:
         raise ImportFileError("no user: pass --user or put user_id in the file")
     handle = engram.for_user(owner)  # validates the user id
+    seed = _seed(handle.user_id, doc.model_dump_json())
     now = utcnow()
     rows: list[Memory] = []
     keys: dict[str, str] = {}
@@ -185,7 +192,7 @@ def import_document(
     for i, ep in enumerate(doc.episodic):
         where = f"episodic[{i}]"
         row = EpisodicMemory(
-            id=new_id("episodic"),
+            id=new_id("episodic", f"{seed}:episodic:{i}"),
             text=checked(ep.text, f"{where}.text"),
             user_id=handle.user_id,
             created_at=now,
@@ -204,7 +211,7 @@ def import_document(
     superseded: set[str] = set()
     for i, fact in enumerate(doc.semantic):
         where = f"semantic[{i}]"
-        row_id = new_id("semantic")
+        row_id = new_id("semantic", f"{seed}:semantic:{i}")
         unknown = [k for k in fact.supporting_episodes if not keys.get(k, "").startswith("epi_")]
         if unknown:
             raise ImportFileError(
@@ -249,7 +256,7 @@ def import_document(
     for i, pb in enumerate(doc.procedural):
         where = f"procedural[{i}]"
         row = ProceduralMemory(
-            id=new_id("procedural"),
+            id=new_id("procedural", f"{seed}:procedural:{i}"),
             text=checked(pb.text, f"{where}.text") if pb.text else "",
             user_id=handle.user_id,
             created_at=pb.at(now) or now,
@@ -267,25 +274,28 @@ def import_document(
             raise ImportFileError(f"invalid import file: {where}.{exc}") from None
         remember_key(pb.key, row.id, where)
         rows.append(row)
-    _embed_and_insert(engram, handle.user_id, rows, supersede, progress)
-    return {**_counts(rows), "user_id": handle.user_id, "ids": keys}
+    skipped = _embed_and_insert(engram, handle.user_id, rows, supersede, progress)
+    return {**_counts(rows), "skipped": skipped, "user_id": handle.user_id, "ids": keys}
 
 
 def _import_catalog(engram: Engram, document: Sequence[Any], progress: bool) -> dict[str, Any]:
     now = utcnow()
     rows: list[Memory] = []
     keys: dict[str, str] = {}
+    records: list[CatalogRecord] = []
     for i, raw in enumerate(document):
         try:
-            record = CatalogRecord.model_validate(raw)
+            records.append(CatalogRecord.model_validate(raw))
         except ValidationError as exc:
             raise _fail(exc, f"catalog[{i}]") from None
+    seed = _seed("", "".join(r.model_dump_json() for r in records))
+    for i, record in enumerate(records):
         try:
             text = engram._check_text(record.text, f"catalog[{i}].text")
         except Exception as exc:
             raise ImportFileError(f"invalid import file: {exc}") from None
         row = CatalogItem(
-            id=new_id("catalog"),
+            id=new_id("catalog", f"{seed}:catalog:{i}"),
             text=text,
             title=record.title,
             user_id=None,
@@ -297,8 +307,8 @@ def _import_catalog(engram: Engram, document: Sequence[Any], progress: bool) -> 
                 raise ImportFileError(f"invalid import file: catalog[{i}].key {record.key!r} is used twice")
             keys[record.key] = row.id
         rows.append(row)
-    _embed_and_insert(engram, CATALOG, rows, {}, progress)
-    return {**_counts(rows), "ids": keys}
+    skipped = _embed_and_insert(engram, CATALOG, rows, {}, progress)
+    return {**_counts(rows), "skipped": skipped, "ids": keys}
 
 
 def _previous_turns(episodes: Sequence[EpisodicMemory]) -> dict[int, int]:
@@ -321,25 +331,39 @@ def _embed_and_insert(
     rows: list[Memory],
     supersede: dict[str, Supersession],
     progress: bool,
-) -> None:
-    chunk = engram.settings.import_chunk
+) -> int:
+    """Write the rows not in the store yet, chunk by chunk; returns how many were skipped (there
+    already, or forgotten since an earlier run of the same import: forgotten stays forgotten)."""
+    chunk, skipped = engram.settings.import_chunk, 0
+    forgotten = {t.id for t in engram.store.tombstones(tenant)}  # type: ignore[attr-defined]
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("importing", total=len(rows))
         for start in range(0, len(rows), chunk):
             part = rows[start : start + chunk]
-            vectors, tokens = engram.encode_rows(part)
-            ids = {row.id for row in part}
-            try:
-                engram.store.insert(
-                    tenant, part, vectors, {i: s for i, s in supersede.items() if i in ids}, tokens
-                )
-            except EngramError as exc:
-                if start:
-                    raise StorageError(
-                        f"the import stopped after {start} of {len(rows)} rows were written: {exc}"
-                    ) from exc
-                raise
+            there = {m.id for m in engram.store.get(tenant, [r.id for r in part], include_catalog=False)}
+            new = [row for row in part if row.id not in there and row.id not in forgotten]
+            skipped += len(part) - len(new)
+            if new:
+                vectors, tokens = engram.encode_rows(new)
+                ids = {row.id for row in new}
+                try:
+                    engram.store.insert(
+                        tenant, new, vectors, {i: s for i, s in supersede.items() if i in ids}, tokens
+                    )
+                except EngramError as exc:
+                    if start:
+                        raise StorageError(
+                            f"the import stopped after {start} of {len(rows)} rows: {exc}; run it "
+                            "again to finish (the rows written are skipped)"
+                        ) from exc
+                    raise
             bar.advance(task, len(part))
+    return skipped
+
+
+def _seed(owner: str, content: str) -> str:
+    """What an import's row ids derive from: the owner and the validated document's content."""
+    return hashlib.sha256(f"{owner}\n{content}".encode()).hexdigest()
 
 
 def _counts(rows: list[Memory]) -> dict[str, int]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -133,9 +133,7 @@ class _Loader:
 
     def add_key(self, record: ApiKeyRecord, key_hash: str) -> None:
         self.finish()
-        self.store.add_key(replace(record, revoked_at=None), key_hash)
-        if record.revoked_at is not None:
-            self.store.revoke_key(record.id, record.revoked_at)
+        self.store.add_key(record, key_hash)  # revoked ones arrive revoked: never live for a moment
         self._count("keys", 1)
 
     def finish(self) -> None:

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
-from engram.errors import EngramError, StoreBusy
+from engram.errors import StoreBusy
 from engram.storage.base import Store
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,8 @@ class UseRecorder:
         with self._cond:
             queued, latest = self._queued.get(tenant, (Counter(), at))
             self._queued[tenant] = (queued + uses, max(latest, at))
-            if self._thread is None:
+            if self._thread is None or not self._thread.is_alive():
+                self._closing = False  # a bump after close() is applied too, by a new thread
                 self._thread = threading.Thread(target=self._run, name="engram-use-counts", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
@@ -78,15 +79,17 @@ class UseRecorder:
                     return
                 batch, self._queued, self._busy = self._queued, {}, True
             failed = False
-            for tenant, (uses, at) in batch.items():
-                try:
-                    self._store.record_use(tenant, uses, at)  # waits the store's full busy timeout
-                except EngramError as exc:
-                    log.warning("use counts of %s not recorded yet, will retry: %s", tenant, exc)
-                    failed = True
-                    self._queue(tenant, uses, at)
-            with self._cond:
-                self._busy = False
-                self._cond.notify_all()
+            try:
+                for tenant, (uses, at) in batch.items():
+                    try:
+                        self._store.record_use(tenant, uses, at)  # waits the store's full busy timeout
+                    except Exception as exc:  # keep them queued whatever went wrong; never die here
+                        log.warning("use counts of %s not recorded yet, will retry: %s", tenant, exc)
+                        failed = True
+                        self._queue(tenant, uses, at)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
             if failed:
                 time.sleep(RETRY_PAUSE_S)

@@ -191,9 +191,10 @@ def test_scripted_scenario_ends_with_the_right_memory(eng, fake_llm):
 def test_an_llm_that_only_answers_malformed_output_sets_nothing_aside(eng, fake_llm):
     mem = eng.for_user("sarah")
     mem.remember_turn("I drive a red Volvo")
-    fake_llm.script(raw(200, "Sure! Here are the facts: Volvo"))
+    fake_llm.script(*[raw(200, "Sure! Here are the facts: Volvo")] * 2)  # a turn gets one more try
     report = eng.consolidate("sarah", llm=llm_for(fake_llm))
     assert report.status.startswith("error: every LLM reply was malformed") and report.written == []
+    assert len(fake_llm.requests) == 2
     assert report.skipped_episodes == [] and len(eng.store.waiting_episodes("sarah", 10)) == 1
     fake_llm.script(
         ok(
@@ -407,7 +408,7 @@ def test_one_unreadable_turn_is_set_aside_and_never_blocks_the_rest(eng, fake_ll
     assert report.status == "partial: 1 episodes skipped (malformed LLM output)"
     assert report.skipped_episodes == [turns[1].id]
     assert report.episodes == 3 and len(report.written) == 3
-    assert len(fake_llm.requests) <= 1 + 2 * 2 + 2  # bisection: a few calls, not one per turn
+    assert len(fake_llm.requests) == 6  # 4 turns, halves, then the poison alone twice: not per turn
     assert eng.store.waiting_episodes("sarah", 10) == []
     mem.remember_turn("and a blue bike")  # later turns go through; the poison is not read again
     again = eng.consolidate("sarah", llm=llm_for(fake_llm))
@@ -453,8 +454,10 @@ def test_the_worker_goes_on_to_the_next_user_when_one_fails(make_engram, fake_ll
     # ... and must not stop sarah's consolidation, which comes after it.
     eng.for_user("sarah").remember_turn("I drive a red Volvo")
     fake_llm.script(*[poison_aware] * 2)
-    reports = ConsolidationWorker(eng, every_episodes=1, every_hours=24).tick()
+    worker = ConsolidationWorker(eng, every_episodes=1, every_hours=24)
+    reports = worker.tick()
     assert [(r["user_id"], r["status"][:5]) for r in reports] == [("an odd id!", "error"), ("sarah", "ok")]
+    assert worker.tick() == []  # the failed user backs off instead of failing on every tick
     assert [f.text for f in eng.for_user("sarah").list("semantic")] == ["Sarah said: I drive a red Volvo"]
 
 
@@ -465,3 +468,29 @@ def test_consolidation_closes_the_http_client_it_opened(make_engram, fake_llm):
     fake_llm.script(poison_aware)
     assert eng.consolidate("sarah").status == "ok" and len(fake_llm.requests) == 1
     assert fake_llm.connections_closed()
+
+
+def test_an_llm_that_always_answers_malformed_output_costs_a_few_calls_and_sets_nothing_aside(eng, fake_llm):
+    mem = eng.for_user("sarah")
+    for i in range(8):
+        mem.remember_turn(f"turn {i}: I drive a red Volvo")
+    fake_llm.script(*[raw(200, "no JSON today")] * 20)
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.status.startswith("error: every part of a batch") and report.skipped_episodes == []
+    assert len(fake_llm.requests) == 3 + 4  # 8 -> 4 -> 2 turns, then the last two alone, twice each
+    assert len(eng.store.waiting_episodes("sarah", 10)) == 8
+
+
+def test_a_turn_forgotten_while_the_llm_reads_it_never_becomes_a_fact(eng, fake_llm):
+    """A fact must not be written from a turn the user forgot meanwhile (forget is final)."""
+    mem = eng.for_user("sarah")
+    secret = mem.remember_turn("my PIN is 4711")
+
+    def forget_then_answer(body):
+        mem.forget(secret.id)  # the user forgets the turn while the LLM is working on it
+        return poison_aware(body)
+
+    fake_llm.script(forget_then_answer)
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.status.startswith("stopped: the batch changed") and report.written == []
+    assert mem.list("semantic") == []

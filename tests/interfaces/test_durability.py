@@ -111,11 +111,8 @@ def test_every_acknowledged_write_survives_kill_9(kind, tmp_path, request):
         url, rerank=False, late_interaction=False, pg_admin_url=env.get("ENGRAM_PG_ADMIN_URL")
     ) as eng:
         mem = eng.for_user("sarah")
-        stored = {
-            (m.id, m.text)
-            for memory_type in ("episodic", "semantic")
-            for m in mem.list(memory_type, limit=1000, offset=0)
-        }
+        ids = [memory_id for memory_id, _ in acknowledged]
+        stored = {(m.id, m.text) for m in eng.store.get("sarah", ids, include_catalog=False)}
         missing = [a for a in acknowledged if a not in stored]
         assert missing == [], f"{len(missing)} of {len(acknowledged)} acknowledged writes lost"
         # and the restarted store takes writes again

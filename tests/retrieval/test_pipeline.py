@@ -202,9 +202,8 @@ def test_admission_counts_who_is_inside():
     from engram.retrieval.admission import Admission
 
     gate = Admission(1)
-    with gate.slot() as first:
-        with gate.slot() as second:
-            assert (first, second, gate.shed) == (True, False, 1)
+    with gate.slot() as first, gate.slot() as second:
+        assert (first, second, gate.shed) == (True, False, 1)
     with gate.slot() as again:
         assert again  # the slot was given back
     with Admission(0).slot() as unbounded:

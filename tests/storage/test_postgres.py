@@ -104,12 +104,35 @@ def test_migrations_are_idempotent(pg):
         ]
 
 
-def test_a_runtime_store_refuses_an_older_schema_and_migration_4_marks_the_watermark(pg_urls, embedder):
+@pytest.fixture
+def owned_db(pg_server_url):
+    """A fresh database owned by a role that is NOT a superuser, as a real deployment's schema owner
+    is: row-level security applies to it unless a migration turns it off. (admin URL, runtime URL)."""
+    import uuid
+
+    from psycopg.conninfo import make_conninfo
+
+    name = f"engram_owned_{uuid.uuid4().hex[:12]}"
+    owner = f"owner_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{owner}" LOGIN NOSUPERUSER NOBYPASSRLS CREATEROLE')
+        conn.execute(f'CREATE DATABASE "{name}" OWNER "{owner}"')
+    with psycopg.connect(make_conninfo(pg_server_url, dbname=name), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")  # needs a superuser; everything else runs as the owner
+    admin = make_conninfo(pg_server_url, dbname=name, user=owner, password="")
+    yield admin, make_conninfo(admin, user="engram_app", password="")
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        conn.execute(f'DROP OWNED BY "{owner}"')
+        conn.execute(f'DROP ROLE "{owner}"')
+
+
+def test_a_runtime_store_refuses_an_older_schema_and_migration_4_marks_the_watermark(owned_db, embedder):
     from datetime import timedelta
 
     from engram.models import EpisodicMemory
 
-    admin, runtime = pg_urls
+    admin, runtime = owned_db
     turns = [
         EpisodicMemory(id=new_id("episodic"), text=f"turn {i}", user_id="sarah", created_at=t, timestamp=t)
         for i, t in enumerate((T0, T0 + timedelta(hours=1)))
@@ -118,10 +141,12 @@ def test_a_runtime_store_refuses_an_older_schema_and_migration_4_marks_the_water
     store.ensure_model(embedder.name, embedder.dim)
     store.insert("sarah", turns, embedder.embed_documents([t.text for t in turns]))
     store.close()
-    with psycopg.connect(admin) as conn:  # back to schema 3: a watermark past turn 0, no marks
-        conn.execute("DROP INDEX memories_waiting")
+    with psycopg.connect(admin) as conn:  # back to schema 3: a watermark past turn 0, no marks...
+        conn.execute("DROP INDEX memories_waiting, memories_owner_rid, tombstones_owner")
         conn.execute("ALTER TABLE memories DROP COLUMN consolidated")
         conn.execute("DELETE FROM engram_migrations WHERE version = 4")
+        conn.execute("DELETE FROM engram_tenants")  # ... and migration 2's backfill, empty under RLS
+        conn.execute("SELECT set_config('engram.tenant', 'sarah', true)")  # the owner is under RLS
         conn.execute("INSERT INTO consolidation_state VALUES ('sarah', %s, %s, %s)", (T0, turns[0].id, T0))
     with pytest.raises(StorageError, match="predates migration 4"):
         PostgresStore(runtime)
@@ -129,6 +154,7 @@ def test_a_runtime_store_refuses_an_older_schema_and_migration_4_marks_the_water
     store = PostgresStore(runtime)
     try:
         assert [e.text for e in store.waiting_episodes("sarah", 10)] == ["turn 1"]
+        assert store.tenants() == ["sarah"]
     finally:
         store.close()
 

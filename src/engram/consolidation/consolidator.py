@@ -7,9 +7,9 @@ then everything is written in ONE transaction that also marks the batch's episod
 crash before the commit leaves nothing behind and the batch simply waits for the next run.
 
 A batch whose LLM reply is malformed is split in halves, each tried on its own, down to single
-episodes; an episode the LLM cannot read alone is set aside (marked skipped, reported) so it never
-blocks the user's later turns. Only if some batch of the same run succeeded, though: when nothing
-does, the LLM is at fault, not the episodes, and nothing is set aside.
+episodes; an episode the LLM cannot read alone, twice, is set aside (marked skipped, reported) so it
+never blocks the user's later turns. When neither half of a split can be read, the LLM is at fault,
+not the episodes: the run stops with an error and nothing is set aside (a few calls, not one per turn).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from engram.consolidation.prompts import (
     judge_prompt,
 )
 from engram.consolidation.schema import Extraction, JudgeVerdicts
-from engram.errors import Conflict
+from engram.errors import Conflict, EngramError
 from engram.models import EpisodicMemory, Memory, ProceduralMemory, SemanticMemory, new_id, utcnow
 from engram.retrieval.config import RetrievalConfig
 from engram.storage._rows import search_text_of
@@ -90,13 +90,16 @@ class Consolidator:
                 self._consolidate(user, episodes, report, unreadable)
             except LLMError as exc:
                 report.status = f"error: {exc}"
+                unreadable.clear()  # the LLM is failing, not these turns: they stay waiting
                 break
-            except Conflict:
-                report.status = "stopped: another consolidation of this user ran meanwhile"
+            except Conflict as exc:
+                report.status = f"stopped: {exc}"
                 break
             if len(episodes) < self.policy.batch_size:
                 break
-        if unreadable:
+        if unreadable and not report.batches:  # nothing at all could be read: blame the LLM
+            report.status = f"error: every LLM reply was malformed ({unreadable[0][1]}); nothing skipped"
+        elif unreadable:
             self._set_aside(user, unreadable, report)
         return report
 
@@ -106,21 +109,31 @@ class Consolidator:
         episodes: list[EpisodicMemory],
         report: ConsolidationReport,
         unreadable: list[tuple[EpisodicMemory, str]],
-    ) -> None:
-        """Plan and apply one batch; on a malformed reply, each half on its own (see the docstring)."""
+    ) -> bool:
+        """Plan and apply one batch; on a malformed reply, each half on its own (see the module
+        docstring). True if any part of it was consolidated; raises LLMOutputError when no part of a
+        split could be (then the LLM is failing, not an episode)."""
         try:
             write = self._plan(user, episodes, report)
         except LLMOutputError as exc:
             if len(episodes) == 1:
-                unreadable.append((episodes[0], str(exc)))
-                return
-            half = len(episodes) // 2
-            log.warning(
-                "consolidation of %s: malformed reply for %d episodes, splitting", user, len(episodes)
-            )
-            self._consolidate(user, episodes[:half], report, unreadable)
-            self._consolidate(user, episodes[half:], report, unreadable)
-            return
+                try:  # one more try before a turn is set aside for good: the fault may be passing
+                    write = self._plan(user, episodes, report)
+                except LLMOutputError:
+                    unreadable.append((episodes[0], str(exc)))
+                    return False
+            else:
+                half = len(episodes) // 2
+                log.warning(
+                    "consolidation of %s: malformed reply for %d episodes, splitting", user, len(episodes)
+                )
+                first = self._consolidate(user, episodes[:half], report, unreadable)
+                second = self._consolidate(user, episodes[half:], report, unreadable)
+                if not (first or second):
+                    raise LLMOutputError(
+                        f"every part of a batch of {len(episodes)} got a malformed reply: {exc}"
+                    ) from exc
+                return True
         self.engram.store.apply_consolidation(user, write)  # type: ignore[attr-defined]
         report.batches += 1
         report.episodes += len(episodes)
@@ -130,27 +143,29 @@ class Consolidator:
         report.feedback += [
             f"{f.playbook_id}:{'success' if f.success else 'failure'}" for f in write.feedback
         ]
+        return True
 
     def _set_aside(
         self, user: str, unreadable: list[tuple[EpisodicMemory, str]], report: ConsolidationReport
     ) -> None:
         ids = [episode.id for episode, _ in unreadable]
-        if not report.batches:  # nothing worked this run: blame the LLM, keep the episodes waiting
-            report.status = f"error: every LLM reply was malformed ({unreadable[0][1]}); nothing skipped"
+        try:
+            self.engram.store.apply_consolidation(  # type: ignore[attr-defined]
+                user,
+                ConsolidationWrite(
+                    rows=[],
+                    vectors=np.zeros((0, self.engram.embedder.dim), np.float32),
+                    supersede={},
+                    merges=[],
+                    feedback=[],
+                    episode_ids=ids,
+                    at=utcnow(),
+                    skipped=True,
+                ),
+            )
+        except EngramError as exc:  # keep the report of what did commit; they stay waiting
+            report.status = f"partial: could not set aside {len(ids)} unreadable episodes: {exc}"
             return
-        self.engram.store.apply_consolidation(  # type: ignore[attr-defined]
-            user,
-            ConsolidationWrite(
-                rows=[],
-                vectors=np.zeros((0, self.engram.embedder.dim), np.float32),
-                supersede={},
-                merges=[],
-                feedback=[],
-                episode_ids=ids,
-                at=utcnow(),
-                skipped=True,
-            ),
-        )
         log.warning(
             "consolidation of %s: set aside %d episodes the LLM could not read: %s", user, len(ids), ids
         )

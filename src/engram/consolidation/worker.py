@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from engram.memory import Engram
 
 log = logging.getLogger(__name__)
+ERROR_BACKOFF_S = 600.0  # a user whose run failed waits this long, or a failing LLM is called every tick
 
 
 class ConsolidationWorker:
@@ -24,6 +25,7 @@ class ConsolidationWorker:
         self.poll_seconds = poll_seconds
         self._started = time.monotonic()
         self._last_run: dict[str, float] = {}
+        self._failed_until: dict[str, float] = {}  # user -> when a failed user may be tried again
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -51,15 +53,20 @@ class ConsolidationWorker:
         for user in store.tenants():
             if self._stop.is_set():
                 break
+            if now < self._failed_until.get(user, 0.0):
+                continue
             try:
                 waiting = len(store.waiting_episodes(user, self.every_episodes))
                 waited = now - self._last_run.get(user, self._started)
                 if waiting and (waiting >= self.every_episodes or waited >= self.every_seconds):
-                    self._last_run[user] = now  # a user that fails waits its turn like the others
+                    self._last_run[user] = now
                     report = self.engram.consolidate(user).as_dict()
                     log.info("consolidated %s: %s", user, {k: report[k] for k in ("status", "episodes")})
                     reports.append(report)
             except Exception as exc:  # one user's failure must not starve every user after it
                 log.exception("consolidation of %s failed", user)
-                reports.append({"user_id": user, "status": f"error: {exc}", "episodes": 0})
+                report = {"user_id": user, "status": f"error: {exc}", "episodes": 0}
+                reports.append(report)
+            if reports and reports[-1]["user_id"] == user and str(reports[-1]["status"]).startswith("error"):
+                self._failed_until[user] = now + ERROR_BACKOFF_S
         return reports

@@ -87,6 +87,12 @@ class ConsolidationWrite:
     skipped: bool = False  # the LLM could not read these episodes: set them aside, write nothing
 
 
+BATCH_CHANGED = (
+    "the batch changed while it was read (another consolidation took it, or one of its turns was "
+    "forgotten): nothing was written; the turns still waiting will be read again"
+)
+
+
 class TransferStore(Protocol):
     """What a whole-store export and import need beside Store (engram.transfer)."""
 
@@ -136,7 +142,9 @@ class ApiKeyRecord:
 class KeyStore(Protocol):
     """Where API keys live (by hash only). Backends implement it beside Store."""
 
-    def add_key(self, record: ApiKeyRecord, key_hash: str) -> None: ...
+    def add_key(self, record: ApiKeyRecord, key_hash: str) -> None:
+        """Store a key record by hash, revoked already if ``record.revoked_at`` says so (imports)."""
+        ...
 
     def find_key(self, key_hash: str) -> ApiKeyRecord | None: ...
 

@@ -37,6 +37,7 @@ from engram.storage._rows import (
 )
 from engram.storage._text import fts_words
 from engram.storage.base import (
+    BATCH_CHANGED,
     ApiKeyRecord,
     ConsolidationWrite,
     LegHit,
@@ -144,13 +145,26 @@ MIGRATIONS: list[tuple[int, str]] = [
         -- committed late could land behind it); what the old watermark covered counts as consumed.
         -- episodic rows: 0 waiting, 1 consolidated, 2 skipped (the LLM could not read them)
         ALTER TABLE memories ADD COLUMN consolidated smallint NOT NULL DEFAULT 0;
-        ALTER TABLE memories NO FORCE ROW LEVEL SECURITY;  -- the owner marks every tenant's rows, once
+        -- The owner reads and marks every tenant's rows here, once: forced RLS would show it none
+        -- (a non-superuser owner is subject to it), and the marks would silently not be made.
+        ALTER TABLE memories NO FORCE ROW LEVEL SECURITY;
+        ALTER TABLE consolidation_state NO FORCE ROW LEVEL SECURITY;
+        ALTER TABLE tombstones NO FORCE ROW LEVEL SECURITY;
         UPDATE memories m SET consolidated = 1 FROM consolidation_state s
             WHERE m.memory_type = 'episodic' AND m.owner = s.owner
               AND (m.created_at, m.id) <= (s.created_at, s.episode_id);
+        -- migration 2 filled engram_tenants under forced RLS: with such an owner it stayed empty
+        INSERT INTO engram_tenants SELECT DISTINCT owner FROM memories WHERE owner <> ''
+            ON CONFLICT DO NOTHING;
+        INSERT INTO engram_tenants SELECT DISTINCT owner FROM tombstones WHERE owner <> ''
+            ON CONFLICT DO NOTHING;
         ALTER TABLE memories FORCE ROW LEVEL SECURITY;
+        ALTER TABLE consolidation_state FORCE ROW LEVEL SECURITY;
+        ALTER TABLE tombstones FORCE ROW LEVEL SECURITY;
         CREATE INDEX memories_waiting ON memories (owner, created_at, id)
             WHERE memory_type = 'episodic' AND consolidated = 0;
+        CREATE INDEX memories_owner_rid ON memories (owner, rid);  -- export pages in write order
+        CREATE INDEX tombstones_owner ON tombstones (owner);
         """,
     ),
 ]
@@ -406,9 +420,8 @@ class PostgresStore:
         try:
             with self._tx(tenant) as conn:
                 if max_wait_s is not None:
-                    conn.execute(
-                        "SELECT set_config('lock_timeout', %s, true)", (f"{round(max_wait_s * 1000)}ms",)
-                    )
+                    wait_ms = max(1, round(max_wait_s * 1000))  # 0 would mean "wait forever" here
+                    conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{wait_ms}ms",))
                 rows = conn.execute(
                     """UPDATE memories m SET use_count = m.use_count + u.n,
                            last_used_at = GREATEST(m.last_used_at, %s)
@@ -482,13 +495,13 @@ class PostgresStore:
         ids = list(write.episode_ids)
         with self._tx(tenant) as conn:
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (tenant,))  # one run per user
-            taken = conn.execute(
+            waiting = conn.execute(
                 """SELECT count(*) FROM memories WHERE owner = %s AND memory_type = 'episodic'
-                   AND consolidated <> 0 AND id = ANY(%s)""",
+                   AND consolidated = 0 AND id = ANY(%s)""",
                 (tenant, ids),
             ).fetchone()[0]
-            if taken:
-                raise Conflict(f"another consolidation of {tenant!r} took this batch; discarded")
+            if waiting != len(set(ids)):
+                raise Conflict(BATCH_CHANGED)
             self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede, write.tokens)
             for merge in write.merges:
                 row = _lock_row(conn, merge.fact_id, tenant, "semantic")
@@ -544,6 +557,8 @@ class PostgresStore:
         if any((t.user_id or "") != owner for t in tombstones):
             raise InvalidInput("a tombstone does not belong to this tenant")
         with self._tx(tenant) as conn, conn.cursor() as cur:
+            if owner and tombstones:  # a tenant with only tombstones is still a tenant (exports)
+                cur.execute("INSERT INTO engram_tenants VALUES (%s) ON CONFLICT DO NOTHING", (owner,))
             cur.executemany(
                 "INSERT INTO tombstones VALUES (%s, %s, %s, %s, %s)",
                 [(t.id, owner, t.memory_type, t.created_at, t.forgotten_at) for t in tombstones],
@@ -560,8 +575,8 @@ class PostgresStore:
     def add_key(self, record: ApiKeyRecord, key_hash: str) -> None:
         with self._tx("") as conn:
             conn.execute(
-                "INSERT INTO api_keys VALUES (%s, %s, %s, %s, %s, NULL)",
-                (record.id, key_hash, record.user_id, record.label, record.created_at),
+                "INSERT INTO api_keys VALUES (%s, %s, %s, %s, %s, %s)",
+                (record.id, key_hash, record.user_id, record.label, record.created_at, record.revoked_at),
             )
 
     def find_key(self, key_hash: str) -> ApiKeyRecord | None:

@@ -48,6 +48,7 @@ from engram.storage._rows import (
 )
 from engram.storage._text import fts_words
 from engram.storage.base import (
+    BATCH_CHANGED,
     ApiKeyRecord,
     ConsolidationWrite,
     FactMerge,
@@ -212,6 +213,9 @@ class SQLiteStore:
                     "CREATE INDEX IF NOT EXISTS memories_waiting ON memories (owner, created_at, id) "
                     "WHERE memory_type = 'episodic' AND consolidated = 0"
                 )
+                # (owner) indexes rowid too: an export pages a tenant in write order without sorting
+                conn.execute("CREATE INDEX IF NOT EXISTS memories_owner ON memories (owner)")
+                conn.execute("CREATE INDEX IF NOT EXISTS tombstones_owner ON tombstones (owner)")
 
     # -- connections and transactions ----------------------------------------------------------
     def _conn(self) -> apsw.Connection:
@@ -580,13 +584,13 @@ class SQLiteStore:
         with self._errors():
             conn = self._conn()
             with self._write(conn):
-                taken = conn.execute(
+                waiting = conn.execute(
                     f"""SELECT count(*) FROM memories WHERE owner = ? AND memory_type = 'episodic'
-                        AND consolidated != 0 AND id IN ({marks})""",
+                        AND consolidated = 0 AND id IN ({marks})""",
                     (tenant, *write.episode_ids),
                 ).fetchone()[0]
-                if taken:
-                    raise Conflict(f"another consolidation of {tenant!r} took this batch; discarded")
+                if waiting != len(set(write.episode_ids)):
+                    raise Conflict(BATCH_CHANGED)
                 self._insert_rows(conn, tenant, write.rows, write.vectors, write.supersede, write.tokens)
                 for merge in write.merges:
                     self._merge_fact(conn, tenant, merge, write.at)
@@ -682,8 +686,15 @@ class SQLiteStore:
             conn = self._conn()
             with self._write(conn):
                 conn.execute(
-                    "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, NULL)",
-                    (record.id, key_hash, record.user_id, record.label, _ts(record.created_at)),
+                    "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        record.id,
+                        key_hash,
+                        record.user_id,
+                        record.label,
+                        _ts(record.created_at),
+                        _ts(record.revoked_at) if record.revoked_at else None,
+                    ),
                 )
 
     def find_key(self, key_hash: str) -> ApiKeyRecord | None:

@@ -66,5 +66,6 @@ def forget_catalog_item(memory_id: str, catalog: AdminDep) -> ForgetResponse:
 
 @router.post("/catalog/import")
 def import_catalog(catalog: AdminDep, items: list[CatalogRecord]) -> dict[str, Any]:
-    """Import catalog items ``[{"title", "text", "metadata"?}]``. All or nothing."""
+    """Import catalog items ``[{"title", "text", "metadata"?}]``. An invalid list writes nothing;
+    sending it again (after a 503, say) writes only what is missing."""
     return catalog.import_json(items)

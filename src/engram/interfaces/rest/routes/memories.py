@@ -112,5 +112,6 @@ def forget(memory_id: str, mem: UserMemoryDep) -> ForgetResponse:
 
 @router.post("/import")
 def import_memories(engram: EngramDep, mem: UserMemoryDep, document: UserDocument) -> dict[str, Any]:
-    """Import a user document (see the README) into your own memory. An invalid one writes nothing."""
+    """Import a user document (see the README) into your own memory. An invalid one writes nothing;
+    sending it again (after a 503, say) writes only what is missing."""
     return import_document(engram, document, user_id=mem.user_id)
