@@ -40,7 +40,7 @@ from engram.retrieval.admission import Admission
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.late_interaction import pack
 from engram.retrieval.pipeline import recall as run_recall
-from engram.settings import EngramSettings, load_settings
+from engram.settings import DEFAULT_ANN_MIN_ROWS, EngramSettings, load_settings
 from engram.storage._rows import search_text_of
 from engram.storage.base import CATALOG, Store, Supersession, Tenant
 from engram.use_counts import UseRecorder
@@ -78,7 +78,7 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path).expanduser()
 
 
-def open_store(url: str, pg_admin_url: str | None = None) -> Store:
+def open_store(url: str, pg_admin_url: str | None = None, ann_min_rows: int = DEFAULT_ANN_MIN_ROWS) -> Store:
     """Open a store from a URL: ``sqlite:///path.db`` (or a bare path), or ``postgresql://...``
     (migrated first with ``pg_admin_url`` when given)."""
     path = sqlite_path(url)
@@ -88,7 +88,7 @@ def open_store(url: str, pg_admin_url: str | None = None) -> Store:
         return PostgresStore(url, admin_url=pg_admin_url)
     from engram.storage.sqlite import SQLiteStore
 
-    return SQLiteStore(path)
+    return SQLiteStore(path, ann_min_rows=ann_min_rows)
 
 
 def _close_all(resources: Sequence[object]) -> None:
@@ -136,7 +136,7 @@ class Engram:
     def from_settings(cls, settings: EngramSettings, url: str | None = None) -> Engram:
         from engram.providers import default_embedder, default_reranker, default_token_encoder
 
-        store = open_store(url or settings.store_url(), settings.pg_admin_url)
+        store = open_store(url or settings.store_url(), settings.pg_admin_url, settings.ann_min_rows)
         made: list[object] = []
         try:
             embedder = default_embedder(settings)

@@ -48,6 +48,7 @@ DEFAULT_EMBED_BATCH = 32  # batch size for the embedder; larger did not help on 
 DEFAULT_MODEL_THREADS = 2  # onnxruntime intra-op threads
 DEFAULT_IMPORT_CHUNK = 256  # rows per import transaction: the longest a bulk import holds the write lock
 DEFAULT_USE_WAIT_MS = 100  # recall waits this long for the write lock to bump use counts, then queues it
+DEFAULT_ANN_MIN_ROWS = 5000  # SQLite: a tenant's own HNSW index from here (docs/benchmarks.md)
 
 
 def default_home() -> Path:
@@ -101,6 +102,11 @@ class EngramSettings(BaseSettings):
     model_threads: int = Field(default=DEFAULT_MODEL_THREADS, ge=1)
     use_wait_ms: int = Field(default=DEFAULT_USE_WAIT_MS, ge=0)
     import_chunk: int = Field(default=DEFAULT_IMPORT_CHUNK, ge=1)
+    ann_min_rows: int = Field(
+        default=DEFAULT_ANN_MIN_ROWS,
+        ge=0,
+        description="SQLite: rows after which a tenant gets an HNSW index; 0: never",
+    )
     # Consolidation (needs an OpenAI-compatible chat endpoint; nothing else in Engram uses an LLM).
     llm_base_url: str | None = Field(default=None, description="e.g. http://localhost:11434/v1 (Ollama)")
     llm_model: str | None = Field(default=None, description="model name sent to llm_base_url")

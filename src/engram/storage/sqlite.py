@@ -6,8 +6,9 @@ Layout
 * ``memory_fts``: FTS5 over the searchable text, each token prefixed by its owner (see owner_prefix),
   so the tenant filter runs inside the full-text match and BM25 statistics are per tenant.
 * ``memory_vec``: float32 embeddings clustered by owner (``WITHOUT ROWID``, primary key (owner, rid)),
-  so an exact scan of one tenant's vectors reads contiguous pages. Exact, not approximate: an ANN index
-  with a tenant filter loses recall.
+  so an exact scan of one tenant's vectors reads contiguous pages. Exact for most tenants (a shared ANN
+  index with a tenant filter loses recall); a tenant past ``ann_min_rows`` rows gets its own HNSW graph
+  next to the file (``<db>.ann/``, see engram.storage.ann), a cache of these rows.
 * ``memory_tokens``: each row's late-interaction token vectors (int8), clustered by owner like
   ``memory_vec``; rows written before it existed have none and are encoded at recall time.
 * ``tombstones``: what is left of forgotten rows (no text).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import re
 import threading
 import time
@@ -37,6 +39,7 @@ import sqlite_vec
 from engram.errors import Conflict, InvalidInput, NotFound, StorageError, StoreBusy
 from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
+from engram.settings import DEFAULT_ANN_MIN_ROWS
 from engram.storage._rows import (
     MEMORY_COLUMNS,
     keyword_text_of,
@@ -47,6 +50,7 @@ from engram.storage._rows import (
     without_context,
 )
 from engram.storage._text import fts_words
+from engram.storage.ann import MIN_WANTED_SHARE, TenantIndex, TenantIndexes
 from engram.storage.base import (
     BATCH_CHANGED,
     ApiKeyRecord,
@@ -182,8 +186,10 @@ def _owner_key(tenant: Tenant) -> str:
 class SQLiteStore:
     """Store backend on one SQLite file; see the module docstring for the layout."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, ann_min_rows: int = DEFAULT_ANN_MIN_ROWS) -> None:
         self.path = Path(path)
+        # Per-tenant HNSW indexes for heavy tenants, beside the file; 0 rows: exact scans only.
+        self.ann = TenantIndexes(self.path.with_name(self.path.name + ".ann"), ann_min_rows, self._connect)
         self._local = threading.local()
         self._open: dict[int, apsw.Connection] = {}  # every live thread's connection, for close()
         self._lock = threading.Lock()
@@ -434,6 +440,27 @@ class SQLiteStore:
         if not where.memory_types:
             return []
         owners = self._read_owners(tenant, "catalog" in where.memory_types)
+        query = np.asarray(vector, dtype=np.float32)
+        with self._errors():
+            conn = self._conn()
+            with conn:  # one read snapshot for the index checks and the search
+                indexes = {owner: self.ann.get(conn, owner) for owner in owners}
+                if not any(indexes.values()):  # small tenants: the exact scan, as it always was
+                    rows = self._exact_vector(conn, owners, query, where, limit)
+                else:  # each owner on its own path, merged by distance
+                    rows = []
+                    for owner, index in indexes.items():
+                        if index is None:
+                            rows += self._exact_vector(conn, [owner], query, where, limit)
+                        else:
+                            rows += self._approximate_vector(conn, owner, index, query, where, limit)
+                    rows = sorted(rows, key=lambda r: r[1])[:limit]
+        return [LegHit(id=i, score=1.0 - d) for i, d in rows]
+
+    @staticmethod
+    def _exact_vector(
+        conn: apsw.Connection, owners: Sequence[str], query: np.ndarray, where: SearchFilter, limit: int
+    ) -> list[tuple[str, float]]:
         # Scan the tenant's vectors alone (joining every scanned row to ``memories`` cost 7x at 24k
         # rows for one user); only the nearest ``limit`` are joined, re-checking the owner there.
         sql = f"""
@@ -445,11 +472,47 @@ class SQLiteStore:
                 ORDER BY distance LIMIT ?
             ) AS nearest JOIN memories m ON m.rid = nearest.rid AND m.owner = nearest.owner
             ORDER BY nearest.distance"""
-        blob = np.asarray(vector, dtype=np.float32).tobytes()
-        params = (blob, *owners, *sorted(where.memory_types), limit)
-        with self._errors():
-            rows = self._conn().execute(sql, params).fetchall()
-        return [LegHit(id=i, score=1.0 - d) for i, d in rows]
+        params = (query.tobytes(), *owners, *sorted(where.memory_types), limit)
+        return conn.execute(sql, params).fetchall()
+
+    def _approximate_vector(
+        self,
+        conn: apsw.Connection,
+        owner: str,
+        index: TenantIndex,
+        query: np.ndarray,
+        where: SearchFilter,
+        limit: int,
+    ) -> list[tuple[str, float]]:
+        """One heavy owner: the graph's candidates plus the rows written since it was built (exact),
+        re-scored exactly and filtered on the current rows (type, live, owner), as the exact path does."""
+        share = index.wanted_share(where.memory_types, where.include_superseded)
+        if share < MIN_WANTED_SHARE:  # a rare type of this owner: the graph would not reach enough
+            return self._exact_vector(conn, [owner], query, where, limit)
+        filters = f"AND memory_type IN ({_marks(len(where.memory_types))}) " + (
+            "" if where.include_superseded else "AND live = 1"
+        )
+        sql = f"""
+            SELECT m.id, nearest.distance FROM (
+                SELECT rid, owner, vec_distance_cosine(embedding, ?) AS distance FROM memory_vec
+                WHERE owner = ? AND rid IN (SELECT value FROM json_each(?)) {filters}
+                UNION ALL
+                SELECT rid, owner, vec_distance_cosine(embedding, ?) AS distance FROM memory_vec
+                WHERE owner = ? AND rid > ? {filters}
+                ORDER BY distance LIMIT ?
+            ) AS nearest JOIN memories m ON m.rid = nearest.rid AND m.owner = nearest.owner
+            ORDER BY nearest.distance"""
+        blob, types = query.tobytes(), sorted(where.memory_types)
+        count = index.candidates(limit, share, self.ann.min_candidates)
+        while True:
+            rids = index.search(query, count)
+            params = (blob, owner, json.dumps(rids), *types, blob, owner, index.hwm, *types, limit)
+            rows = conn.execute(sql, params).fetchall()
+            # Too few survived the filters (forgotten, superseded or other-type rows among the
+            # candidates): widen the search, up to the whole graph.
+            if len(rows) >= limit or count >= index.size:
+                return rows
+            count = min(index.size, count * 4)
 
     def record_use(
         self, tenant: Tenant, uses: Mapping[str, int], at: datetime, *, max_wait_s: float | None = None
@@ -726,6 +789,7 @@ class SQLiteStore:
                 return conn.changes() > 0
 
     def close(self) -> None:
+        self.ann.close()  # first: its build thread reads through a connection of its own
         with self._lock:
             for conn in self._open.values():
                 conn.close()
