@@ -133,7 +133,7 @@ def test_rows_written_after_the_build_are_found(stores, corpus):
         assert found == ids(exact, "alice", vector)
 
 
-def test_superseded_and_forgotten_rows_never_come_back(stores, corpus, embedder):
+def test_superseded_and_forgotten_rows_never_come_back(stores, corpus):
     approx, exact, written = stores
     assert approx.ann.refresh("alice") is not None
     vectors = corpus["alice"][1]
@@ -144,15 +144,26 @@ def test_superseded_and_forgotten_rows_never_come_back(stores, corpus, embedder)
     )
     assert old.id not in ids(approx, "alice", vectors[9], 80)
     assert old.id in ids(approx, "alice", vectors[9], 80, WITH_HISTORY)  # history still sees it
-    gone = written["alice"][:200]  # most of the graph: the search must widen to find 80 live rows
-    for row in gone:
-        approx.forget("alice", row.id, NOW)
-    for i in range(0, 200, 5):
-        found = ids(approx, "alice", vectors[i], 80, WITH_HISTORY)
-        assert not {r.id for r in gone} & set(found)
+    # Forget the 100 rows nearest to a query: the graph's first candidates are then all gone, and
+    # the search must widen to find 80 rows that still exist.
+    nearest = ids(exact, "alice", vectors[0], 100, WITH_HISTORY)
+    for memory_id in nearest:
+        approx.forget("alice", memory_id, NOW)
+    for vector in (vectors[0], *vectors[::8]):
+        found = ids(approx, "alice", vector, 80, WITH_HISTORY)
+        assert not set(nearest) & set(found)
         assert len(found) == 80
-        assert found == ids(exact, "alice", vectors[i], 80, WITH_HISTORY)
-    assert approx.ann._loaded["alice"].size == 320  # the graph still holds them: filtered on the rows
+        assert found[:10] == ids(exact, "alice", vector, 10, WITH_HISTORY)
+    # The widened search queued a rebuild: the new graph holds the rows that are left.
+    approx.ann.wait_idle()
+    assert approx.ann._loaded["alice"].size == 320 + 1 - 100
+    assert ids(approx, "alice", vectors[0]) == ids(exact, "alice", vectors[0])
+    # Under min_rows again, the tenant goes back to the exact scan and its file is removed.
+    for memory_id in ids(exact, "alice", vectors[1], 30, WITH_HISTORY):
+        approx.forget("alice", memory_id, NOW)
+    assert approx.ann.refresh("alice") is None
+    assert "alice" not in approx.ann._loaded and not (approx.ann.folder / file_name("alice")).exists()
+    assert ids(approx, "alice", vectors[1], 80) == ids(exact, "alice", vectors[1], 80)
 
 
 def test_a_reused_rid_turns_the_index_off_until_it_is_rebuilt(stores, corpus):

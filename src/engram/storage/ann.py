@@ -216,23 +216,27 @@ class TenantIndexes:
 
     def refresh(self, owner: str) -> TenantIndex | None:
         """Load the owner's file if usable; rebuild it (under the owner's file lock) if it is missing,
-        unusable or its delta passed the rebuild fraction. Returns the index now in use, if any."""
+        unusable or no longer fresh (``_fresh``). Returns the index now in use, if any."""
         conn = self._connect()
         try:
             usable = self._load_usable(conn, owner)
-            if usable is not None and _delta(conn, owner, usable.hwm) <= REBUILD_FRACTION * usable.size:
+            if usable is not None and _fresh(conn, owner, usable):
                 return usable
             self.folder.mkdir(mode=0o700, exist_ok=True)
             with _locked(self.folder / (file_name(owner) + ".lock")) as got:
                 if not got:  # another process is building it; its file is loaded when it is there
                     return usable
                 usable = self._load_usable(conn, owner)  # it may have finished meanwhile
-                if usable is not None and _delta(conn, owner, usable.hwm) <= REBUILD_FRACTION * usable.size:
+                if usable is not None and _fresh(conn, owner, usable):
                     return usable
                 built = self._build(conn, owner)
                 if built is not None:
                     self._keep(owner, built)
-                return built or usable
+                elif not self._closed:  # fell under min_rows: the exact scan is cheap again
+                    with self._mutex:
+                        self._loaded.pop(owner, None)
+                    self._path(owner).unlink(missing_ok=True)
+                return built
         finally:
             conn.close()
 
@@ -378,6 +382,15 @@ def _hwm_holds(conn: apsw.Connection, owner: str, index: TenantIndex) -> bool:
     """Whether the owner's row at the index's high-water mark is still the one it was built with."""
     row = conn.execute("SELECT id FROM memories WHERE rid = ? AND owner = ?", (index.hwm, owner)).fetchone()
     return row is not None and row[0] == index.hwm_id
+
+
+def _fresh(conn: apsw.Connection, owner: str, index: TenantIndex) -> bool:
+    """Whether rows written since the build, and rows of the graph forgotten since, are both under
+    REBUILD_FRACTION of it: the first cost an exact scan per search, the second dilute the candidates."""
+    sql = "SELECT count(*) FROM memories WHERE owner = ? AND rid <= ?"  # on the narrow (owner) index
+    gone = index.size - int(conn.execute(sql, (owner, index.hwm)).fetchone()[0])
+    limit = REBUILD_FRACTION * index.size
+    return gone <= limit and _delta(conn, owner, index.hwm) <= limit
 
 
 def _delta(conn: apsw.Connection, owner: str, hwm: int) -> int:

@@ -513,6 +513,7 @@ class SQLiteStore:
             if len(rows) >= limit or count >= index.size:
                 return rows
             count = min(index.size, count * 4)
+            self.ann.schedule(owner)  # rebuilt if it holds many forgotten rows (ann._fresh)
 
     def record_use(
         self, tenant: Tenant, uses: Mapping[str, int], at: datetime, *, max_wait_s: float | None = None
