@@ -14,13 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -28,7 +24,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from load import sentence  # bench scripts run as files, not as a package
+from load import sentence, start_server  # bench scripts run as files, not as a package
 
 
 def rss_mb(pid: int | None) -> float | None:
@@ -49,36 +45,6 @@ def pct(values: list[float], q: int) -> float | None:
     if len(values) == 1:
         return round(values[0], 1)
     return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 1)
-
-
-def start_server(clients: int) -> tuple[subprocess.Popen[str], str, str]:
-    home = tempfile.mkdtemp(prefix="engram-soak-")
-    port = 8700 + random.randint(0, 250)
-    env = dict(os.environ, ENGRAM_HOME=home)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engram", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 120
-    admin_key = None
-    while admin_key is None and time.monotonic() < deadline:
-        match = re.search(r"(egk_\S+)", proc.stdout.readline())
-        admin_key = match.group(1) if match else None
-    if admin_key is None:
-        proc.kill()
-        raise SystemExit("the server printed no admin key")
-    url = f"http://127.0.0.1:{port}"
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.2)
-    return proc, url, admin_key
 
 
 async def client(i: int, url: str, key: str, stop: float, state: dict) -> None:
@@ -171,7 +137,7 @@ def main() -> None:
             parser.error("--url needs --admin-key")
         asyncio.run(run(args, args.url, args.admin_key, args.pid))
         return
-    proc, url, admin_key = start_server(args.clients)
+    proc, url, admin_key = start_server()
     try:
         asyncio.run(run(args, url, admin_key, proc.pid))
     finally:
