@@ -343,3 +343,30 @@ def test_home_sends_each_key_to_its_first_tab(service, path):
     assert user.get(path).headers["location"] == "/inspector/semantic"
     assert admin.get(path).headers["location"] == "/inspector/catalog"
     assert admin.get(path, params={"user": "bob"}).headers["location"] == "/inspector/semantic?user=bob"
+
+
+def test_an_agents_mcp_calls_show_in_this_turn(service):
+    """An agent on MCP (not REST) is what the "this turn" view is for: its tool calls are recorded."""
+    import anyio
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    service.client("sarah").post("/v1/turns", json={"text": "which radios does my hub have?"})
+
+    async def agent() -> None:
+        headers = {"Authorization": f"Bearer {service.user_keys['sarah']}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            await session.call_tool("write_memory", {"text": "Sarah's hub is a Lumio Hub v2"})
+            await session.call_tool("recall_memory", {"query": "which hub does sarah have"})
+
+    anyio.run(agent)
+    current = sign_in(service, service.user_keys["sarah"]).get("/inspector/turn").text
+    current = current.split('<details class="turn">')[0]
+    assert "which radios does my hub have?" in current
+    assert "Sarah&#39;s hub is a Lumio Hub v2" in current and "which hub does sarah have" in current

@@ -55,11 +55,17 @@ def _call(fn: Callable[[], Any]) -> Any:
         raise ToolError("internal_error: the server failed; the server log has the details") from exc
 
 
-def build_mcp_server(engram: Engram, tenant_of: Callable[[Context], str]) -> MCPServer:
+def build_mcp_server(
+    engram: Engram,
+    tenant_of: Callable[[Context], str],
+    handle: Callable[[str], UserMemory] | None = None,
+) -> MCPServer:
+    """The MCP tools on ``engram`` for the tenant ``tenant_of`` names; ``handle`` makes the user's
+    handle (the service's records what it does for the inspector), else ``engram.for_user``."""
     server = MCPServer(name="engram", instructions=INSTRUCTIONS, log_level="WARNING")
 
     def memory(ctx: Context) -> UserMemory:
-        return engram.for_user(tenant_of(ctx))
+        return (handle or engram.for_user)(tenant_of(ctx))
 
     @server.tool(name="recall_memory", description=RECALL_DESCRIPTION)
     def recall_memory(

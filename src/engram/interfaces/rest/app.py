@@ -27,11 +27,12 @@ from engram.errors import (
     StorageError,
     public_message,
 )
+from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.inspector.routes import mount_inspector
 from engram.interfaces.mcp import build_mcp_server, http_tenant
 from engram.interfaces.rest.routes import admin, memories
 from engram.interfaces.rest.schemas import HTTP_CODES
-from engram.memory import Engram
+from engram.memory import Engram, validate_user_id
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,13 @@ def mcp_transport_security(allowed_hosts: list[str]) -> TransportSecuritySetting
 
 
 def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> FastAPI:
-    mcp_server = build_mcp_server(engram, http_tenant)
+    # MCP tool calls land in the inspector's activity log like REST calls (the log exists once
+    # mount_inspector below has run, before any request).
+    mcp_server = build_mcp_server(
+        engram,
+        http_tenant,
+        lambda user: RecordingMemory(engram, validate_user_id(user), app.state.activity),
+    )
     mcp_app = mcp_server.streamable_http_app(
         stateless_http=True,
         json_response=True,
