@@ -48,7 +48,7 @@ DEFAULT_EMBED_BATCH = 32  # batch size for the embedder; larger did not help on 
 DEFAULT_MODEL_THREADS = 2  # onnxruntime intra-op threads
 DEFAULT_IMPORT_CHUNK = 256  # rows per import transaction: the longest a bulk import holds the write lock
 DEFAULT_USE_WAIT_MS = 100  # recall waits this long for the write lock to bump use counts, then queues it
-DEFAULT_ANN_MIN_ROWS = 5000  # SQLite: a tenant's own HNSW index from here (docs/benchmarks.md)
+DEFAULT_ANN_MIN_ROWS = 5000  # SQLite: own HNSW index past this: wins by >2 ms from here (docs/benchmarks.md)
 
 
 def default_home() -> Path:
