@@ -71,6 +71,7 @@ REBUILD_FRACTION = 0.05  # rebuild once the exact delta is 5% of the index (its 
 # the least recently searched are dropped past it and reloaded from their files on demand.
 MAX_LOADED_ROWS = 1_000_000
 RECHECK_S = 30.0  # how long a tenant found small is not counted again
+RETRY_S = 5.0  # the least time between two background refreshes of one owner (a build elsewhere, a stale one)
 BUILD_CHUNK = 8192  # rows added per usearch call, between which a closing store stops the build
 
 
@@ -124,6 +125,7 @@ class TenantIndexes:
         self.max_loaded_rows = MAX_LOADED_ROWS
         self._mutex = threading.Lock()  # guards _loaded (request threads and the build thread)
         self._small: dict[str, float] = {}  # owner -> when it was last found under min_rows
+        self._attempted: dict[str, float] = {}  # owner -> when its last background refresh ended
         self._queue: list[str] = []
         self._busy: set[str] = set()
         self._cond = threading.Condition()
@@ -165,6 +167,8 @@ class TenantIndexes:
     def schedule(self, owner: str) -> None:
         with self._cond:
             if self._closed or owner in self._queue or owner in self._busy:
+                return
+            if time.monotonic() - self._attempted.get(owner, -RETRY_S) < RETRY_S:
                 return
             self._queue.append(owner)
             if self._worker is None or not self._worker.is_alive():
@@ -211,6 +215,9 @@ class TenantIndexes:
                 self._small[owner] = time.monotonic()
             finally:
                 with self._cond:
+                    if len(self._attempted) > 100_000:  # a bound on memory, not a cache policy
+                        self._attempted.clear()
+                    self._attempted[owner] = time.monotonic()
                     self._busy.discard(owner)
                     self._cond.notify_all()
 
@@ -253,6 +260,8 @@ class TenantIndexes:
         if loaded is None or _file_key(path) != loaded.file_key:
             loaded = read_index(path, owner) or loaded
         if loaded is None or not _hwm_holds(conn, owner, loaded):
+            with self._mutex:  # unusable: requests scan exactly, throttled like a small tenant
+                self._loaded.pop(owner, None)
             return None
         self._keep(owner, loaded)
         return loaded
