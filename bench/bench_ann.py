@@ -14,8 +14,14 @@ sentences from templates. Rows beyond that are synthesised from the real ones (a
 embeddings plus a little noise, renormalised): embedding 250k texts takes hours on 2 cores. The queries
 are LoCoMo questions (generated ones without the file), embedded as queries.
 
+With ``--pg ROWS`` it measures PostgreSQL instead (pgvector via the bundled pgserver, a bare table, not
+Engram's schema): one user's exact scan against a partial HNSW index on that user's rows
+(``... USING hnsw ((embedding::vector(384)) vector_cosine_ops) WHERE owner = 'heavy'``) at several
+``hnsw.ef_search``, with 5,000 rows of 50 other users beside it.
+
     python bench/bench_ann.py [--sizes 1000 10000 50000 250000] [--real 10000] [--queries 100]
                               [--json bench/results/ann.json]
+    python bench/bench_ann.py --pg 50000 [--real 2000]
 """
 
 from __future__ import annotations
@@ -140,6 +146,7 @@ def main() -> None:
     parser.add_argument("--real", type=int, default=10000, help="rows with real embeddings")
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--pg", type=int, metavar="ROWS", help="measure PostgreSQL at ROWS rows instead")
     args = parser.parse_args()
     rng = random.Random(7)
     embedder = OnnxEmbedder.packaged()
@@ -152,6 +159,9 @@ def main() -> None:
     )
     print(f"embedded {len(texts)} texts and {len(queries)} queries in {time.perf_counter() - t:.0f} s")
     nrng = np.random.default_rng(7)
+    if args.pg:
+        postgres(real, queries, args.pg, nrng)
+        return
     results = []
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "ann.db"
@@ -206,6 +216,73 @@ def main() -> None:
     if args.json:
         out = {"heavy_user": results, "small_user": small, "recall_no_rerank": full}
         args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+def postgres(real: np.ndarray, queries: np.ndarray, n: int, rng: np.random.Generator) -> None:
+    import pgserver
+    import psycopg
+
+    def literal(v: np.ndarray) -> str:
+        return "[" + ",".join(f"{x:.6f}" for x in v) + "]"
+
+    vectors = np.concatenate([real[:n], synthesised(real, max(0, n - len(real)), rng)])
+    with tempfile.TemporaryDirectory() as folder:
+        server = pgserver.get_server(folder, cleanup_mode="stop")
+        try:
+            with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                conn.execute(
+                    "CREATE TABLE m (rid bigserial PRIMARY KEY, owner text NOT NULL, embedding vector)"
+                )
+                conn.execute("CREATE INDEX ON m (owner)")
+                with conn.cursor().copy("COPY m (owner, embedding) FROM STDIN") as copy:
+                    for i, v in enumerate(synthesised(real, 5000, rng)):
+                        copy.write_row((f"u{i % 50}", literal(v)))
+                    for v in vectors:
+                        copy.write_row(("heavy", literal(v)))
+                conn.execute("ANALYZE m")
+
+                def run(sql: str) -> tuple[list[float], list[list[int]]]:
+                    conn.execute(sql, (literal(queries[0]),))
+                    times, hits = [], []
+                    for q in queries:
+                        t = time.perf_counter()
+                        rows = conn.execute(sql, (literal(q),)).fetchall()
+                        times.append((time.perf_counter() - t) * 1000)
+                        hits.append([r[0] for r in rows])
+                    return times, hits
+
+                # "+ 0": what postgres.py does to keep the planner on the exact scan
+                exact_ms, exact_hits = run(
+                    "SELECT rid FROM m WHERE owner = 'heavy' "
+                    f"ORDER BY (embedding <=> %s::vector) + 0 LIMIT {LIMIT}"
+                )
+                print(
+                    json.dumps(
+                        {"pg_rows": n, "exact_p50_ms": pct(exact_ms, 50), "exact_p95_ms": pct(exact_ms, 95)}
+                    )
+                )
+                conn.execute("SET maintenance_work_mem = '1GB'")
+                t = time.perf_counter()
+                conn.execute(
+                    "CREATE INDEX ON m USING hnsw ((embedding::vector(384)) vector_cosine_ops) "
+                    "WITH (m = 16, ef_construction = 128) WHERE owner = 'heavy'"
+                )
+                build_s = round(time.perf_counter() - t, 1)
+                for ef in (200, 400, 1000):
+                    conn.execute(f"SET hnsw.ef_search = {ef}")
+                    ann_ms, ann_hits = run(
+                        "SELECT rid FROM m WHERE owner = 'heavy' "
+                        f"ORDER BY embedding::vector(384) <=> %s::vector(384) LIMIT {LIMIT}"
+                    )
+                    recall = statistics.mean(
+                        len(set(a[:10]) & set(e[:10])) / 10 for a, e in zip(ann_hits, exact_hits, strict=True)
+                    )
+                    row = {"ef_search": ef, "build_s": build_s, "hnsw_p50_ms": pct(ann_ms, 50)}
+                    row |= {"hnsw_p95_ms": pct(ann_ms, 95), "recall_at_10": round(recall, 4)}
+                    print(json.dumps(row), flush=True)
+        finally:
+            server.cleanup()
 
 
 def whole_recall(path: Path, embedder: OnnxEmbedder, user: str, questions: list[str], min_rows: int) -> dict:
