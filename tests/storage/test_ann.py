@@ -11,6 +11,8 @@ import random
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -341,3 +343,60 @@ def test_graphs_in_memory_are_bounded(stores, corpus):
     assert list(approx.ann._loaded) == ["alice"]
     assert (approx.ann.folder / file_name("alice")).stat().st_mtime_ns == written_at  # loaded, not rebuilt
     assert ids(approx, "alice", vector)[0] == ids(exact, "alice", vector)[0]
+
+
+def test_searches_on_several_threads_while_the_graph_is_rebuilt(stores, corpus):
+    """Request threads search while this one writes past the rebuild fraction (so graphs are rebuilt
+    and swapped under them): no error, and only the tenant's rows, every time."""
+    approx, _, written = stores
+    assert approx.ann.refresh("alice") is not None
+    first = approx.ann._loaded["alice"]
+    vectors = corpus["alice"][1]
+    alice_ids = {r.id for r in written["alice"]}
+    stop = threading.Event()
+    seen: list[set[str]] = []
+    errors: list[BaseException] = []
+
+    def search() -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                seen.append(set(ids(approx, "alice", vectors[i % len(vectors)], 20)))
+            except BaseException as exc:  # reported below: a thread's exception would be lost
+                errors.append(exc)
+                return
+            i += 1
+
+    threads = [threading.Thread(target=search) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        texts, later = corpus["later"]
+        for _ in range(3):  # 36 rows: past 5% of the graph, so a rebuild is queued by the searches
+            rows = _rows("alice", texts, semantic_every=100)
+            approx.insert("alice", rows, later)
+            alice_ids |= {r.id for r in rows}
+        approx.ann.wait_idle()
+        time.sleep(0.2)  # a few more searches on the new graph
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors
+    assert approx.ann._loaded["alice"].size > first.size  # rebuilt (once or twice) while searched
+    assert len(seen) > 10 and all(s <= alice_ids for s in seen)
+
+
+def test_the_threshold_is_a_setting(tmp_path, monkeypatch):
+    from engram.memory import open_store
+    from engram.settings import DEFAULT_ANN_MIN_ROWS, EngramSettings, load_settings
+
+    assert EngramSettings.defaults().ann_min_rows == DEFAULT_ANN_MIN_ROWS == 5000
+    monkeypatch.setenv("ENGRAM_ANN_MIN_ROWS", "1234")
+    settings = load_settings()
+    assert settings.ann_min_rows == 1234
+    store = open_store(f"sqlite:///{tmp_path}/x.db", None, settings.ann_min_rows)
+    try:
+        assert isinstance(store, SQLiteStore) and store.ann.min_rows == 1234
+    finally:
+        store.close()
