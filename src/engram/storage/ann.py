@@ -328,11 +328,12 @@ class TenantIndexes:
             "total": total,
         }
         path = self._path(owner)
-        write_index(path, header, bytes(index.save()))
+        del vectors  # the graph holds its own int8 copy
+        write_index(path, header, index.save())
         return TenantIndex(index, hwm, hwm_id, len(keys), live, total, _file_key(path))
 
 
-def write_index(path: Path, header: dict[str, object], payload: bytes) -> None:
+def write_index(path: Path, header: dict[str, object], payload: bytes | bytearray) -> None:
     """Write ``MAGIC | u32 header length | header JSON | payload`` to a temporary file, fsync it, and
     rename it over ``path`` (then fsync the folder): readers see the old file or the new one, whole."""
     header = {**header, "length": len(payload), "crc32": zlib.crc32(payload)}
@@ -377,7 +378,7 @@ def read_index(path: Path, owner: str) -> TenantIndex | None:
             or zlib.crc32(payload) != header["crc32"]
         ):
             return None
-        index = Index.restore(bytes(payload))
+        index = Index.restore(payload)  # copied into the index (view=False)
     except (ValueError, KeyError, TypeError, RuntimeError):
         return None
     if index is None or index.size != header["size"]:
