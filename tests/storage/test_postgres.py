@@ -243,3 +243,45 @@ def test_a_bounded_use_count_bump_gives_up_on_a_locked_row(pg):
         with pytest.raises(StoreBusy):
             store.record_use("sarah", {fact.id: 1}, T0, max_wait_s=0.1)
     assert store.record_use("sarah", {fact.id: 1}, T0, max_wait_s=0.1) == {fact.id: 1}
+
+
+def test_one_statement_search_returns_what_the_separate_calls_do(pg, embedder, token_encoder):
+    """search_candidates (legs, rows and token vectors in one round trip) agrees with search_text,
+    search_vector, get and token_vectors, and stays inside the tenant's scope."""
+    from engram.models import EpisodicMemory
+    from engram.retrieval.late_interaction import pack
+    from engram.storage.base import SearchFilter
+
+    store, _, _ = pg
+    question = EpisodicMemory(
+        id=new_id("episodic"), text="which hub?", user_id="sarah", created_at=T0, timestamp=T0
+    )
+    answer = EpisodicMemory(
+        id=new_id("episodic"),
+        text="the Lumio one, sarah fact",
+        user_id="sarah",
+        created_at=T0,
+        timestamp=T0,
+        context="which hub?",
+        context_id=question.id,
+    )
+    rows = [question, answer]
+    texts = [r.text for r in rows]
+    tokens = [pack(t) for t in token_encoder.encode_documents(texts)]
+    store.insert("sarah", rows, embedder.embed_documents(texts), None, tokens)
+    everything = frozenset({"episodic", "semantic", "procedural", "catalog"})
+    for query, where in (
+        ("sarah fact", SearchFilter(everything)),
+        ("sarah fact", SearchFilter(frozenset({"semantic"}), include_superseded=True)),
+        ("the", SearchFilter(everything)),  # no searchable word: the text leg is empty
+    ):
+        vector = embedder.embed_query(query)
+        found = store.search_candidates("sarah", query, vector, where, 80, True)
+        assert found.bm25 == store.search_text("sarah", query, where, 80)
+        assert found.dense == store.search_vector("sarah", vector, where, 80)
+        ids = {h.id for h in found.bm25 + found.dense}
+        assert sorted(m.id for m in found.rows) == sorted(m.id for m in store.get("sarah", list(ids)))
+        assert all(m.user_id in ("sarah", None) for m in found.rows)  # never bob's
+        if answer.id in ids:  # the turn's own tokens and those of the turn it replied to
+            assert found.tokens[answer.id] == tokens[1] and found.tokens[question.id] == tokens[0]
+    assert store.search_candidates("sarah", "x", vector, SearchFilter(frozenset()), 80, False).rows == []

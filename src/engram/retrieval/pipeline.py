@@ -35,7 +35,7 @@ from engram.retrieval.late_interaction import Matrix, late_score, pack, token_ma
 from engram.retrieval.scoring import multipliers, product
 from engram.retrieval.temporal import time_window
 from engram.storage._rows import search_text_of
-from engram.storage.base import SearchFilter, Store, Tenant
+from engram.storage.base import Candidates, SearchFilter, Store, Tenant
 
 log = logging.getLogger(__name__)
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
@@ -106,29 +106,27 @@ def recall(
     admission: Admission | None = None,
 ) -> list[Hit]:
     where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded)
-    legs: dict[str, list[tuple[str, float]]] = {}
+    late = token_encoder is not None and config.late_interaction and config.late_window > 0
     # The query's token vectors are encoded on a worker while the legs run.
-    query_tokens = (
-        _LEG_POOL.submit(token_encoder.encode_query, query)
-        if token_encoder is not None and config.late_interaction and config.late_window > 0
-        else None
-    )
-    # The BM25 leg runs on a worker thread while this one embeds the query: SQLite and onnxruntime
-    # both release the GIL, so the two legs overlap instead of adding up.
-    text_leg = (
-        _LEG_POOL.submit(store.search_text, tenant, query, where, config.leg_candidates)
-        if "bm25" in config.legs
-        else None
-    )
-    if "dense" in config.legs:
-        vector = embedder.embed_query(query)
-        legs["dense"] = [
-            (h.id, h.score) for h in store.search_vector(tenant, vector, where, config.leg_candidates)
-        ]
-    if text_leg is not None:
-        legs = {"bm25": [(h.id, h.score) for h in text_leg.result()], **legs}
+    query_tokens = _LEG_POOL.submit(token_encoder.encode_query, query) if late and token_encoder else None
+    one_trip = getattr(store, "search_candidates", None)
+    if one_trip is not None and set(config.legs) == {"bm25", "dense"}:
+        # A networked store answers legs, rows and token vectors in one statement: fewer round trips
+        # beat running the legs side by side here.
+        found: Candidates = one_trip(
+            tenant, query, embedder.embed_query(query), where, config.leg_candidates, late
+        )
+        legs = {
+            "bm25": [(h.id, h.score) for h in found.bm25],
+            "dense": [(h.id, h.score) for h in found.dense],
+        }
+        fetched, prefetched = found.rows, found.tokens
+    else:
+        legs, fetched, prefetched = _search_legs(store, embedder, tenant, query, where, config), None, None
     fused = rrf({leg: [i for i, _ in hits] for leg, hits in legs.items()}, k=config.rrf_k)
-    rows = {m.id: m for m in store.get(tenant, list(fused), include_catalog="catalog" in memory_types)}
+    if fetched is None:
+        fetched = store.get(tenant, list(fused), include_catalog="catalog" in memory_types)
+    rows = {m.id: m for m in fetched}
     candidates = [Candidate(memory=rows[i], rrf=s) for i, s in fused.items() if i in rows]
     by_id = {c.memory.id: c for c in candidates}
     for leg, hits in legs.items():
@@ -146,7 +144,7 @@ def recall(
     heads = [len(candidates)]  # where each stage's re-ordered head ends
     if query_tokens is not None and token_encoder is not None and candidates:
         head = candidates[: config.late_window]
-        late_error = apply_late_interaction(store, token_encoder, tenant, query_tokens, head)
+        late_error = apply_late_interaction(store, token_encoder, tenant, query_tokens, head, prefetched)
         if late_error is None:
             head.sort(key=lambda c: -c.final)
             candidates[: len(head)] = head
@@ -175,12 +173,18 @@ def recall(
 
 
 def apply_late_interaction(
-    store: Store, encoder: TokenEncoder, tenant: Tenant, query: Future[Matrix], head: list[Candidate]
+    store: Store,
+    encoder: TokenEncoder,
+    tenant: Tenant,
+    query: Future[Matrix],
+    head: list[Candidate],
+    prefetched: dict[str, bytes] | None = None,
 ) -> str | None:
     """Set each head candidate's late-interaction score; return an error text instead of raising.
 
-    Token vectors come from the store, with those of the turns the candidates replied to (their
-    context); a row stored without them (written before this stage existed) is encoded here.
+    Token vectors come from the store (or ``prefetched`` with the candidates), with those of the turns
+    the candidates replied to (their context); a row stored without them (written before this stage
+    existed) is encoded here.
     """
     try:
         context_of = {
@@ -188,7 +192,12 @@ def apply_late_interaction(
             for c in head
             if isinstance(c.memory, EpisodicMemory) and c.memory.context_id
         }
-        blobs = store.token_vectors(tenant, [c.memory.id for c in head] + list(context_of.values()))
+        wanted = [c.memory.id for c in head] + list(context_of.values())
+        blobs = (
+            {i: prefetched[i] for i in wanted if i in prefetched}
+            if prefetched is not None
+            else store.token_vectors(tenant, wanted)
+        )
         missing = [c.memory for c in head if c.memory.id not in blobs]
         if len(missing) > MAX_ENCODED_AT_RECALL:
             return (
@@ -212,6 +221,27 @@ def apply_late_interaction(
     for candidate, score in zip(head, normalised(scores), strict=True):
         candidate.late = score
     return None
+
+
+def _search_legs(
+    store: Store, embedder: Embedder, tenant: Tenant, query: str, where: SearchFilter, config: RetrievalConfig
+) -> dict[str, list[tuple[str, float]]]:
+    """The legs as separate store calls: BM25 on a worker thread while this one embeds the query and
+    runs the dense leg (SQLite and onnxruntime both release the GIL, so they overlap)."""
+    legs: dict[str, list[tuple[str, float]]] = {}
+    text_leg = (
+        _LEG_POOL.submit(store.search_text, tenant, query, where, config.leg_candidates)
+        if "bm25" in config.legs
+        else None
+    )
+    if "dense" in config.legs:
+        vector = embedder.embed_query(query)
+        legs["dense"] = [
+            (h.id, h.score) for h in store.search_vector(tenant, vector, where, config.leg_candidates)
+        ]
+    if text_leg is not None:
+        legs = {"bm25": [(h.id, h.score) for h in text_leg.result()], **legs}
+    return legs
 
 
 def keep_scores_ordered(tiers: list[list[Candidate]]) -> None:

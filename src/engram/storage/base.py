@@ -33,6 +33,17 @@ class SearchFilter:
 
 
 @dataclass(frozen=True)
+class Candidates:
+    """Both legs' candidates with their rows (and token vectors) from one statement: what a backend
+    whose every call is a network round trip offers as ``search_candidates`` (PostgreSQL)."""
+
+    bm25: list[LegHit]
+    dense: list[LegHit]
+    rows: list[Memory]
+    tokens: dict[str, bytes] | None  # the rows' and their context turns' packed token vectors
+
+
+@dataclass(frozen=True)
 class Supersession:
     """Mark ``old_id`` as replaced by a row being inserted, in the same transaction."""
 
