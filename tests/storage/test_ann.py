@@ -135,6 +135,27 @@ def test_rows_written_after_the_build_are_found(stores, corpus):
         assert found == ids(exact, "alice", vector)
 
 
+def test_a_graph_with_few_forgotten_rows_is_extended_not_rebuilt(stores, corpus):
+    approx, exact, written = stores
+    first = approx.ann.refresh("alice")
+    assert first is not None
+    gone = written["alice"][:5]  # under 5% of the graph
+    for row in gone:
+        approx.forget("alice", row.id, NOW)
+    texts = corpus["later"][0] + corpus["carol"][0][:12]
+    vectors = np.concatenate([corpus["later"][1], corpus["carol"][1][:12]])
+    approx.insert("alice", _rows("alice", texts, semantic_every=100), vectors)  # 24 rows: past 5%
+    extended = approx.ann.refresh("alice")
+    assert extended is not None and extended is not first
+    assert extended.size == 320 + 24  # the forgotten rows are still in it: an extension, not a rebuild
+    assert extended.hwm > first.hwm
+    assert approx.ann.refresh("alice") is extended  # fresh now: nothing to do
+    for vector in (*vectors, *corpus["alice"][1][:5]):
+        found = ids(approx, "alice", vector)
+        assert not {r.id for r in gone} & set(found)
+        assert found[0] == ids(exact, "alice", vector)[0]
+
+
 def test_superseded_and_forgotten_rows_never_come_back(stores, corpus):
     approx, exact, written = stores
     assert approx.ann.refresh("alice") is not None

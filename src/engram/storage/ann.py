@@ -20,8 +20,9 @@ the same at 250k rows as at 5k. The index is a cache of ``memory_vec``, never a 
   vector, below the delta: the index is then not used (exact scan) until it is rebuilt. While that
   row is still there, every later row got a larger rid.
 * **Rebuilds** run on one background thread per store, at most one per owner across processes (an
-  advisory file lock), when the delta passes ``REBUILD_FRACTION`` of the index, or when the index is
-  unusable. Loading a file is also done there: a request never waits for an index, it scans exactly
+  advisory file lock), when the delta passes ``REBUILD_FRACTION`` of the index (the graph is then
+  extended with the new rows, on a copy), when as many of its rows were forgotten (rebuilt from the
+  rows that exist), or when the index is unusable. Loading a file is also done there: a request never waits for an index, it scans exactly
   until the index is ready. Other processes notice a new file by its inode and load it the same way.
 """
 
@@ -236,7 +237,13 @@ class TenantIndexes:
                 usable = self._load_usable(conn, owner)  # it may have finished meanwhile
                 if usable is not None and _fresh(conn, owner, usable):
                     return usable
-                built = self._build(conn, owner)
+                # Few forgotten rows in the graph: extend it with the new rows (seconds, not minutes
+                # at 250k rows); else rebuild it from the rows that exist.
+                fine = usable is not None and _gone(conn, owner, usable) <= REBUILD_FRACTION * usable.size
+                base = usable if fine else None
+                built = self._build(conn, owner, base)
+                if built is None and base is not None and not self._closed:  # nothing new to add
+                    built = self._build(conn, owner, None)
                 if built is not None:
                     self._keep(owner, built)
                 elif not self._closed:  # fell under min_rows: the exact scan is cheap again
@@ -275,28 +282,33 @@ class TenantIndexes:
             while sum(i.size for i in self._loaded.values()) > self.max_loaded_rows and len(self._loaded) > 1:
                 self._loaded.popitem(last=False)
 
-    def _build(self, conn: apsw.Connection, owner: str) -> TenantIndex | None:
-        """Build the owner's graph from one snapshot of its vectors and write it atomically."""
-        conn.execute("BEGIN")  # one read snapshot: the rows and the high-water mark's id agree
+    def _build(self, conn: apsw.Connection, owner: str, base: TenantIndex | None) -> TenantIndex | None:
+        """Build the owner's graph from one snapshot of its vectors and write it atomically: from
+        scratch, or ``base`` plus the rows written after it (a copy: searches go on using ``base``)."""
+        after = base.hwm if base is not None else 0
+        conn.execute("BEGIN")  # one read snapshot: the rows, the counts and the high-water mark agree
         try:
-            n = conn.execute("SELECT count(*) FROM memory_vec WHERE owner = ?", (owner,)).fetchone()[0]
-            if n < max(self.min_rows, 1):
+            counts = conn.execute(
+                "SELECT memory_type, sum(live), count(*) FROM memory_vec WHERE owner = ? GROUP BY 1", (owner,)
+            ).fetchall()
+            live = {t: int(n) for t, n, _ in counts}
+            total = {t: int(n) for t, _, n in counts}
+            n = conn.execute(
+                "SELECT count(*) FROM memory_vec WHERE owner = ? AND rid > ?", (owner, after)
+            ).fetchone()[0]
+            if sum(total.values()) < max(self.min_rows, 1) or n == 0:
                 return None
             keys = np.empty(n, dtype=np.uint64)
             vectors: np.ndarray | None = None
-            live: dict[str, int] = {}
-            total: dict[str, int] = {}
             rows = conn.execute(
-                "SELECT rid, memory_type, live, embedding FROM memory_vec WHERE owner = ? ORDER BY rid",
-                (owner,),
+                "SELECT rid, embedding FROM memory_vec WHERE owner = ? AND rid > ? ORDER BY rid",
+                (owner, after),
             )
-            for i, (rid, memory_type, is_live, blob) in enumerate(rows):
+            for i, (rid, blob) in enumerate(rows):
                 vector = np.frombuffer(blob, dtype=np.float32)
-                if vectors is None:  # filled in place: one float32 copy of the tenant, not two
+                if vectors is None:  # filled in place: one float32 copy of the rows, not two
                     vectors = np.empty((n, vector.size), dtype=np.float32)
                 keys[i], vectors[i] = rid, vector
-                total[memory_type] = total.get(memory_type, 0) + 1
-                live[memory_type] = live.get(memory_type, 0) + int(is_live)
             hwm = int(keys[-1])
             found = conn.execute(
                 "SELECT id FROM memories WHERE rid = ? AND owner = ?", (hwm, owner)
@@ -305,32 +317,35 @@ class TenantIndexes:
             conn.execute("COMMIT")
         if vectors is None or found is None:
             return None
-        hwm_id = str(found[0])
-        index = Index(
-            ndim=vectors.shape[1],
-            metric="cos",
-            dtype="i8",
-            connectivity=CONNECTIVITY,
-            expansion_add=EXPANSION_ADD,
-        )
+        if base is not None:
+            with base.lock:
+                index = base.index.copy()
+        else:
+            index = Index(
+                ndim=vectors.shape[1],
+                metric="cos",
+                dtype="i8",
+                connectivity=CONNECTIVITY,
+                expansion_add=EXPANSION_ADD,
+            )
         for start in range(0, len(keys), BUILD_CHUNK):
             if self._closed:
                 return None
             # One thread: a build must not take the cores the requests are served on.
             index.add(keys[start : start + BUILD_CHUNK], vectors[start : start + BUILD_CHUNK], threads=1)
+        del vectors  # the graph holds its own int8 copy
         header = {
             "format": FORMAT,
             "owner": hashlib.sha256(owner.encode()).hexdigest(),
             "hwm": hwm,
-            "hwm_id": hwm_id,
-            "size": len(keys),
+            "hwm_id": str(found[0]),
+            "size": len(index),
             "live": live,
             "total": total,
         }
         path = self._path(owner)
-        del vectors  # the graph holds its own int8 copy
         write_index(path, header, index.save())
-        return TenantIndex(index, hwm, hwm_id, len(keys), live, total, _file_key(path))
+        return TenantIndex(index, hwm, str(found[0]), len(index), live, total, _file_key(path))
 
 
 def write_index(path: Path, header: dict[str, object], payload: bytes | bytearray) -> None:
@@ -397,10 +412,14 @@ def _hwm_holds(conn: apsw.Connection, owner: str, index: TenantIndex) -> bool:
 def _fresh(conn: apsw.Connection, owner: str, index: TenantIndex) -> bool:
     """Whether rows written since the build, and rows of the graph forgotten since, are both under
     REBUILD_FRACTION of it: the first cost an exact scan per search, the second dilute the candidates."""
-    sql = "SELECT count(*) FROM memories WHERE owner = ? AND rid <= ?"  # on the narrow (owner) index
-    gone = index.size - int(conn.execute(sql, (owner, index.hwm)).fetchone()[0])
     limit = REBUILD_FRACTION * index.size
-    return gone <= limit and _delta(conn, owner, index.hwm) <= limit
+    return _gone(conn, owner, index) <= limit and _delta(conn, owner, index.hwm) <= limit
+
+
+def _gone(conn: apsw.Connection, owner: str, index: TenantIndex) -> int:
+    """Rows of the graph forgotten since it was built (still in it, filtered out at every search)."""
+    sql = "SELECT count(*) FROM memories WHERE owner = ? AND rid <= ?"  # on the narrow (owner) index
+    return index.size - int(conn.execute(sql, (owner, index.hwm)).fetchone()[0])
 
 
 def _delta(conn: apsw.Connection, owner: str, hwm: int) -> int:
