@@ -22,8 +22,9 @@ the same at 250k rows as at 5k. The index is a cache of ``memory_vec``, never a 
 * **Rebuilds** run on one background thread per store, at most one per owner across processes (an
   advisory file lock), when the delta passes ``REBUILD_FRACTION`` of the index (the graph is then
   extended with the new rows, on a copy), when as many of its rows were forgotten (rebuilt from the
-  rows that exist), or when the index is unusable. Loading a file is also done there: a request never waits for an index, it scans exactly
-  until the index is ready. Other processes notice a new file by its inode and load it the same way.
+  rows that exist), or when the index or its file is unusable. Loading a file is also done there: a
+  request never waits for an index, it scans exactly until the index is ready. Other processes notice
+  a new file by its inode and load it the same way.
 """
 
 from __future__ import annotations
@@ -226,16 +227,21 @@ class TenantIndexes:
         """Load the owner's file if usable; rebuild it (under the owner's file lock) if it is missing,
         unusable or no longer fresh (``_fresh``). Returns the index now in use, if any."""
         conn = self._connect()
+        path = self._path(owner)
+
+        def current(index: TenantIndex | None) -> bool:  # fresh, and what the file on disk holds
+            return index is not None and _file_key(path) == index.file_key and _fresh(conn, owner, index)
+
         try:
             usable = self._load_usable(conn, owner)
-            if usable is not None and _fresh(conn, owner, usable):
+            if current(usable):
                 return usable
             self.folder.mkdir(mode=0o700, exist_ok=True)
             with _locked(self.folder / (file_name(owner) + ".lock")) as got:
                 if not got:  # another process is building it; its file is loaded when it is there
                     return usable
                 usable = self._load_usable(conn, owner)  # it may have finished meanwhile
-                if usable is not None and _fresh(conn, owner, usable):
+                if current(usable):
                     return usable
                 # Few forgotten rows in the graph: extend it with the new rows (seconds, not minutes
                 # at 250k rows); else rebuild it from the rows that exist.
@@ -249,7 +255,7 @@ class TenantIndexes:
                 elif not self._closed:  # fell under min_rows: the exact scan is cheap again
                     with self._mutex:
                         self._loaded.pop(owner, None)
-                    self._path(owner).unlink(missing_ok=True)
+                    path.unlink(missing_ok=True)
                 return built
         finally:
             conn.close()
