@@ -583,6 +583,11 @@ class MemoryReader:
     def get(self, memory_id: str) -> Memory:
         return self._memory.get(memory_id)
 
+    def present(self, memory_ids: Iterable[str]) -> set[str]:
+        """Which of these ids are rows this user can still read (their own, or catalog rows)."""
+        engram = self._memory._engram
+        return {m.id for m in engram.store.get(self.user_id, sorted(set(memory_ids)), include_catalog=True)}
+
     def history(self, memory_id: str) -> list[Memory]:
         return self._memory.history(memory_id)
 

@@ -5,7 +5,13 @@ the turn itself, the recalls (with their hits), the writes, the supersessions an
 is in memory, per user and bounded (the last few turns of the most recently active users, a capped
 number of events and hits each), so it costs little and holds nothing past a restart. Each user's
 entries come from that user's own handle (``RecordingMemory``), so they hold that user's rows and
-catalog rows only. Forgetting a row also removes its text from the log.
+catalog rows only. Forgetting a row also removes its text from the log, and what is shown is checked
+against the store first (``without``), so a row forgotten through another process, the CLI or the
+Python API is never shown either.
+
+Rows are kept slim (``slim``: text cut, metadata dropped), so the log's memory has a bound whatever the
+rows hold: at most USERS_KEPT x TURNS_KEPT x EVENTS_PER_TURN events of HITS_PER_RECALL slim rows
+(a few hundred bytes each), about 100 MB if every kept user hammers recall, far less in practice.
 
 With ``engram serve --workers N`` each process keeps its own log, and the view shows what the process
 that answers it saw; with one worker (the default) it shows everything.
@@ -15,7 +21,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -23,9 +30,71 @@ from engram.memory import Engram, UserMemory
 from engram.models import EpisodicMemory, Hit, Memory, ProceduralMemory, SemanticMemory, Tombstone, utcnow
 
 TURNS_KEPT = 5  # the current turn and a few before it
-EVENTS_PER_TURN = 100  # an agent turn makes a handful; a runaway loop is cut here (and counted)
-HITS_PER_RECALL = 20
-USERS_KEPT = 1_000  # least recently active users are dropped first
+EVENTS_PER_TURN = 50  # an agent turn makes a handful; a runaway loop is cut here (and counted)
+HITS_PER_RECALL = 10  # what an agent reads of a recall
+USERS_KEPT = 200  # least recently active users are dropped first: the inspector looks at recent ones
+TEXT_KEPT = 300  # characters of a row's text (and of a query) the log keeps
+
+
+def slim(memory: Memory) -> Memory:
+    """What the log keeps of a row: its text and a few long fields cut to TEXT_KEPT, no metadata, at most
+    ten steps (a row can carry a megabyte of metadata; the view shows none of it)."""
+    update: dict[str, Any] = {"metadata": {}}
+    for name in ("text", "context", "description", "trigger_text"):
+        value = getattr(memory, name, None)
+        if isinstance(value, str) and len(value) > TEXT_KEPT:
+            update[name] = value[:TEXT_KEPT] + "…"
+    if isinstance(memory, ProceduralMemory) and len(memory.steps) > 10:
+        update["steps"] = memory.steps[:10]
+    return memory.model_copy(update=update)
+
+
+def _slim_hit(hit: Hit) -> Hit:
+    return hit.model_copy(update={"memory": slim(hit.memory)})
+
+
+def ids_in(turns: Iterable[Turn]) -> set[str]:
+    """Every row id the turns show."""
+    ids: set[str] = set()
+    for turn in turns:
+        if turn.episode is not None:
+            ids.add(turn.episode.id)
+        for event in turn.events:
+            if isinstance(event, RecallEvent):
+                ids.update(h.memory.id for h in event.hits)
+            elif isinstance(event, WriteEvent):
+                ids.update(m.id for m in (event.memory, event.superseded) if m is not None)
+    return ids
+
+
+def without(turns: list[Turn], gone: set[str]) -> list[Turn]:
+    """Copies of ``turns`` with the rows in ``gone`` left out (the log itself is not changed)."""
+    if not gone:
+        return turns
+    kept: list[Turn] = []
+    for turn in turns:
+        events: list[Event] = []
+        for event in turn.events:
+            if isinstance(event, RecallEvent):
+                hits = [h for h in event.hits if h.memory.id not in gone]
+                events.append(
+                    replace(event, hits=hits, dropped_hits=event.dropped_hits + len(event.hits) - len(hits))
+                )
+            elif isinstance(event, WriteEvent):
+                events.append(
+                    replace(
+                        event,
+                        memory=None if event.memory is not None and event.memory.id in gone else event.memory,
+                        superseded=None
+                        if event.superseded is not None and event.superseded.id in gone
+                        else event.superseded,
+                    )
+                )
+            else:
+                events.append(event)
+        episode = None if turn.episode is not None and turn.episode.id in gone else turn.episode
+        kept.append(Turn(turn.number, turn.started_at, episode, events, turn.dropped_events))
+    return kept
 
 
 @dataclass
@@ -166,7 +235,7 @@ class RecordingMemory(UserMemory):
 
     def remember_turn(self, *args: Any, **kwargs: Any) -> EpisodicMemory:
         row = super().remember_turn(*args, **kwargs)
-        self._activity.start_turn(self.user_id, row)
+        self._activity.start_turn(self.user_id, slim(row))  # type: ignore[arg-type]
         return row
 
     def write(self, *args: Any, **kwargs: Any) -> SemanticMemory | ProceduralMemory:
@@ -174,15 +243,18 @@ class RecordingMemory(UserMemory):
         superseded = None
         if row.supersedes is not None:  # show what it replaced, now marked superseded
             found = self._engram.store.get(self.user_id, [row.supersedes], include_catalog=False)
-            superseded = found[0] if found else None
+            superseded = slim(found[0]) if found else None
         contradiction = getattr(row, "contradiction", None) if row.supersedes else None
-        self._activity.add(self.user_id, WriteEvent(utcnow(), row, superseded, contradiction))
+        written = slim(row)
+        assert isinstance(written, SemanticMemory | ProceduralMemory)
+        self._activity.add(self.user_id, WriteEvent(utcnow(), written, superseded, contradiction))
         return row
 
     def recall(self, *args: Any, **kwargs: Any) -> list[Hit]:
         hits = super().recall(*args, **kwargs)
         query = args[0] if args else kwargs.get("query", "")
-        event = RecallEvent(utcnow(), str(query), hits[:HITS_PER_RECALL], max(0, len(hits) - HITS_PER_RECALL))
+        kept = [_slim_hit(h) for h in hits[:HITS_PER_RECALL]]
+        event = RecallEvent(utcnow(), str(query)[:TEXT_KEPT], kept, max(0, len(hits) - HITS_PER_RECALL))
         self._activity.add(self.user_id, event)
         return hits
 

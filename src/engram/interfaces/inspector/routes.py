@@ -31,13 +31,14 @@ from starlette.staticfiles import StaticFiles
 
 from engram.auth import ApiKeys, Principal
 from engram.errors import InvalidInput, NotFound
-from engram.interfaces.inspector.activity import ActivityLog
+from engram.interfaces.inspector.activity import ActivityLog, ids_in, without
 from engram.memory import Engram, MemoryReader, validate_user_id
 from engram.models import Memory, MemoryType, is_superseded
 from engram.storage.base import CATALOG, SearchFilter
 
 ROOT = "/inspector"
 COOKIE = "engram_inspector"
+COOKIE_MAX_AGE_S = 8 * 3600  # a working day: a forgotten browser session does not keep the key for good
 PAGE_SIZE = 20
 COUNT_CAP = 1_000  # a tab counts at most this many rows ("1000+"): counting reads the rows
 SEARCH_CAP = 200  # best keyword matches a search shows
@@ -213,6 +214,7 @@ async def sign_in(request: Request) -> Response:
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
+        max_age=COOKIE_MAX_AGE_S,
     )
     return response
 
@@ -299,6 +301,10 @@ def _turn_context(request: Request, v: Viewer) -> dict[str, Any]:
     if v.user_id is None:
         return {"version": 0, "turns": [], "poll": POLL_SECONDS, "explain": explain_parts}
     version, turns = request.app.state.activity.snapshot(v.user_id)
+    assert v.reader is not None
+    shown = ids_in(turns)
+    # Forgotten through another process, the CLI or the Python API since it was logged: not shown.
+    turns = without(turns, shown - v.reader.present(shown))
     return {"version": version, "turns": turns, "poll": POLL_SECONDS, "explain": explain_parts}
 
 
