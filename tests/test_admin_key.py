@@ -114,3 +114,28 @@ def test_serve_refuses_a_weak_admin_key(tmp_path):
     )
     assert proc.returncode == 1 and "ENGRAM_ADMIN_KEY must be at least 32 characters" in proc.stdout
     assert "Traceback" not in proc.stderr and not (tmp_path / "engram.db").exists()
+
+
+def test_a_session_token_is_signed_expires_and_dies_with_its_key(tmp_path):
+    """The inspector's cookie: names a key (never holds it), signed with the server's secret."""
+    import time as clock
+
+    from engram.auth import ApiKeys
+    from engram.storage.sqlite import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "k.db")
+    try:
+        keys = ApiKeys(store, session_secret=b"s" * 32)
+        key, record = keys.create("sarah")
+        principal = keys.resolve(key)
+        token = keys.open_session(principal, 60)
+        assert key not in token and keys.resolve_session(token) == principal
+        assert ApiKeys(store, session_secret=b"t" * 32).resolve_session(token) is None  # other secret
+        key_id, _, signature = token.split(".")
+        assert keys.resolve_session(f"{key_id}.9999999999.{signature}") is None  # expiry not signed so
+        assert keys.resolve_session(keys.open_session(principal, -1)) is None  # expired
+        assert clock.time() > 0 and keys.resolve_session("a.b") is None
+        keys.revoke(record.id)
+        assert keys.resolve_session(token) is None  # the key is revoked: the session is over
+    finally:
+        store.close()

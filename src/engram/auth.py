@@ -11,8 +11,11 @@ other, so an old key stops working when the setting changes. It must pass ``chec
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import secrets
+import time
 from dataclasses import dataclass
 
 from engram.errors import InvalidInput, NotFound
@@ -47,8 +50,11 @@ def hash_key(key: str) -> str:
 
 
 class ApiKeys:
-    def __init__(self, store: KeyStore) -> None:
+    def __init__(self, store: KeyStore, session_secret: bytes | None = None) -> None:
         self._store = store
+        # Signs sessions (the inspector's cookie); random per process unless the server shares one
+        # between its workers. A new one signs everyone out, which is all a restart costs.
+        self._session_secret = session_secret or secrets.token_bytes(32)
 
     def create(self, user_id: str | None, label: str = "") -> tuple[str, ApiKeyRecord]:
         """A new key for ``user_id`` (None: an admin key). Returns (the key, shown once; its record)."""
@@ -91,6 +97,30 @@ class ApiKeys:
         if record is None or record.revoked_at is not None:
             return None
         return Principal(key_id=record.id, user_id=record.user_id)
+
+    def open_session(self, principal: Principal, lifetime_s: int) -> str:
+        """A token naming the key (never containing it), valid for ``lifetime_s`` seconds and only while
+        the key stays live: ``key_id.expiry.signature`` (HMAC-SHA256 with the session secret)."""
+        body = f"{principal.key_id}.{int(time.time()) + lifetime_s}"
+        return f"{body}.{self._sign(body)}"
+
+    def resolve_session(self, token: str | None) -> Principal | None:
+        """The principal of a token from ``open_session``; None if forged, expired, or its key revoked."""
+        if not token or len(token) > 256 or token.count(".") != 2:
+            return None
+        key_id, expires, signature = token.split(".")
+        if not hmac.compare_digest(signature, self._sign(f"{key_id}.{expires}")):
+            return None
+        if not expires.isdigit() or int(expires) < time.time():
+            return None
+        record = self._store.get_key(key_id)
+        if record is None or record.revoked_at is not None:
+            return None
+        return Principal(key_id=record.id, user_id=record.user_id)
+
+    def _sign(self, body: str) -> str:
+        digest = hmac.new(self._session_secret, body.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
     def list(self, user_id: str | None = None) -> list[ApiKeyRecord]:
         return self._store.list_keys(user_id)

@@ -4,6 +4,7 @@ search, and the per-user activity log behind the "this turn" view."""
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 from datetime import timedelta
@@ -113,6 +114,13 @@ def test_sign_in_cookie_sign_out_and_revocation(service):
     cookie = signed.headers["set-cookie"]
     assert re.search(r"(?i)httponly", cookie) and re.search(r"(?i)samesite=strict", cookie)
     assert "Path=/inspector" in cookie and key not in cookie and key not in signed.headers["location"]
+    token = anon.cookies["engram_inspector"]  # names the key and is signed; never the key, even encoded
+    assert (
+        base64.urlsafe_b64encode(key.encode()).decode().rstrip("=") not in token and "Max-Age=28800" in cookie
+    )
+    forged = httpx.Client(base_url=service.url, timeout=30, cookies={"engram_inspector": token[:-2] + "xx"})
+    service.clients.append(forged)
+    assert forged.get("/inspector/semantic").status_code == 303  # a tampered token signs nobody in
     page = anon.get("/inspector/semantic")
     assert page.status_code == 200 and key not in page.text and ">sarah<" in page.text
     assert "script-src 'self'" in page.headers["content-security-policy"]

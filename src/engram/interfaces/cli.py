@@ -348,7 +348,8 @@ def serve(
         except EngramError as exc:
             raise _fail(exc) from None
     with _engram(store, settings) as eng:
-        keys = ApiKeys(eng.store)  # type: ignore[arg-type]
+        secret = settings.session_secret.get_secret_value().encode() if settings.session_secret else None
+        keys = ApiKeys(eng.store, session_secret=secret)  # type: ignore[arg-type]
         if admin_key:
             revoked = keys.adopt_admin_key(admin_key)
             console.print(
@@ -375,11 +376,14 @@ def _serve_processes(workers: int, settings: EngramSettings, store: str, host: s
     """uvicorn's supervisor over ``workers`` processes (engram.interfaces.rest.workers), each with its
     share of the cores for its models so they do not oversubscribe them."""
     import os
+    import secrets
 
     import uvicorn
 
     os.environ["ENGRAM_STORE"] = store
     os.environ["ENGRAM_HOST"] = host
+    if settings.session_secret is None:  # one inspector sign-in valid whichever process answers
+        os.environ["ENGRAM_SESSION_SECRET"] = secrets.token_hex(32)
     if "model_threads" not in settings.model_fields_set:
         os.environ["ENGRAM_MODEL_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
     console.print(f"{workers} worker processes", highlight=False)

@@ -159,6 +159,10 @@ class KeyStore(Protocol):
 
     def find_key(self, key_hash: str) -> ApiKeyRecord | None: ...
 
+    def get_key(self, key_id: str) -> ApiKeyRecord | None:
+        """The record of a key by its id (revoked or not), or None."""
+        ...
+
     def list_keys(self, user_id: str | None = None) -> list[ApiKeyRecord]: ...
 
     def revoke_key(self, key_id: str, at: datetime) -> bool:

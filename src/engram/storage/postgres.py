@@ -653,6 +653,11 @@ class PostgresStore:
             ).fetchone()
         return ApiKeyRecord(*row) if row else None
 
+    def get_key(self, key_id: str) -> ApiKeyRecord | None:
+        with self._tx("") as conn:
+            row = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = %s", (key_id,)).fetchone()
+        return ApiKeyRecord(*row) if row else None
+
     def list_keys(self, user_id: str | None = None) -> list[ApiKeyRecord]:
         sql = f"SELECT {_KEY_COLUMNS} FROM api_keys"
         params: tuple[str, ...] = ()

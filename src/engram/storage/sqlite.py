@@ -770,6 +770,15 @@ class SQLiteStore:
             )
         return _key_record(row) if row else None
 
+    def get_key(self, key_id: str) -> ApiKeyRecord | None:
+        with self._errors():
+            row = (
+                self._conn()
+                .execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,))
+                .fetchone()
+            )
+        return _key_record(row) if row else None
+
     def list_keys(self, user_id: str | None = None) -> list[ApiKeyRecord]:
         sql = f"SELECT {_KEY_COLUMNS} FROM api_keys"
         params: tuple[str, ...] = ()

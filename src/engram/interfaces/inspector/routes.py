@@ -15,7 +15,6 @@ Who sees what:
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -138,7 +137,7 @@ def viewer(request: Request, user: Annotated[str | None, Query(max_length=128)] 
     """The signed-in key from the cookie, and whose memory it looks at; else a response that stops here."""
     keys: ApiKeys = request.app.state.keys
     engram: Engram = request.app.state.engram
-    principal = keys.resolve(_key_from_cookie(request.cookies.get(COOKIE)))
+    principal = keys.resolve_session(request.cookies.get(COOKIE))
     if principal is None:
         raise _Stop(_redirect(f"{ROOT}/sign-in", request))
     chosen = user or principal.user_id  # a user key looks at its own memory unless it asks otherwise
@@ -152,21 +151,6 @@ def viewer(request: Request, user: Annotated[str | None, Query(max_length=128)] 
     except InvalidInput as exc:
         raise _Stop(render("error.html", 422, title="No such user", message=str(exc), viewer=None)) from None
     return Viewer(principal, chosen, engram.reader(chosen))
-
-
-# The cookie carries the key base64url-encoded, unpadded: an ENGRAM_ADMIN_KEY may hold ; , " or \,
-# which a cookie value cannot, and "=" would make the value quoted.
-def _cookie_value(key: str) -> str:
-    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
-
-
-def _key_from_cookie(value: str | None) -> str | None:
-    if not value or len(value) > 1024:
-        return None
-    try:
-        return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 def _same_origin(request: Request) -> None:
@@ -209,7 +193,7 @@ async def sign_in(request: Request) -> Response:
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,
-        _cookie_value(key),
+        request.app.state.keys.open_session(principal, COOKIE_MAX_AGE_S),  # names the key, never holds it
         path=ROOT,
         httponly=True,
         samesite="strict",

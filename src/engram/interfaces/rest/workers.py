@@ -21,8 +21,11 @@ from engram.settings import load_settings
 
 
 def app_from_environment() -> FastAPI:
-    engram = Engram.from_settings(load_settings())
-    app = create_app(engram, ApiKeys(engram.store), host=os.environ.get("ENGRAM_HOST", "127.0.0.1"))  # type: ignore[arg-type]
+    settings = load_settings()
+    engram = Engram.from_settings(settings)
+    secret = settings.session_secret.get_secret_value().encode() if settings.session_secret else None
+    keys = ApiKeys(engram.store, session_secret=secret)  # type: ignore[arg-type]
+    app = create_app(engram, keys, host=os.environ.get("ENGRAM_HOST", "127.0.0.1"))
     serving = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
