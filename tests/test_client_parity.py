@@ -44,6 +44,7 @@ from engram import (
     UserMemory,
 )
 from engram.auth import ApiKeys
+from engram.client import ClientClosed
 from engram.interfaces.rest import create_app
 from engram.interfaces.rest.background import BackgroundServer, free_port
 from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
@@ -634,13 +635,45 @@ def test_a_server_that_is_not_engram_is_service_unavailable() -> None:
         server.server_close()
 
 
+def test_an_answer_the_client_cannot_read_is_service_unavailable() -> None:
+    class Garbled(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/v1/me":  # says gzip, is not: httpx.DecodingError
+                status, body, extra = 200, b"not gzip at all", {"Content-Encoding": "gzip"}
+            else:  # an error body nested deeper than the JSON parser's recursion limit
+                status, body, extra = 400, b"[" * 100_000, {}
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in extra.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbled)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with Client(f"http://127.0.0.1:{server.server_address[1]}", "egk_x") as client:
+            with pytest.raises(ServiceUnavailable, match="DecodingError"):
+                _ = client.user_id
+            with pytest.raises(ServiceUnavailable, match="HTTP 400"):
+                client.list("semantic")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_a_closed_client_sends_nothing(make_engram: Callable[..., Engram]) -> None:
     eng = make_engram()
     with served(eng) as (url, keys):
         with Client(url, keys.create("sarah")[0]) as client:
             assert client.remember_turn("one").text == "one"
-        with pytest.raises(RuntimeError):
+        with pytest.raises(ClientClosed, match="is closed") as closed:
             client.remember_turn("two")
+        assert isinstance(closed.value, EngramError) and closed.value.code == "client_closed"
     assert (
         ids(eng.for_user("sarah").list("episodic")) != [] and len(eng.for_user("sarah").list("episodic")) == 1
     )

@@ -11,9 +11,10 @@
 
 Every public method has the signature of the ``UserMemory`` method of the same name, returns the same
 models (``EpisodicMemory``, ``SemanticMemory``, ``Hit``, ``Tombstone``...) and raises the same
-``EngramError`` subclasses, read back from the service's ``{"error": code, "message"}`` body. Two
-errors exist only here: ``Unauthorized`` (the key was refused, HTTP 401) and ``ServiceUnavailable``
-(the service could not be reached, or did not answer as Engram does).
+``EngramError`` subclasses, read back from the service's ``{"error": code, "message"}`` body. Three
+errors exist only here: ``Unauthorized`` (the key was refused, HTTP 401), ``ServiceUnavailable``
+(the service could not be reached, or did not answer as Engram does) and ``ClientClosed`` (the client
+was used after ``close()``).
 
 What the service decides, the client does not check again: the server runs the same ``UserMemory``
 code. The client checks only what JSON cannot carry (a timestamp must be a datetime, not a string
@@ -60,7 +61,7 @@ from engram.models import (
 from engram.retrieval.config import RetrievalConfig
 from engram.storage.base import check_page
 
-__all__ = ["Client", "ServiceUnavailable", "Unauthorized"]
+__all__ = ["Client", "ClientClosed", "ServiceUnavailable", "Unauthorized"]
 
 MAX_PAGE = 500  # the largest page GET /v1/memories serves; longer lists are fetched page by page
 
@@ -77,6 +78,12 @@ class ServiceUnavailable(StorageError):
     carries on without memory when the store fails does the same when the service is away."""
 
     code = "service_unavailable"
+
+
+class ClientClosed(EngramError):
+    """The client was used after ``close()`` (or after its ``with`` block): nothing was sent."""
+
+    code = "client_closed"
 
 
 # The service's stable error codes (engram.errors and the REST layer's HTTP codes), most specific first.
@@ -328,10 +335,16 @@ class Client:
         """One request; the parsed result, or the EngramError the service's answer stands for."""
         content = None if body is None else _json(body)
         headers = {"Content-Type": "application/json"} if content is not None else None
+        if self._http.is_closed:  # httpx would raise a bare RuntimeError
+            raise ClientClosed(f"{self!r} is closed: make a new Client")
         try:
             response = self._http.request(method, path, content=content, params=params, headers=headers)
-        except httpx.TransportError as exc:
+        except httpx.HTTPError as exc:  # unreachable, timed out, or an answer httpx cannot read
             raise ServiceUnavailable(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
+        except RuntimeError:
+            if self._http.is_closed:  # closed by another thread meanwhile
+                raise ClientClosed(f"{self!r} is closed: make a new Client") from None
+            raise
         if response.is_success:
             try:
                 return result.validate_json(response.content)
@@ -346,7 +359,7 @@ class Client:
             code, message = body["error"], body["message"]
             if not (isinstance(code, str) and isinstance(message, str)):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: nested too deeply
             return ServiceUnavailable(self._odd(response))  # not an Engram service: a proxy, a wrong URL
         cls = _BY_CODE.get(code) or _BY_STATUS.get(response.status_code, EngramError)
         if issubclass(cls, NotFound):
