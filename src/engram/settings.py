@@ -138,6 +138,15 @@ class EngramSettings(BaseSettings):
         le=50,
         description="model calls per turn that may use tools: a looping model still answers",
     )
+    # One reply can carry any number of calls: each runs against the store and is echoed back in the
+    # next request, so a runaway model would write (or flood the context) without bound.
+    agent_max_tool_calls: int = Field(
+        default=8, ge=1, le=100, description="tool calls run per round; the rest get a tool error"
+    )
+    # A model that never stops talking costs time, and its reply is the next request's history.
+    agent_max_tokens: int = Field(
+        default=1024, ge=16, le=32768, description="max_tokens of each agent chat request"
+    )
     agent_profile_facts: int = Field(
         default=24,
         ge=0,

@@ -58,6 +58,9 @@ class FakeChat:
         return 200, json.dumps(payload).encode()
 
 
+NESTED = "[" * 100_000  # JSON nested deeper than any parser's recursion limit
+
+
 def say(text: str) -> Step:
     """A step answering with plain text."""
     return lambda body: {"content": text}

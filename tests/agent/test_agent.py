@@ -11,6 +11,10 @@ from engram.models import utcnow
 from tests.agent.conftest import calls, last_tool_results, say, tool_call
 
 
+def ids_of(mem, memory_type):
+    return {r.id for r in mem.list(memory_type, include_superseded=True, limit=500)}
+
+
 def profile_ids(body):
     """The ids of the profile block of a request's system prompt, in order."""
     return re.findall(r"^- \[(sem_[^\]]+)\]", body["messages"][0]["content"], flags=re.MULTILINE)
@@ -96,7 +100,7 @@ def test_a_correction_through_write_memory_supersedes_the_old_fact(make_agent, f
 
 
 def test_malformed_tool_calls_get_tool_errors_and_the_turn_completes(make_agent, fake_chat):
-    agent, eng = make_agent()
+    agent, eng = make_agent(agent_max_tool_calls=9)  # all nine malformed calls are judged
     fake_chat.script(
         calls(
             tool_call("recall_memory", "{not json", "c1"),
@@ -128,7 +132,7 @@ def test_malformed_tool_calls_get_tool_errors_and_the_turn_completes(make_agent,
     assert "unknown tool 'delete_everything'" in errors[1]
     assert "text: Field required" in errors[2]
     assert "supersede_id" in errors[3]
-    assert results[4]["error"] == "not_found"
+    assert results[4]["error"] == "not_shown"  # an id the model was never shown is not forgotten
     assert "JSON object" in errors[5]
     assert "names no function" in errors[6]
     assert "must be an object" in errors[7]
@@ -177,17 +181,24 @@ def test_the_tool_round_limit_holds(make_agent, fake_chat):
 
 def test_replies_are_not_stored_but_are_the_next_turns_context(make_agent, fake_chat):
     agent, eng = make_agent()
+    mem = eng.for_user("sarah")
+    before = {t: ids_of(mem, t) for t in ("semantic", "procedural")}
+    before["semantic"] |= {mem.write("Sarah owns a Lumio Hub v2").id}
     reply = "Hold the reset button for ten seconds until the LED blinks purple."
     fake_chat.script(say(reply), say("Great, glad it works."))
     agent.respond("my hub froze")
     second = agent.respond("done, it works now")
 
-    mem = eng.for_user("sarah")
     turns = mem.list("episodic")
     assert sorted(t.text for t in turns) == ["done, it works now", "my hub froze"]
-    assert mem.list("semantic") == [] and mem.list("procedural") == []
+    # No memory of any type has the reply as its text, and the turns created no fact or playbook.
+    for memory_type in ("episodic", "semantic", "procedural"):
+        rows = mem.list(memory_type, include_superseded=True, limit=500)
+        assert reply not in {r.text for r in rows}, memory_type
+    assert {t: ids_of(mem, t) for t in ("semantic", "procedural")} == before
+    assert all(h.memory.text != reply for h in mem.recall(reply, k=50))
+    # The reply is kept only as the next turn's context.
     assert second.episode.metadata == {"assistant_context": reply}
-    assert all(reply not in h.memory.text for h in mem.recall("reset button ten seconds LED purple"))
     # The model sees the earlier exchange verbatim.
     history = [(m["role"], m["content"]) for m in fake_chat.requests[1]["messages"][1:3]]
     assert history == [("user", "my hub froze"), ("assistant", reply)]

@@ -50,6 +50,7 @@ def test_the_agent_works_through_a_client_of_the_service(eng, fake_chat):
     (new,) = result.written
     assert [m.id for m in mem.history(old.id)] == [old.id, new.id]
     assert new.supporting_episode_ids == [result.episode.id]
+    assert new.metadata == mem.get(new.id).metadata == {"source": "agent"}  # the agent's write, marked
     turns = mem.list("episodic")
     assert turns[0].text == "thanks" and turns[0].metadata == {"assistant_context": f"Noted [{new.id}]."}
     assert len(fake_chat.requests) == 3

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 
-from tests.agent.conftest import say, tool_call
+from rich.console import Console
+
+from engram.agent.chat import run_chat
+from engram.consolidation.llm import LLMError
+from engram.errors import EngramError
+from tests.agent.conftest import NESTED, say, tool_call
 
 ENGRAM = [sys.executable, "-m", "engram"]
 
 
 def chat(*args, stdin, home, llm_url=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
+    # FORCE_COLOR would make rich write its own escape codes into the pipe.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_") and k != "FORCE_COLOR"}
     env.update(ENGRAM_HOME=str(home), ENGRAM_LLM_MAX_RETRIES="0", COLUMNS="200")
     if llm_url:
         env.update(ENGRAM_LLM_BASE_URL=llm_url, ENGRAM_LLM_MODEL="test-model")
@@ -60,3 +67,58 @@ def test_engram_chat_without_an_llm_is_a_one_line_error(tmp_path):
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and "engram chat needs an LLM" in lines[0] and "ENGRAM_LLM_BASE_URL" in lines[0]
     assert not (tmp_path / "engram.db").exists()  # nothing opened, nothing created
+
+
+def test_engram_chat_survives_a_hostile_llm(tmp_path, fake_chat):
+    fake_chat.script(
+        say("Done.\x1b[2J\x1b]0;pwned\x07\x9b31m [bold]not markup[/bold] [/x] ok"),
+        lambda body: (200, NESTED),  # a body too deeply nested to parse
+        lambda body: {
+            "tool_calls": [tool_call("write_memory", {"text": "Sarah\x1b[2J has \x1b]8;;x\x07a hub"})]
+        },
+        say("Still here."),
+    )
+    proc = chat(
+        "--user",
+        "sarah",
+        "--store",
+        str(tmp_path / "chat.db"),
+        stdin="hello\nagain\nonce more\n",
+        home=tmp_path,
+        llm_url=fake_chat.url,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    out = proc.stdout
+    assert "Traceback" not in proc.stderr + out
+    for control in ("\x1b", "\x07", "\x9b"):
+        assert control not in out
+    assert "Done.[2J]0;pwned31m [bold]not markup[/bold] [/x] ok" in out  # text, not markup
+    assert "the LLM failed: unexpected chat-completions response" in out
+    assert "wrote sem_" in out and '"Sarah[2J has ]8;;xa hub"' in out  # a stored memory's text
+    assert "Still here." in out and out.rstrip().endswith("bye")
+
+
+def test_error_text_is_never_read_as_markup(make_agent, monkeypatch):
+    agent, _ = make_agent()
+    failures = iter([EngramError("the store said [/x]"), RuntimeError("a bug [/red]"), None])
+    respond = agent.respond
+
+    def failing(message):
+        failure = next(failures)
+        if failure is not None:
+            raise failure
+        return respond(message)
+
+    def refused(*args, **kwargs):
+        raise LLMError("the LLM said [/x] [bold]")
+
+    monkeypatch.setattr(agent, "respond", failing)
+    monkeypatch.setattr(agent.llm, "chat", refused)
+    monkeypatch.setattr("sys.stdin", io.StringIO("one\ntwo\nthree\n"))
+    console = Console(file=io.StringIO(), width=200)
+    run_chat(agent, console, user="sarah", where="here")
+    out = console.file.getvalue()
+    assert "error: the store said [/x]\n" in out
+    assert "error: RuntimeError: a bug [/red]\n" in out
+    assert "the LLM failed: the LLM said [/x] [bold]\n" in out
+    assert out.rstrip().endswith("bye")

@@ -2,14 +2,16 @@
 
 One turn (``Agent.respond``):
 
-1. the user's message is stored verbatim as an episode BEFORE the model is called (with the
-   assistant's previous reply as ``metadata["assistant_context"]``, so consolidation can tell who
-   said what; the replies themselves are never stored);
+1. the user's message is stored verbatim as an episode BEFORE the model is called. Replies are never
+   stored as memories: the previous reply is kept only as this turn's ``metadata["assistant_context"]``
+   (so consolidation can tell who said what), cut to ``ASSISTANT_CONTEXT_CHARS``;
 2. memory is recalled on the raw message and handed to the model as if it had called recall_memory
    itself: exact tokens (error codes, versions) reach it before it can paraphrase them away;
 3. the system prompt carries the rules and a bounded profile of the user's core facts;
 4. the model may call recall_memory / write_memory / forget_memory for at most ``max_tool_rounds``
-   rounds; then it must answer. Malformed calls get tool errors, never an exception;
+   rounds of at most ``max_tool_calls`` calls each; then it must answer. Malformed calls get tool
+   errors, never an exception; forget_memory takes only ids the model was shown this turn, and what
+   it writes carries ``metadata={"source": "agent"}``;
 5. consolidation follows the existing policy: embedded, ``EmbeddedConsolidation`` applies the serve
    worker's every-N-turns rule after the turn; through an ``engram.Client``, the server's worker does.
 """
@@ -27,7 +29,15 @@ from pydantic import BaseModel, Field
 
 from engram.agent.handle import MemoryHandle
 from engram.agent.prompt import profile_facts, system_prompt
-from engram.agent.tools import RECALL, hits_content, parse_tool_calls, recall, run_tool, tool_schemas
+from engram.agent.tools import (
+    RECALL,
+    error_outcome,
+    hits_content,
+    parse_tool_calls,
+    recall,
+    run_tool,
+    tool_schemas,
+)
 from engram.consolidation.llm import LLMClient, LLMError
 from engram.consolidation.prompts import ASSISTANT_CONTEXT_KEY
 from engram.errors import ConfigError, EngramError, public_message
@@ -41,6 +51,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HISTORY_TURNS = 10  # earlier exchanges of this chat the model sees verbatim; older ones live in memory
+# ...and at most this many characters of them (about 4k tokens), oldest exchanges dropped first: a few
+# long messages must not push the request past a small model's context window on every later turn.
+HISTORY_CHARS = 16_000
+# The previous reply stored with the next turn (metadata["assistant_context"]) is cut to this: it is
+# context for consolidation, and a runaway reply must not make every later turn too big to store.
+ASSISTANT_CONTEXT_CHARS = 2_000
+# An LLM refusing the request with these statuses may be refusing its size: the next turn starts
+# without the chat's history rather than failing the same way for good.
+REFUSED_STATUSES = frozenset({400, 413, 422})
 # After a failed run the episodes are still waiting, so every turn would be due again: with a broken
 # consolidation LLM that is a failing call per turn. Wait this long instead.
 RETRY_AFTER_FAILURE_S = 600.0
@@ -76,7 +95,7 @@ class TurnResult(BaseModel):
     tool_rounds: int = 0
     round_limit_hit: bool = False
     consolidating: bool = Field(default=False, description="a consolidation run started after this turn")
-    error: str | None = Field(default=None, description="the LLM failed: the reply is a fallback")
+    error: str | None = Field(default=None, description="the model round failed: the reply is a fallback")
 
 
 class EmbeddedConsolidation:
@@ -143,6 +162,8 @@ class Agent:
         llm: LLMClient,
         *,
         max_tool_rounds: int = 4,
+        max_tool_calls: int = 8,
+        max_tokens: int | None = 1024,
         profile_facts: int = 24,
         recall_k: int = 8,
         consolidation: EmbeddedConsolidation | None = None,
@@ -152,6 +173,8 @@ class Agent:
         self.memory = memory
         self.llm = llm
         self.max_tool_rounds = max_tool_rounds
+        self.max_tool_calls = max_tool_calls
+        self.max_tokens = max_tokens
         self.profile_facts = profile_facts
         self.recall_k = recall_k
         self.consolidation = consolidation
@@ -186,6 +209,8 @@ class Agent:
             memory,
             llm,
             max_tool_rounds=settings.agent_max_tool_rounds,
+            max_tool_calls=settings.agent_max_tool_calls,
+            max_tokens=settings.agent_max_tokens,
             profile_facts=settings.agent_profile_facts,
             recall_k=settings.agent_recall_k,
             consolidation=consolidation,
@@ -207,43 +232,75 @@ class Agent:
 
     def respond(self, message: str) -> TurnResult:
         """One user turn. Raises only if the message cannot be stored (InvalidInput: nothing changed;
-        StorageError); an LLM failure gives a fallback reply and ``error``."""
-        metadata = {ASSISTANT_CONTEXT_KEY: self._last_reply} if self._last_reply else None
-        episode = self.memory.remember_turn(message, session_id=self.session_id, metadata=metadata)
+        StorageError); any failure of the model round (the LLM down or answering garbage, a bug of
+        ours) gives a fallback reply and ``error``."""
+        context = _clip(self._last_reply, ASSISTANT_CONTEXT_CHARS) if self._last_reply else None
+        metadata = {ASSISTANT_CONTEXT_KEY: context} if context else None
+        try:
+            episode = self.memory.remember_turn(message, session_id=self.session_id, metadata=metadata)
+        except Exception:
+            # The reply may be what the store refused (a lone surrogate): the next try goes without it.
+            self._last_reply = None
+            raise
         result = TurnResult(message=message, episode=episode, reply="")
-        hidden = {episode.id}  # the model has the message itself: a hit on it would waste a slot
+        text = ""
+        try:
+            text = self._model_round(message, episode.id, result)
+        except LLMError as exc:
+            log.warning("agent turn failed: %s", exc)
+            result.error = str(exc)
+            if exc.status in REFUSED_STATUSES:
+                self._history = []
+        except Exception as exc:  # never a traceback for the user; the log has it
+            log.exception("agent turn failed")
+            result.error = _clip(f"the turn failed: {type(exc).__name__}: {exc}", 500)
+        result.reply = text or NO_ANSWER
+        # Only what the model said is context for the next turn; our fallback is not.
+        self._last_reply = text or None
+        if text:
+            self._remember_exchange(message, text)
+        if self.consolidation is not None:
+            result.consolidating = self.consolidation.after_turn()
+        return result
+
+    def _model_round(self, message: str, episode_id: str, result: TurnResult) -> str:
+        """The profile, the pre-recall and the model's calls; returns the model's text ("" if none)."""
+        hidden = {episode_id}  # the model has the message itself: a hit on it would waste a slot
         try:
             facts = profile_facts(self.memory, self.profile_facts)
         except EngramError as exc:  # without a profile the model still has the recall and the tools
             log.warning("agent profile failed: %s", exc)
             facts = []
+        shown = {f.id for f in facts}  # the ids the model was shown this turn: forget_memory's only
         messages = [
             {"role": "system", "content": system_prompt(facts, utcnow(), self.profile_facts)},
             *self._history,
             {"role": "user", "content": message},
-            *self._pre_recall(message, hidden, result),
+            *self._pre_recall(message, hidden, shown, result),
         ]
-        text = ""
-        try:
-            text = self._run_model(messages, episode.id, hidden, result)
-        except LLMError as exc:
-            log.warning("agent turn failed: %s", exc)
-            result.error = str(exc)
-        result.reply = text or NO_ANSWER
-        # Only what the model said is context for the next turn; our fallback is not.
-        self._last_reply = text or None
-        if text:
-            self._history += [{"role": "user", "content": message}, {"role": "assistant", "content": text}]
-            self._history = self._history[-2 * HISTORY_TURNS :]
-        if self.consolidation is not None:
-            result.consolidating = self.consolidation.after_turn()
-        return result
+        return self._run_model(messages, episode_id, hidden, shown, result)
 
-    def _pre_recall(self, message: str, hidden: set[str], result: TurnResult) -> list[dict[str, Any]]:
+    def _remember_exchange(self, message: str, reply: str) -> None:
+        """Add an exchange to the history the model sees, then drop the oldest exchanges beyond
+        ``HISTORY_TURNS`` or ``HISTORY_CHARS`` (an exchange too long on its own is not kept)."""
+        history = [
+            *self._history,
+            {"role": "user", "content": message},
+            {"role": "assistant", "content": reply},
+        ]
+        history = history[-2 * HISTORY_TURNS :]
+        while history and sum(len(m["content"]) for m in history) > HISTORY_CHARS:
+            history = history[2:]
+        self._history = history
+
+    def _pre_recall(
+        self, message: str, hidden: set[str], shown: set[str], result: TurnResult
+    ) -> list[dict[str, Any]]:
         """The recall on the raw message, as an assistant tool call and its result."""
         record = Recall(source="pre-recall", query=message)
         try:
             record.hits = recall(self.memory, message, self.recall_k, hidden_ids=hidden)
+            shown.update(h.memory.id for h in record.hits)
             content = hits_content(record.hits)
         except EngramError as exc:  # recall failing must not cost the user their answer
             record.error = f"{exc.code}: {public_message(exc)}"
@@ -258,14 +315,22 @@ class Agent:
         ]
 
     def _run_model(
-        self, messages: list[dict[str, Any]], episode_id: str, hidden: set[str], result: TurnResult
+        self,
+        messages: list[dict[str, Any]],
+        episode_id: str,
+        hidden: set[str],
+        shown: set[str],
+        result: TurnResult,
     ) -> str:
         """Call the model until it answers; returns its text ("" if none). After ``max_tool_rounds``
         rounds of tool calls the last call forbids tools (tool_choice "none"), and tool calls it makes
-        anyway are not run."""
+        anyway are not run. Of one round's calls the first ``max_tool_calls`` run; each other one is
+        answered with a tool error (every call of the assistant message must have its result)."""
         for round_ in range(self.max_tool_rounds + 1):
             last = round_ == self.max_tool_rounds
-            answer = self.llm.chat(messages, self._tools, tool_choice="none" if last else "auto")
+            answer = self.llm.chat(
+                messages, self._tools, tool_choice="none" if last else "auto", max_tokens=self.max_tokens
+            )
             calls = parse_tool_calls(answer)
             text = _text(answer.get("content"))
             if not calls:
@@ -281,17 +346,27 @@ class Agent:
                     "tool_calls": [c.as_message_part() for c in calls],
                 }
             )
-            for call in calls:
-                outcome = run_tool(call, self.memory, episode_id=episode_id, hidden_ids=hidden)
+            for i, call in enumerate(calls):
+                if i < self.max_tool_calls:
+                    outcome = run_tool(
+                        call, self.memory, episode_id=episode_id, shown_ids=shown, hidden_ids=hidden
+                    )
+                else:
+                    outcome = error_outcome(
+                        "too_many_calls",
+                        f"too many tool calls in one round: only the first {self.max_tool_calls} were run",
+                    )
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
                 result.tool_calls.append(
                     ToolCallRecord(name=call.name, arguments=call.arguments, error=outcome.error)
                 )
                 if outcome.hits is not None:
+                    shown.update(h.memory.id for h in outcome.hits)
                     result.recalled.append(
                         Recall(source="tool", query=outcome.query or "", hits=outcome.hits)
                     )
                 if outcome.written is not None:
+                    shown.add(outcome.written.id)
                     result.written.append(outcome.written)
                 if outcome.superseded:
                     result.superseded.append(outcome.superseded)
@@ -321,3 +396,8 @@ def _text(content: Any) -> str:
         parts = [p.get("text") for p in content if isinstance(p, dict)]
         return "".join(p for p in parts if isinstance(p, str)).strip()
     return ""
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, an ellipsis marking the cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,7 +1,14 @@
-"""``engram chat``: the agent in a terminal, showing under each reply what it recalled and wrote."""
+"""``engram chat``: the agent in a terminal, showing under each reply what it recalled and wrote.
+
+What the LLM replied, what memories say and what errors quote is untrusted text: it is never read as
+rich markup (a "[/x]" in an error would raise MarkupError), and its control characters are dropped
+before printing (an ESC could clear the screen, or retitle and recolour the terminal).
+"""
 
 from __future__ import annotations
 
+import logging
+import re
 import sys
 from contextlib import nullcontext
 
@@ -15,13 +22,17 @@ from engram.storage._rows import search_text_of
 
 SHOWN_HITS = 3  # hits listed per recall under a reply; the rest are counted
 SHOWN_CHARS = 90  # a memory's text is cut to this in those lists
+# C0 and C1 control characters but newline and tab: terminal escapes start with ESC (or CSI, U+009B).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+log = logging.getLogger(__name__)
 
 
 def run_chat(agent: Agent, console: Console, *, user: str, where: str) -> None:
     """Read messages until Ctrl-D (end of input) or Ctrl-C; one turn each."""
     echo = not sys.stdin.isatty()  # piped input: print each message so the transcript reads as a chat
     console.print(
-        Text.assemble(("Engram chat", "bold"), f" · {user} · {where} · model {agent.llm.model}"),
+        Text.assemble(("Engram chat", "bold"), _clean(f" · {user} · {where} · model {agent.llm.model}")),
         highlight=False,
     )
     console.print("[dim]Ctrl-D or Ctrl-C to leave. Under each reply: what was recalled and written.[/dim]\n")
@@ -32,7 +43,7 @@ def run_chat(agent: Agent, console: Console, *, user: str, where: str) -> None:
             console.print()
             break
         if echo:
-            console.print(message, markup=False, highlight=False)
+            console.print(_clean(message), markup=False, highlight=False)
         if not message.strip():
             continue
         try:
@@ -42,7 +53,11 @@ def run_chat(agent: Agent, console: Console, *, user: str, where: str) -> None:
             console.print("\n[dim](interrupted)[/dim]")
             break
         except EngramError as exc:  # the message could not be stored (too long, store failure)
-            console.print(f"[red]error:[/red] {exc}", highlight=False)
+            console.print(Text.assemble(("error: ", "red"), _clean(str(exc))), highlight=False)
+            continue
+        except Exception as exc:  # a bug of ours: say so and keep the chat; the log has the traceback
+            log.exception("chat turn failed")
+            console.print(Text.assemble(("error: ", "red"), _clean(f"{type(exc).__name__}: {exc}")))
             continue
         show_turn(console, result)
     if agent.consolidation is not None and agent.consolidation.running:  # close() waits for it
@@ -52,20 +67,24 @@ def run_chat(agent: Agent, console: Console, *, user: str, where: str) -> None:
 
 def show_turn(console: Console, result: TurnResult) -> None:
     console.print("[bold green]engram ›[/bold green]")
-    console.print(Markdown(result.reply))
+    console.print(Markdown(_clean(result.reply)))
     if result.error:
-        console.print(f"[red]  the LLM failed:[/red] {result.error}", highlight=False)
+        console.print(Text.assemble(("  the LLM failed: ", "red"), _clean(result.error)), highlight=False)
     for recall in result.recalled:
         _show_recall(console, recall)
     for row in result.written:
         replaced = getattr(row, "supersedes", None)
         note = f" (supersedes {replaced})" if replaced else ""
         console.print(
-            Text.assemble(("  ✎ wrote ", "yellow"), (row.id, "dim"), f' "{_cut(search_text_of(row))}"{note}'),
+            Text.assemble(
+                ("  ✎ wrote ", "yellow"),
+                (_clean(row.id), "dim"),
+                f' "{_cut(search_text_of(row))}"{_clean(note)}',
+            ),
             highlight=False,
         )
     for stone in result.forgotten:
-        console.print(Text.assemble(("  ✗ forgot ", "red"), (stone.id, "dim")), highlight=False)
+        console.print(Text.assemble(("  ✗ forgot ", "red"), (_clean(stone.id), "dim")), highlight=False)
     errors = [c for c in result.tool_calls if c.error]
     if errors:
         listed = "; ".join(f"{c.name}: {c.error}" for c in errors)
@@ -84,7 +103,7 @@ def _show_recall(console: Console, recall: Recall) -> None:
         else f'recalled "{_cut(recall.query, 60)}"'
     )
     if recall.error:
-        console.print(Text(f"  ↳ {head}: failed ({recall.error})", style="dim red"))
+        console.print(Text(f"  ↳ {head}: failed ({_clean(recall.error)})", style="dim red"))
         return
     console.print(Text(f"  ↳ {head}: {_count(len(recall.hits), 'hit') or 'nothing'}", style="dim"))
     for hit in recall.hits[:SHOWN_HITS]:
@@ -94,7 +113,7 @@ def _show_recall(console: Console, recall: Recall) -> None:
                 ("     · ", "dim"),
                 (f"{m.memory_type:<10} ", "cyan"),
                 _cut(search_text_of(m)),
-                (f"  {m.id}", "dim"),
+                (f"  {_clean(m.id)}", "dim"),
             ),
             highlight=False,
         )
@@ -106,6 +125,11 @@ def _count(n: int, what: str) -> str:
     return "" if n == 0 else f"{n} {what}" + ("s" if n > 1 else "")
 
 
+def _clean(text: str) -> str:
+    """``text`` without control characters (but newlines and tabs): safe to print to a terminal."""
+    return _CONTROL.sub("", text)
+
+
 def _cut(text: str, limit: int = SHOWN_CHARS) -> str:
-    text = " ".join(text.split())
+    text = " ".join(_clean(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"

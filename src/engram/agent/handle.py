@@ -51,6 +51,7 @@ class MemoryHandle(Protocol):
         trigger_text: str = "",
         description: str = "",
         steps: Iterable[Step | Mapping[str, Any]] = (),
+        metadata: Mapping[str, Any] | None = None,
     ) -> Memory: ...
 
     def forget(self, memory_id: str) -> Tombstone: ...

@@ -27,7 +27,8 @@ Memory rules:
    store a second fact that conflicts with a live one.
 5. Store only what the user said or confirmed. Never store your own words as facts: not your advice,
    your guesses, your summaries or your answers.
-6. Use forget_memory only when the user explicitly asks you to forget something.
+6. Use forget_memory only when the user explicitly asks you to forget something, and only on an id
+   shown to you in this turn (recall the memory first).
 7. Past messages (episodic memories) are what the user said at the time shown; newer facts win over
    older messages.
 8. Answer concisely. If memory and the user's message disagree, ask rather than guess."""

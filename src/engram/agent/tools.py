@@ -35,6 +35,9 @@ RECALL = "recall_memory"
 WRITE = "write_memory"
 FORGET = "forget_memory"
 INVALID = "invalid_tool_call"  # the name given to a call that named no function, so it can be answered
+# On every row the agent writes: what the model stored can be told apart from what the user wrote
+# through the API or consolidation extracted from their turns.
+AGENT_WRITE_METADATA = {"source": "agent"}
 
 
 class _Args(BaseModel):
@@ -156,6 +159,11 @@ def parse_tool_calls(message: dict[str, Any]) -> list[ToolCall]:
             except json.JSONDecodeError as exc:
                 calls.append(ToolCall(call_id, name, arguments, f"arguments are not valid JSON: {exc}"))
                 continue
+            except RecursionError:  # nested deeper than the parser's recursion limit ("[[[[...")
+                calls.append(
+                    ToolCall(call_id, name, arguments, "arguments are not valid JSON: nested too deeply")
+                )
+                continue
         if not isinstance(arguments, dict):
             calls.append(ToolCall(call_id, name, arguments, "arguments must be a JSON object"))
             continue
@@ -181,17 +189,33 @@ def error_outcome(code: str, message: str) -> Outcome:
 
 
 def run_tool(
-    call: ToolCall, memory: MemoryHandle, *, episode_id: str, hidden_ids: set[str] | None = None
+    call: ToolCall,
+    memory: MemoryHandle,
+    *,
+    episode_id: str,
+    shown_ids: set[str],
+    hidden_ids: set[str] | None = None,
 ) -> Outcome:
     """Run one call; every failure is an error result, never an exception. ``episode_id`` (this
-    turn's user message) is the provenance of any fact written; ``hidden_ids`` are left out of hits
-    (the turn's own message: the model already has it)."""
+    turn's user message) is the provenance of any fact written; ``shown_ids`` are the ids the model
+    was shown this turn, the only ones forget_memory takes; ``hidden_ids`` are left out of hits (the
+    turn's own message: the model already has it). Rows written carry ``AGENT_WRITE_METADATA``."""
     if call.problem:
         return error_outcome("invalid_tool_call", call.problem)
     try:
         args = ARGS[call.name].model_validate(call.arguments)
     except ValidationError as exc:
         return error_outcome("invalid_arguments", _describe(exc))
+    except RecursionError:  # arguments nested deeper than pydantic can walk
+        return error_outcome("invalid_arguments", "arguments are nested too deeply")
+    if isinstance(args, ForgetArgs) and args.memory_id not in shown_ids:
+        # A deletion cannot be undone: the model may forget only what it has seen this turn, never
+        # an id it guessed, remembered from an earlier turn or was handed by a poisoned memory.
+        return error_outcome(
+            "not_shown",
+            f"forget_memory takes only an id shown this turn; {args.memory_id!r} was not. Recall the "
+            "memory first, and forget it only if the user asked for exactly that one",
+        )
     try:
         if isinstance(args, RecallArgs):
             hits = recall(memory, args.query, args.k, args.memory_types, args.include_superseded, hidden_ids)
@@ -209,6 +233,7 @@ def run_tool(
                 trigger_text=args.trigger_text,
                 description=args.description,
                 steps=args.steps,
+                metadata=dict(AGENT_WRITE_METADATA),
             )
             stored = {"id": row.id, "text": row.text, "supersedes": getattr(row, "supersedes", None)}
             return Outcome(json.dumps({"stored": stored}), written=row, superseded=stored["supersedes"])

@@ -24,9 +24,14 @@ RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
 class LLMError(EngramError):
-    """The LLM could not be reached or kept failing."""
+    """The LLM could not be reached or kept failing. ``status``: the HTTP status of a refused
+    request (400 for a context too long, 413...), None when no answer came."""
 
     code = "llm_error"
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class LLMOutputError(LLMError):
@@ -63,7 +68,8 @@ class LLMClient:
         content = self._post(body)
         try:
             return schema.model_validate(json.loads(content))
-        except (json.JSONDecodeError, ValidationError) as exc:
+        # A reply nested deeper than the parser's recursion limit raises RecursionError: malformed too.
+        except (json.JSONDecodeError, RecursionError, ValidationError) as exc:
             raise LLMOutputError(f"the LLM's reply is not valid {schema.__name__} JSON: {exc}") from exc
 
     def chat(
@@ -72,10 +78,14 @@ class LLMClient:
         tools: list[dict[str, Any]] | None = None,
         *,
         tool_choice: str = "auto",
+        max_tokens: int | None = None,
     ) -> dict[str, Any]:
         """One chat call, with tools if given (the agent); returns the assistant message as the
-        endpoint sent it (``content``, ``tool_calls``), unvalidated: the caller judges tool calls."""
+        endpoint sent it (``content``, ``tool_calls``), unvalidated: the caller judges tool calls.
+        ``max_tokens`` bounds the reply (a model that never stops costs time, and its reply context)."""
         body: dict[str, Any] = {"model": self.model, "messages": messages}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
         if tools:
             body["tools"] = tools
             body["tool_choice"] = tool_choice
@@ -102,12 +112,14 @@ class LLMClient:
                 status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
                 retryable = status is None or status in RETRY_STATUSES
                 if not retryable or attempt >= self.max_retries:
-                    raise LLMError(f"LLM request to {self._http.base_url} failed: {exc}") from exc
+                    message = f"LLM request to {self._http.base_url} failed: {exc}"
+                    raise LLMError(message, status=status) from exc
                 delay = self.backoff * 2**attempt
                 log.warning("LLM call failed (%s), retrying in %.1fs", exc, delay)
                 time.sleep(delay)
                 attempt += 1
-            except (KeyError, IndexError, TypeError, ValueError) as exc:
+            except (KeyError, IndexError, TypeError, ValueError, RecursionError) as exc:
+                # RecursionError: a body nested deeper than the JSON parser's recursion limit
                 raise LLMOutputError(f"unexpected chat-completions response: {exc}") from exc
 
     def close(self) -> None:
