@@ -33,7 +33,9 @@ DEFAULT_RRF_K = 30  # tighter than the usual 60, so top ranks of each leg weigh 
 DEFAULT_RERANK_WINDOW = (
     10  # measured: windows 20-80 gave no better R@1/MRR at 1.4-5x the latency (docs/benchmarks.md)
 )
-DEFAULT_RERANK_QUEUE = 4  # recalls in the cross-encoder at once; past it one is shed (docs/benchmarks.md)
+# Recalls in the cross-encoder stage at once; past it one is shed. Measured on 2 cores (bench/load.py):
+# 8 sheds none at 8 clients and keeps recall p95 under 1 s at 32; 4 shed 59% already at 8 clients.
+DEFAULT_RERANK_QUEUE = 8
 DEFAULT_LATE_WINDOW = 160  # late interaction scores every fused candidate (2 legs x 80): ~0.1 ms each
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
 DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
@@ -45,7 +47,10 @@ DEFAULT_TIME_MATCH_BOOST = 1.5  # a turn said in the period the query names ("in
 DEFAULT_SUPERSEDE_PENALTY = 0.1  # a harshly contradicted user was wrong once: trust the new fact less
 DEFAULT_MAX_TEXT_CHARS = 16_000  # a turn or fact longer than this is a document, not a memory
 DEFAULT_EMBED_BATCH = 32  # batch size for the embedder; larger did not help on 2 cores
-DEFAULT_MODEL_THREADS = 2  # onnxruntime intra-op threads
+# onnxruntime threads per model (and cross-encoder sessions): 1 beat 2 on 2 cores at every load, as the
+# pipeline already runs its stages side by side (bench/load.py: 1 client recall p50 65 -> 60 ms,
+# 32 clients 68 -> 108 requests/s; docs/benchmarks.md)
+DEFAULT_MODEL_THREADS = 1
 DEFAULT_IMPORT_CHUNK = 256  # rows per import transaction: the longest a bulk import holds the write lock
 DEFAULT_USE_WAIT_MS = 100  # recall waits this long for the write lock to bump use counts, then queues it
 DEFAULT_ANN_MIN_ROWS = 5000  # SQLite: own HNSW index past this: wins by >2 ms from here (docs/benchmarks.md)
