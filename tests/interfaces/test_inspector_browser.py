@@ -72,6 +72,14 @@ class Tab:
     def open_tab(self, name: str) -> None:
         self.page.click(f"nav.tabs a[data-tab={name}]")
         self.page.wait_for_selector(f"nav.tabs a.active[data-tab={name}]")
+        self.settled()
+
+    def settled(self) -> None:
+        """Wait until htmx has swapped and settled the new page: it wires the new elements' triggers
+        (the user picker's change) while settling, and a change made before that sends nothing."""
+        self.page.wait_for_function(
+            "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+        )
 
     def text(self) -> str:
         return str(self.page.inner_text("body"))
