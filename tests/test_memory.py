@@ -305,3 +305,21 @@ def test_time_window_fields_round_trip(eng):
     )
     got = eng.for_user("sarah").get(f.id)
     assert (got.valid_from, got.valid_to) == (start, start + timedelta(days=700))
+
+
+def test_recalls_past_the_concurrency_limit_wait_their_turn(make_engram):
+    """ENGRAM_RECALL_CONCURRENCY leaves CPU to writes under load: a recall past it waits (and is not
+    refused); writes never wait for it."""
+    import threading
+
+    eng = make_engram(recall_concurrency=1)
+    mem = eng.for_user("sarah")
+    mem.write("Sarah's dog Rex chews sensor cables")
+    done = threading.Event()
+    with eng._recall_slots:  # another recall is being computed
+        worker = threading.Thread(target=lambda: (mem.recall("does my dog chew cables?"), done.set()))
+        worker.start()
+        assert not done.wait(0.5)  # waiting for the slot
+        mem.remember_turn("a write goes through meanwhile")
+    assert done.wait(60)
+    worker.join()

@@ -6,7 +6,9 @@ Store call: there is no code path that reads or writes without a tenant.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -120,6 +122,9 @@ class Engram:
         self.config = config or RetrievalConfig.from_settings(self.settings)
         self.use_counts = UseRecorder(store, self.settings.use_wait_ms / 1000)
         self.rerank_admission = Admission(self.settings.rerank_queue)  # sheds the cross-encoder under load
+        # Recalls past this many wait their turn, leaving CPU to writes (the hot path an agent waits on).
+        n = self.settings.recall_concurrency
+        self._recall_slots = threading.BoundedSemaphore(n) if n else contextlib.nullcontext()
         self._made: list[object] = []  # providers from_settings made: close() closes them too
         store.ensure_model(embedder.name, embedder.dim)
         if token_encoder is not None:
@@ -446,20 +451,21 @@ class UserMemory(_Handle):
         if not include_catalog:
             types.discard("catalog")
         now = utcnow()
-        hits = run_recall(
-            engram.store,
-            engram.embedder,
-            engram.reranker,
-            engram.token_encoder,
-            self.user_id,
-            query,
-            k=k,
-            memory_types=frozenset(types),
-            include_superseded=include_superseded,
-            config=config or engram.config,
-            now=_aware(as_of) or now,
-            admission=engram.rerank_admission,
-        )
+        with engram._recall_slots:
+            hits = run_recall(
+                engram.store,
+                engram.embedder,
+                engram.reranker,
+                engram.token_encoder,
+                self.user_id,
+                query,
+                k=k,
+                memory_types=frozenset(types),
+                include_superseded=include_superseded,
+                config=config or engram.config,
+                now=_aware(as_of) or now,
+                admission=engram.rerank_admission,
+            )
         if not (record_use if record_use is not None else as_of is None):
             return hits
         used = [

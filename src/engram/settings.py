@@ -93,6 +93,9 @@ class EngramSettings(BaseSettings):
     late_window: int = Field(default=DEFAULT_LATE_WINDOW, ge=0, le=2000)
     rerank: bool = Field(default=True, description="use the cross-encoder at all")
     rerank_window: int = Field(default=DEFAULT_RERANK_WINDOW, ge=0, le=1000)
+    recall_concurrency: int = Field(
+        default=0, ge=0, description="recalls computed at once; the rest wait (writes go first); 0: no limit"
+    )
     rerank_queue: int = Field(
         default=DEFAULT_RERANK_QUEUE, ge=0, description="0: never shed the rerank stage under load"
     )
