@@ -14,17 +14,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import statistics
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from load import sentence, start_server  # bench scripts run as files, not as a package
+from load import client_loop, start_server  # bench scripts run as files, not as a package
 
 
 def rss_mb(pid: int | None) -> float | None:
@@ -47,33 +47,21 @@ def pct(values: list[float], q: int) -> float | None:
     return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 1)
 
 
-async def client(i: int, url: str, key: str, stop: float, state: dict) -> None:
-    rng = random.Random(i)
-    async with httpx.AsyncClient(
-        base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120
-    ) as http:
-        while time.monotonic() < stop:
-            roll = rng.random()
-            if roll < 0.5:
-                op, path, body = "remember", "/v1/turns", {"text": sentence(rng)}
-            elif roll < 0.85:
-                op, path, body = "recall", "/v1/recall", {"query": sentence(rng)[:60], "k": 10}
-            else:
-                op, path, body = "write", "/v1/memories", {"text": sentence(rng), "fact_type": "preference"}
-            started = time.perf_counter()
-            try:
-                response = await http.post(path, json=body)
-                failed, server_error = not response.is_success, response.status_code >= 500
-            except httpx.HTTPError:
-                failed, server_error = True, False
-            window = state["window"]  # the reporter swaps in a fresh one every window
-            window["lat"][op].append((time.perf_counter() - started) * 1000)
-            window["errors"] += failed
-            window["5xx"] += server_error
+class CurrentWindow:
+    """What the clients write into: the window being filled, swapped by the reporter every window."""
+
+    def __init__(self) -> None:
+        self.window = fresh_window()
+
+    def __getitem__(self, key: str) -> Any:
+        return self.window[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.window[key] = value
 
 
 def fresh_window() -> dict:
-    return {"lat": defaultdict(list), "errors": 0, "5xx": 0}
+    return {"lat": defaultdict(list), "errors": 0, "5xx": 0, "shed": 0}
 
 
 async def run(args: argparse.Namespace, url: str, admin_key: str, pid: int | None) -> None:
@@ -85,14 +73,14 @@ async def run(args: argparse.Namespace, url: str, admin_key: str, pid: int | Non
             keys.append(r.json()["key"])
     started = time.monotonic()
     stop = started + args.minutes * 60
-    state = {"window": fresh_window()}
+    current = CurrentWindow()
     totals = {"requests": 0, "errors": 0, "5xx": 0}
     everything: dict[str, list[float]] = defaultdict(list)
     rss_seen: list[float] = []
-    tasks = [asyncio.create_task(client(i, url, k, stop, state)) for i, k in enumerate(keys)]
+    tasks = [asyncio.create_task(client_loop(i, url, k, stop, current)) for i, k in enumerate(keys)]
     while time.monotonic() < stop:
         await asyncio.sleep(min(args.window, max(0.0, stop - time.monotonic())))
-        done, state["window"] = state["window"], fresh_window()
+        done, current.window = current.window, fresh_window()
         line = {
             "t_s": round(time.monotonic() - started),
             "requests": sum(len(v) for v in done["lat"].values()),

@@ -23,12 +23,11 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from engram.errors import ImportFileError
 from engram.models import Memory, Tombstone, utcnow
-from engram.storage.base import ApiKeyRecord, ConsolidationWrite, Tenant
+from engram.storage.base import ApiKeyRecord, Tenant, episode_marks
 
 if TYPE_CHECKING:
     from engram.memory import Engram
@@ -167,17 +166,7 @@ class _Loader:
             marked = [row.id for row, m in ready if m == mark and row.memory_type == "episodic"]
             if marked and self.tenant is not None:
                 self.store.apply_consolidation(
-                    self.tenant,
-                    ConsolidationWrite(
-                        rows=[],
-                        vectors=np.zeros((0, self.engram.embedder.dim), np.float32),
-                        supersede={},
-                        merges=[],
-                        feedback=[],
-                        episode_ids=marked,
-                        at=utcnow(),
-                        skipped=mark == 2,
-                    ),
+                    self.tenant, episode_marks(marked, utcnow(), self.engram.embedder.dim, skipped=mark == 2)
                 )
         if self.waiting and not final:  # a context written just now frees the turns that quote it
             written = {row.id for row in rows}

@@ -18,8 +18,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from engram.consolidation import guards
 from engram.consolidation.llm import LLMClient, LLMError, LLMOutputError
 from engram.consolidation.prompts import (
@@ -34,7 +32,7 @@ from engram.errors import Conflict, EngramError
 from engram.models import EpisodicMemory, Memory, ProceduralMemory, SemanticMemory, new_id, utcnow
 from engram.retrieval.config import RetrievalConfig
 from engram.storage._rows import search_text_of
-from engram.storage.base import ConsolidationWrite, FactMerge, PlaybookFeedback, Supersession
+from engram.storage.base import ConsolidationWrite, FactMerge, PlaybookFeedback, Supersession, episode_marks
 
 if TYPE_CHECKING:
     from engram.memory import Engram
@@ -151,17 +149,7 @@ class Consolidator:
         ids = [episode.id for episode, _ in unreadable]
         try:
             self.engram.store.apply_consolidation(  # type: ignore[attr-defined]
-                user,
-                ConsolidationWrite(
-                    rows=[],
-                    vectors=np.zeros((0, self.engram.embedder.dim), np.float32),
-                    supersede={},
-                    merges=[],
-                    feedback=[],
-                    episode_ids=ids,
-                    at=utcnow(),
-                    skipped=True,
-                ),
+                user, episode_marks(ids, utcnow(), self.engram.embedder.dim, skipped=True)
             )
         except EngramError as exc:  # keep the report of what did commit; they stay waiting
             report.status = f"partial: could not set aside {len(ids)} unreadable episodes: {exc}"

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+import numpy as np
+
 from engram.errors import Conflict, InvalidInput, ModelError
 from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone, is_well_formed_id
 from engram.providers.base import Vectors
@@ -102,6 +104,22 @@ BATCH_CHANGED = (
     "the batch changed while it was read (another consolidation took it, or one of its turns was "
     "forgotten): nothing was written; the turns still waiting will be read again"
 )
+
+
+def episode_marks(
+    episode_ids: Sequence[str], at: datetime, dim: int, *, skipped: bool = False
+) -> ConsolidationWrite:
+    """A consolidation write that only marks episodes: consolidated, or ``skipped`` (set aside)."""
+    return ConsolidationWrite(
+        rows=[],
+        vectors=np.zeros((0, dim), np.float32),
+        supersede={},
+        merges=[],
+        feedback=[],
+        episode_ids=episode_ids,
+        at=at,
+        skipped=skipped,
+    )
 
 
 class TransferStore(Protocol):
