@@ -7,6 +7,8 @@ mem.remember_turn("I moved to Edinburgh")
 hits = mem.recall("where do I live?")
 """
 
+from importlib.metadata import version
+
 from engram.client import Client, ServiceUnavailable, Unauthorized
 from engram.errors import (
     Conflict,
@@ -58,4 +60,4 @@ __all__ = [
     "Unauthorized",
     "UserMemory",
 ]
-__version__ = "0.1.0"
+__version__ = version("engram-memory")  # one source: pyproject.toml

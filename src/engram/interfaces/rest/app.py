@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engram import __version__
 from engram.auth import ApiKeys
 from engram.errors import (
     Conflict,
@@ -93,7 +94,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     app = FastAPI(
         title="Engram",
         summary="Persistent, multi-tenant memory for LLM agents",
-        version="0.1.0",
+        version=__version__,
         lifespan=lifespan,
     )
     app.state.engram = engram
