@@ -2,9 +2,11 @@
 
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,10 +26,17 @@ def test_serve_prints_admin_key_once_and_serves(tmp_path):
         text=True,
     )
     try:
+        # Lines are read on a thread, so a silent server fails the test at the deadline instead of
+        # hanging it in readline().
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
         admin_key = None
         deadline = time.time() + 60
         while admin_key is None and time.time() < deadline:
-            line = proc.stdout.readline()
+            try:
+                line = lines.get(timeout=max(0.01, deadline - time.time()))
+            except queue.Empty:
+                break
             match = re.search(r"admin key.*: (egk_\S+)", line)
             admin_key = match.group(1) if match else None
         assert admin_key, "no admin key printed"

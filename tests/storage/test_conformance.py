@@ -141,8 +141,11 @@ def test_text_search_matches_exact_tokens_within_scope(store, embedder):
     ],
 )
 def test_text_search_survives_hostile_queries(store, embedder, query):
-    put(store, embedder, "sarah", fact("sarah", "Sarah likes tea"))
-    store.search_text("sarah", query, ALL, 10)  # no error; results are irrelevant
+    mine = put(store, embedder, "sarah", fact("sarah", "Sarah likes tea"))
+    put(store, embedder, "bob", fact("bob", "Bob likes tea AND coffee"))
+    hits = store.search_text("sarah", query, ALL, 10)  # no error, whatever the query syntax
+    assert {h.id for h in hits} <= {mine.id}  # and never another tenant's row
+    assert [h.id for h in store.search_text("sarah", "tea", ALL, 10)] == [mine.id]  # nothing dropped
     assert len(store.list("sarah", "semantic")) == 1
 
 
