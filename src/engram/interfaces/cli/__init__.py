@@ -1,0 +1,12 @@
+"""The `engram` command: a thin skin over the Python API (command = method name), one module per group."""
+
+# Importing a module registers its commands, and this order is the order `engram --help` lists them in.
+# isort: off
+from engram.interfaces.cli import memory_commands
+from engram.interfaces.cli import service_commands
+from engram.interfaces.cli import maintenance_commands
+from engram.interfaces.cli.common import app, print_hits
+
+# isort: on
+
+__all__ = ["app", "maintenance_commands", "memory_commands", "print_hits", "service_commands"]

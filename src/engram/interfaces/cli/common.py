@@ -1,0 +1,103 @@
+"""What every command shares: the Typer apps, the console, the store and settings options, errors as
+one line and exit code 1, and printing hits."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from engram.errors import ConfigError, EngramError
+from engram.memory import Engram, sqlite_path
+from engram.models import Hit
+from engram.settings import EngramSettings, load_settings
+from engram.storage._rows import search_text_of
+
+app = typer.Typer(help="Engram: persistent, multi-tenant memory for LLM agents.", no_args_is_help=True)
+catalog_app = typer.Typer(help="Manage the shared catalog (admin).", no_args_is_help=True)
+app.add_typer(catalog_app, name="catalog")
+console = Console()
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", envvar="ENGRAM_STORE", help="store URL (default: $ENGRAM_HOME/engram.db)"),
+]
+UserOpt = Annotated[str, typer.Option("--user", "-u", help="the tenant (user id)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+
+
+def _fail(message: object) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(1)
+
+
+def _settings(**overrides: Any) -> EngramSettings:
+    """The settings, loaded once here at the edge; a bad one is a one-line error naming it."""
+    try:
+        return load_settings(**overrides)
+    except EngramError as exc:
+        raise _fail(exc) from None
+
+
+def _store_url(store: str | None, settings: EngramSettings, *, existing: bool, why: str = "") -> str:
+    """The store to open. ``existing``: a command that only reads or changes what is there refuses a
+    SQLite file that does not exist (ConfigError), instead of creating an empty store and answering
+    from it."""
+    url = store or settings.store_url()
+    path = sqlite_path(url)
+    if existing and path is not None and not path.exists():
+        demo = settings.home / "demo.db"
+        hint = f" (the demo's sample is in --store sqlite:///{demo})" if demo.is_file() else ""
+        raise ConfigError(f"no store at {path}: {why or 'nothing has been written there yet'}{hint}")
+    return url
+
+
+@contextmanager
+def _engram(
+    store: str | None, settings: EngramSettings | None = None, *, existing: bool = False, **overrides: Any
+) -> Iterator[Engram]:
+    """Open Engram; turn our errors into a one-line message and exit code 1."""
+    try:
+        resolved = settings or _settings(**overrides)
+        with Engram.from_settings(resolved, _store_url(store, resolved, existing=existing)) as eng:
+            yield eng
+    except EngramError as exc:
+        raise _fail(exc) from None
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def print_hits(hits: list[Hit], explain: bool) -> None:
+    if not hits:
+        console.print("  (no hits)")
+    for hit in hits:
+        m = hit.memory
+        text = search_text_of(m).replace("\n", " | ")
+        flag = " [yellow](superseded)[/yellow]" if getattr(m, "superseded_by", None) else ""
+        console.print(
+            f"  {hit.rank}. [cyan]{m.memory_type:<10}[/cyan] score={hit.score:.3g}  {text}{flag}  "
+            f"[dim]{m.id}[/dim]",
+            highlight=False,
+        )
+        if explain:
+            console.print(f"     [dim]{format_explain(hit.explain)}[/dim]", highlight=False)
+
+
+def format_explain(explain: dict[str, Any]) -> str:
+    parts = []
+    for key, value in explain.items():
+        if value is None:
+            continue
+        parts.append(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}")
+    return " ".join(parts)
+
+
+keys_app = typer.Typer(help="Manage API keys (one per user; only hashes are stored).", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")

@@ -1,0 +1,171 @@
+"""Commands that look after a store or talk to an LLM: reindex, consolidate, chat, eval."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from engram.errors import EngramError
+from engram.interfaces.cli.common import (
+    StoreOpt,
+    _engram,
+    _fail,
+    _print_json,
+    _settings,
+    _store_url,
+    app,
+    console,
+)
+
+
+@app.command()
+def reindex(store: StoreOpt = None) -> None:
+    """Compute the late-interaction token vectors that rows of an older store lack (all users)."""
+    with _engram(store, existing=True, rerank=False) as eng:
+        done = eng.reindex()
+    console.print(f"token vectors computed for {done} rows")
+
+
+@app.command()
+def consolidate(
+    user: Annotated[str | None, typer.Option("--user", "-u", help="the user to consolidate")] = None,
+    all_users: Annotated[bool, typer.Option("--all", help="every user with memories")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Turn new episodes into facts and playbooks with the configured LLM (ENGRAM_LLM_BASE_URL,
+    ENGRAM_LLM_MODEL, ENGRAM_LLM_API_KEY); prints one report per user."""
+    if bool(user) == all_users:
+        console.print("[red]error:[/red] give --user U or --all")
+        raise typer.Exit(2)
+    settings = _settings(rerank=False)
+    if not (settings.llm_base_url and settings.llm_model):
+        raise _fail(
+            "consolidation is disabled: no LLM configured. It needs an OpenAI-compatible chat endpoint: "
+            "set ENGRAM_LLM_BASE_URL (e.g. http://localhost:11434/v1) and ENGRAM_LLM_MODEL"
+        )
+    with _engram(store, settings, existing=True) as eng:
+        users = eng.store.tenants() if all_users else [user]  # type: ignore[attr-defined]
+        reports = [eng.consolidate(u).as_dict() for u in users]
+    if not users:
+        Console(stderr=True).print("no users with memories in this store: nothing to consolidate")
+    _print_json(reports)
+    if any(r["status"].startswith("error") for r in reports):
+        raise typer.Exit(1)
+
+
+@app.command()
+def chat(
+    user: Annotated[str | None, typer.Option("--user", "-u", help="the user you chat as")] = None,
+    url: Annotated[str | None, typer.Option(help="chat through a running `engram serve` at this URL")] = None,
+    key: Annotated[str | None, typer.Option(envvar="ENGRAM_API_KEY", help="a user key, with --url")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Chat with a support agent that remembers (ENGRAM_LLM_BASE_URL and ENGRAM_LLM_MODEL: an
+    OpenAI-compatible endpoint with tool calling); each reply shows what was recalled and written."""
+    from engram.agent import Agent
+    from engram.agent.chat import run_chat
+
+    settings = _settings()
+    if not (settings.llm_base_url and settings.llm_model):
+        raise _fail(
+            "engram chat needs an LLM: set ENGRAM_LLM_BASE_URL (an OpenAI-compatible endpoint with tool "
+            "calling, e.g. http://localhost:11434/v1) and ENGRAM_LLM_MODEL"
+        )
+    if url is None:
+        if not user:
+            raise _fail("give --user U (or --url and --key to chat through a running service)")
+        with _engram(store, settings) as eng, Agent.for_engram(eng, user) as agent:
+            run_chat(agent, console, user=user, where=_store_url(store, settings, existing=False))
+        return
+    from engram.client import Client
+
+    if not key or store:
+        raise _fail("--url needs --key (or ENGRAM_API_KEY), a user key; the service has its own store")
+    try:
+        with Client(url, key) as client:
+            if user and user != client.user_id:
+                raise _fail(f"the key is {client.user_id}'s, not {user}'s")
+            with Agent.from_settings(client, settings) as agent:
+                run_chat(agent, console, user=client.user_id, where=url)
+    except EngramError as exc:
+        raise _fail(exc) from None
+
+
+def _metrics_table(
+    title: str, rows: dict[str, dict[str, Any]], *, n: bool = True, latency: tuple[str, ...] = ()
+) -> Table:
+    """A titled table of R@k/MRR (plus the ``latency`` percentiles, e.g. "p50"), one row per entry."""
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, show_edge=False)
+    table.add_column("", no_wrap=True)
+    for column in (["n"] if n else []) + ["R@1", "R@5", "R@10", "MRR"] + [f"{p} ms" for p in latency]:
+        table.add_column(column, justify="right")
+    for name, m in rows.items():
+        cells = [name] + ([str(m.get("n", m.get("questions")))] if n else [])
+        cells += [f"{m[k]:.3f}" for k in ("r_at_1", "r_at_5", "r_at_10", "mrr")]
+        cells += [f"{m[f'latency_{p}_ms']:.0f}" for p in latency]
+        table.add_row(*cells)
+    return table
+
+
+@app.command("eval")
+def eval_(
+    split: Annotated[str, typer.Option(help="dev, heldout (the CI gate's split) or all")] = "heldout",
+    questions: Annotated[
+        str, typer.Option(help="own (questions.json) or agent (questions_agent.json: the agent's voice)")
+    ] = "own",
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the figures as JSON here")] = None,
+    ablate: Annotated[
+        bool, typer.Option("--ablate", help="also run each pipeline stage alone; PNG chart")
+    ] = False,
+    chart: Annotated[Path, typer.Option(help="where --ablate writes its chart")] = Path("eval-ablation.png"),
+    corpus: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            file_okay=False,
+            help="evaluation directory (default: the corpus shipped in the package)",
+        ),
+    ] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="store URL to load into (default: a fresh temporary SQLite)")
+    ] = None,
+) -> None:
+    """Evaluate recall on the evaluation corpus: R@1/5/10, MRR per type, latency, leak probes."""
+    import tempfile
+
+    from engram.eval.runner import DEFAULT_EVAL_DIR, ablation_chart, evaluate_corpus
+    from engram.retrieval.recipes import ABLATION
+
+    with tempfile.TemporaryDirectory() as tmp, _engram(store or f"sqlite:///{tmp}/eval.db") as eng:
+        try:
+            result = evaluate_corpus(
+                eng,
+                corpus or DEFAULT_EVAL_DIR,
+                split=split,
+                question_set=questions,
+                configs=ABLATION if ablate else None,
+                progress=console.is_terminal,  # off when piped: a finished bar would leave a blank line
+            )
+        except ValueError as exc:  # an unknown split or question set, or a malformed corpus file
+            raise _fail(exc) from None
+    console.print(f"[bold]{result['questions']} questions ({questions}), split {split}[/bold]")
+    console.print(_metrics_table("overall", {"all": result}, latency=("p50", "p95")))
+    console.print(_metrics_table("per memory type", result["per_type"]))
+    console.print(_metrics_table("per question kind", result["per_kind"]))
+    console.print(f"leak probes: {result['leak_probes']}, leaks: {result['leaks']}")
+    if ablate:
+        stages = result["ablation"]
+        console.print(_metrics_table("ablation: each pipeline stage", stages, n=False, latency=("p50",)))
+        try:
+            ablation_chart(stages, chart)
+            console.print(f"chart: {chart}")
+        except ImportError:
+            console.print("chart skipped: install matplotlib (pip install 'engram-memory[eval]')")
+    if json_path:
+        json_path.write_text(json.dumps(result, indent=2, default=str))

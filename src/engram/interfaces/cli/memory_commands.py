@@ -1,0 +1,248 @@
+"""Commands on memories: import/export, remember, write, recall, get, history, forget, list, info,
+the catalog, and the demo."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from engram.errors import EngramError, ImportFileError
+from engram.interfaces.cli.common import (
+    JsonOpt,
+    StoreOpt,
+    UserOpt,
+    _engram,
+    _fail,
+    _print_json,
+    app,
+    catalog_app,
+    console,
+    print_hits,
+)
+
+
+@app.command()
+def demo(store: StoreOpt = None) -> None:
+    """Load a small sample (two users, a supersession, a playbook, a catalog) into a fresh demo store
+    and show recalls with their explain breakdown."""
+    from engram.demo import run_demo
+
+    try:
+        run_demo(store, console)
+    except EngramError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+
+
+@app.command("import")
+def import_(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="JSON file to import")],
+    user: Annotated[str | None, typer.Option("--user", "-u", help="user to import into")] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="FILE is a whole-store export (`engram export`): load it all")
+    ] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Import a user's memories (JSON object) or catalog items (JSON array); an invalid file writes
+    nothing. With --all, a whole store written by `engram export`."""
+    if all_:
+        _import_all(file, user, store)
+        return
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        console.print(f"[red]error:[/red] {file} is not valid JSON: {exc}")
+        raise typer.Exit(1) from None
+    with _engram(store) as eng:
+        if isinstance(document, list) and user:
+            raise ImportFileError("a JSON array is a catalog file; it takes no --user")
+        result = eng.import_json(document, user_id=user, progress=console.is_terminal)
+    counts = ", ".join(f"{v} {k}" for k, v in result.items() if isinstance(v, int) and v)
+    console.print(f"imported {counts or 'nothing'}")
+
+
+def _import_all(file: Path, user: str | None, store: str | None) -> None:
+    from engram.transfer import import_store
+
+    if user:
+        raise _fail("--all loads every user of an export; it takes no --user")
+    with _engram(store) as eng, file.open(encoding="utf-8") as lines:
+        try:
+            counts = import_store(eng, lines)
+        except UnicodeDecodeError as exc:
+            raise _fail(f"{file} is not UTF-8 text: {exc}") from None
+    console.print(f"imported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'}")
+
+
+@app.command()
+def export(
+    file: Annotated[str, typer.Argument(help="JSON Lines file to write; - for stdout")],
+    keys: Annotated[bool, typer.Option("--keys", help="include the API keys (as hashes)")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Write the whole store (every user, the catalog, tombstones, consolidation marks; API keys with
+    --keys) as JSON Lines, for `engram import --all` into any store of any backend."""
+    from engram.transfer import export_store
+
+    with _engram(store, existing=True, rerank=False, late_interaction=False) as eng:
+        if file == "-":
+            counts = export_store(eng, sys.stdout, keys=keys)
+        else:
+            with open(file, "w", encoding="utf-8") as out:
+                counts = export_store(eng, out, keys=keys)
+    summary = f"exported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'}"
+    Console(stderr=True).print(summary, highlight=False)
+
+
+@app.command()
+def recall(
+    query: str,
+    user: UserOpt,
+    k: Annotated[int, typer.Option("-k", help="number of hits")] = 10,
+    memory_type: Annotated[
+        list[str] | None, typer.Option("--type", "-t", help="restrict to these memory types")
+    ] = None,
+    no_catalog: Annotated[bool, typer.Option("--no-catalog", help="leave out catalog rows")] = False,
+    include_superseded: Annotated[bool, typer.Option(help="also return superseded rows")] = False,
+    explain: Annotated[bool, typer.Option("--explain", help="show each hit's score breakdown")] = False,
+    as_json: JsonOpt = False,
+    store: StoreOpt = None,
+) -> None:
+    """Recall across all memory types and the catalog."""
+    with _engram(store, existing=True) as eng:
+        hits = eng.for_user(user).recall(
+            query,
+            k=k,
+            memory_types=memory_type or None,  # type: ignore[arg-type]
+            include_catalog=not no_catalog,
+            include_superseded=include_superseded,
+        )
+    if as_json:
+        _print_json([h.model_dump(mode="json") for h in hits])
+    else:
+        print_hits(hits, explain)
+
+
+@app.command()
+def remember(
+    text: str,
+    user: UserOpt,
+    session: Annotated[str | None, typer.Option(help="session id")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Store a user turn (episodic memory)."""
+    with _engram(store) as eng:
+        row = eng.for_user(user).remember_turn(text, session_id=session)
+    _print_json(row.model_dump(mode="json"))
+
+
+@app.command()
+def write(
+    text: str,
+    user: UserOpt,
+    memory_type: Annotated[str, typer.Option("--type", "-t", help="semantic or procedural")] = "semantic",
+    fact_type: Annotated[str, typer.Option(help="identity, preference, constraint or world")] = "identity",
+    confidence: float = 1.0,
+    supersedes: Annotated[str | None, typer.Option(help="id of the fact this one replaces")] = None,
+    contradiction: Annotated[str | None, typer.Option(help="natural or harsh")] = None,
+    name: Annotated[str | None, typer.Option(help="playbook name (procedural)")] = None,
+    trigger: Annotated[str, typer.Option(help="when the playbook applies (procedural)")] = "",
+    step: Annotated[list[str] | None, typer.Option(help="a playbook step, in order (repeat)")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Write a fact or a playbook, optionally superseding an older one."""
+    with _engram(store) as eng:
+        row = eng.for_user(user).write(
+            text,
+            memory_type=memory_type,  # type: ignore[arg-type]
+            fact_type=fact_type,  # type: ignore[arg-type]
+            confidence=confidence,
+            supersedes_id=supersedes,
+            contradiction=contradiction,  # type: ignore[arg-type]
+            name=name,
+            trigger_text=trigger,
+            steps=[{"order": i, "instruction": s} for i, s in enumerate(step or [], start=1)],
+        )
+    _print_json(row.model_dump(mode="json"))
+
+
+@app.command()
+def get(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
+    """Show one memory (yours, or a catalog row)."""
+    with _engram(store, existing=True) as eng:
+        _print_json(eng.for_user(user).get(memory_id).model_dump(mode="json"))
+
+
+@app.command()
+def history(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
+    """Show the supersession chain containing a memory, oldest first."""
+    with _engram(store, existing=True) as eng:
+        _print_json([m.model_dump(mode="json") for m in eng.for_user(user).history(memory_id)])
+
+
+@app.command()
+def forget(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
+    """Delete one of your memories for good (an audit tombstone without text remains)."""
+    with _engram(store, existing=True) as eng:
+        _print_json(eng.for_user(user).forget(memory_id).model_dump(mode="json"))
+
+
+@app.command("list")
+def list_(
+    user: UserOpt,
+    memory_type: Annotated[str, typer.Option("--type", "-t")] = "semantic",
+    include_superseded: bool = False,
+    limit: int = 50,
+    offset: int = 0,
+    store: StoreOpt = None,
+) -> None:
+    """List your memories of one type, newest first."""
+    with _engram(store, existing=True) as eng:
+        rows = eng.for_user(user).list(
+            memory_type,  # type: ignore[arg-type]
+            include_superseded=include_superseded,
+            limit=limit,
+            offset=offset,
+        )
+    _print_json([m.model_dump(mode="json") for m in rows])
+
+
+@app.command()
+def info(store: StoreOpt = None) -> None:
+    """Show where the store is, its embedding model and row counts."""
+    with _engram(store, existing=True, rerank=False) as eng:
+        stats = eng.store.stats() if hasattr(eng.store, "stats") else {}
+    _print_json(stats)
+
+
+@catalog_app.command("add")
+def catalog_add(
+    text: str,
+    title: Annotated[str, typer.Option(help="short title")] = "",
+    store: StoreOpt = None,
+) -> None:
+    """Add a catalog item, visible to every user."""
+    with _engram(store) as eng:
+        _print_json(eng.catalog.add(text, title=title).model_dump(mode="json"))
+
+
+@catalog_app.command("list")
+def catalog_list(limit: int = 50, offset: int = 0, store: StoreOpt = None) -> None:
+    """List catalog items, newest first."""
+    with _engram(store, existing=True) as eng:
+        _print_json([m.model_dump(mode="json") for m in eng.catalog.list(limit=limit, offset=offset)])
+
+
+@catalog_app.command("forget")
+def catalog_forget(memory_id: str, store: StoreOpt = None) -> None:
+    """Delete a catalog item."""
+    with _engram(store, existing=True) as eng:
+        _print_json(eng.catalog.forget(memory_id).model_dump(mode="json"))
+
+
+# -- the service ------------------------------------------------------------------------------------

@@ -1,0 +1,241 @@
+"""Commands that run Engram as a service: serve (and its workers), keys, mcp, mcp-config."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from engram.errors import EngramError
+from engram.interfaces.cli.common import (
+    StoreOpt,
+    UserOpt,
+    _engram,
+    _fail,
+    _print_json,
+    _settings,
+    _store_url,
+    app,
+    console,
+    keys_app,
+)
+from engram.memory import Engram, sqlite_path
+from engram.settings import EngramSettings, load_settings
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(envvar="ENGRAM_HOST", help="interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="ENGRAM_PORT", help="TCP port")] = 8765,
+    workers: Annotated[
+        int, typer.Option(envvar="ENGRAM_WORKERS", min=1, help="server processes on the one store")
+    ] = 1,
+    store: StoreOpt = None,
+) -> None:
+    """Serve the REST API (/v1, docs at /docs), MCP (/mcp) and /healthz; --workers N for N processes."""
+    import uvicorn
+
+    from engram.auth import ApiKeys, check_admin_key
+    from engram.interfaces.rest import create_app
+
+    settings = _settings()
+    admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
+    if admin_key:
+        try:
+            check_admin_key(admin_key)  # before the models load: a weak key fails at once
+        except EngramError as exc:
+            raise _fail(exc) from None
+    with _engram(store, settings) as eng:
+        secret = settings.session_secret.get_secret_value().encode() if settings.session_secret else None
+        keys = ApiKeys(eng.store, session_secret=secret)  # type: ignore[arg-type]
+        if admin_key:
+            revoked = keys.adopt_admin_key(admin_key)
+            console.print(
+                "admin key: ENGRAM_ADMIN_KEY" + (f" (older admin keys revoked: {revoked})" if revoked else "")
+            )
+        elif not keys.has_admin():
+            key, _ = keys.create(None, label="created on first start")
+            console.print(f"[bold]admin key[/bold] (shown once, keep it): {key}", highlight=False)
+        console.print(f"Engram on http://{host}:{port}  (REST /v1, docs /docs, MCP /mcp)", highlight=False)
+        worker = _consolidation_worker(eng)  # in this process only: one per store, whatever --workers
+        try:
+            if workers == 1:
+                uvicorn.run(create_app(eng, keys, host=host), host=host, port=port, log_level="warning")
+            else:
+                _serve_processes(
+                    workers, eng.settings, _store_url(store, eng.settings, existing=False), host, port
+                )
+        finally:
+            if worker is not None:
+                worker.stop()
+
+
+def _serve_processes(workers: int, settings: EngramSettings, store: str, host: str, port: int) -> None:
+    """uvicorn's supervisor over ``workers`` processes (engram.interfaces.rest.workers), each with its
+    share of the cores for its models so they do not oversubscribe them."""
+    import os
+    import secrets
+
+    import uvicorn
+
+    os.environ["ENGRAM_STORE"] = store
+    os.environ["ENGRAM_HOST"] = host
+    if settings.session_secret is None:  # one inspector sign-in valid whichever process answers
+        os.environ["ENGRAM_SESSION_SECRET"] = secrets.token_hex(32)
+    if "model_threads" not in settings.model_fields_set:
+        os.environ["ENGRAM_MODEL_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    console.print(f"{workers} worker processes", highlight=False)
+    uvicorn.run(
+        "engram.interfaces.rest.workers:app_from_environment",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level="warning",
+    )
+
+
+def _consolidation_worker(eng: Engram) -> Any:
+    """Start background consolidation when an LLM is configured and the worker is on."""
+    s = eng.settings
+    if not s.consolidation_worker:
+        console.print("consolidation worker: off (ENGRAM_CONSOLIDATION_WORKER=false)")
+        return None
+    if not (s.llm_base_url and s.llm_model):
+        console.print("consolidation: disabled: no LLM configured (ENGRAM_LLM_BASE_URL, ENGRAM_LLM_MODEL)")
+        return None
+    from engram.consolidation.worker import ConsolidationWorker
+
+    worker = ConsolidationWorker(
+        eng, every_episodes=s.consolidate_every_episodes, every_hours=s.consolidate_every_hours
+    )
+    worker.start()
+    console.print(
+        f"consolidation worker: every {s.consolidate_every_episodes} new turns "
+        f"or {s.consolidate_every_hours} h"
+    )
+    return worker
+
+
+@keys_app.command("create")
+def keys_create(
+    user: UserOpt,
+    label: Annotated[str, typer.Option(help="a note, e.g. which agent uses it")] = "",
+    store: StoreOpt = None,
+) -> None:
+    """Create a key for a user and print it (only once)."""
+    from engram.auth import ApiKeys
+
+    with _engram(store, rerank=False) as eng:
+        key, record = ApiKeys(eng.store).create(user, label)  # type: ignore[arg-type]
+    console.print(f"{key}\n[dim]id {record.id} for user {record.user_id}; shown once[/dim]", highlight=False)
+
+
+@keys_app.command("list")
+def keys_list(
+    user: Annotated[str | None, typer.Option("--user", "-u")] = None, store: StoreOpt = None
+) -> None:
+    """List keys (ids, users, dates; never the keys)."""
+    from engram.auth import ApiKeys
+
+    with _engram(store, existing=True, rerank=False) as eng:
+        records = ApiKeys(eng.store).list(user)  # type: ignore[arg-type]
+    _print_json([r.__dict__ for r in records])
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str, store: StoreOpt = None) -> None:
+    """Revoke a key by id; it stops working at once."""
+    from engram.auth import ApiKeys
+
+    with _engram(store, existing=True, rerank=False) as eng:
+        ApiKeys(eng.store).revoke(key_id)  # type: ignore[arg-type]
+    console.print(f"revoked {key_id}")
+
+
+@app.command()
+def mcp(store: StoreOpt = None) -> None:
+    """Serve MCP over stdio for one user: ENGRAM_API_KEY (a user key) or ENGRAM_USER picks the tenant."""
+    import os
+
+    from engram.auth import ApiKeys
+    from engram.interfaces.mcp import run_stdio
+
+    err = Console(stderr=True)  # stdout carries the protocol
+    key, user = os.environ.get("ENGRAM_API_KEY"), os.environ.get("ENGRAM_USER")
+    try:
+        settings = load_settings()
+        # A key can only be checked against the store that holds it: never create an empty one for it.
+        why = "ENGRAM_API_KEY cannot be checked against it (is --store right?)"
+        with Engram.from_settings(settings, _store_url(store, settings, existing=bool(key), why=why)) as eng:
+            if key:
+                principal = ApiKeys(eng.store).resolve(key)  # type: ignore[arg-type]
+                if principal is None or principal.user_id is None:
+                    err.print("error: ENGRAM_API_KEY is not a live user key")
+                    raise typer.Exit(1)
+                user = principal.user_id
+            if not user:
+                err.print("error: set ENGRAM_API_KEY (a user key) or ENGRAM_USER")
+                raise typer.Exit(1)
+            run_stdio(eng, eng.for_user(user).user_id)
+    except EngramError as exc:
+        err.print(f"error: {exc}")
+        raise typer.Exit(1) from None
+
+
+@app.command("mcp-config")
+def mcp_config(
+    user: UserOpt,
+    url: Annotated[str, typer.Option(help="where `engram serve` listens")] = "http://127.0.0.1:8765",
+    key: Annotated[str, typer.Option(help="the user's API key (default: a placeholder)")] = "<API_KEY>",
+    store: StoreOpt = None,
+) -> None:
+    """Print ready-to-paste MCP config for Claude Desktop and Cursor (stdio and HTTP)."""
+    import shutil
+
+    command = shutil.which("engram") or "engram"
+    stdio = {"command": command, "args": ["mcp", *_pinned_store(store)], "env": {"ENGRAM_API_KEY": key}}
+    http = {"url": f"{url.rstrip('/')}/mcp", "headers": {"Authorization": f"Bearer {key}"}}
+    console.print(f"[bold]MCP config for user {user}[/bold]\n", highlight=False)
+    console.print(
+        "Claude Desktop: claude_desktop_config.json\n"
+        "  macOS:   ~/Library/Application Support/Claude/claude_desktop_config.json\n"
+        "  Windows: %APPDATA%\\Claude\\claude_desktop_config.json\n"
+        "  Linux:   ~/.config/Claude/claude_desktop_config.json\n"
+        "Cursor: ~/.cursor/mcp.json (all projects) or .cursor/mcp.json (one project)\n",
+        highlight=False,
+    )
+    console.print("stdio (Engram runs as a child process of the client, embedded store):", highlight=False)
+    _print_json({"mcpServers": {"engram": stdio}})
+    console.print("\nHTTP (a running `engram serve`; Cursor reads this form directly):", highlight=False)
+    _print_json({"mcpServers": {"engram": http}})
+    console.print(
+        "\nClaude Desktop speaks stdio to local servers; to reach an HTTP server from it use a bridge:",
+        highlight=False,
+    )
+    _print_json(
+        {
+            "mcpServers": {
+                "engram": {
+                    "command": "npx",
+                    "args": ["mcp-remote", http["url"], "--header", f"Authorization: Bearer {key}"],
+                }
+            }
+        }
+    )
+
+
+def _pinned_store(store: str | None) -> list[str]:
+    """``--store URL`` for the stdio config: the client starts `engram mcp` in its own directory and
+    environment, so a store other than the built-in default is named, with an absolute path."""
+    try:
+        url = store or load_settings().store_url()
+        path = sqlite_path(url)
+    except EngramError as exc:
+        raise _fail(exc) from None
+    if path is not None:
+        url = f"sqlite:///{path.resolve()}"
+        if url == EngramSettings.defaults().store_url():
+            return []
+    return ["--store", url]
