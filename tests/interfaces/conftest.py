@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -66,3 +67,42 @@ def make_service(tmp_path, embedder, reranker, token_encoder):
 def service(make_service):
     with make_service() as svc:
         yield svc
+
+
+def cli_user_key(env: dict[str, str], user: str) -> str:
+    """A user key made by `engram keys create` on the store ``env`` names."""
+    import re
+    import sys
+
+    created = subprocess.run(
+        [sys.executable, "-m", "engram", "keys", "create", "--user", user],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    match = re.search(r"(egk_\S+)", created)
+    assert match, created
+    return match.group(1)
+
+
+def start_serve(env: dict[str, str], port: int, *args: str) -> subprocess.Popen[bytes]:
+    """`engram serve` as a real process on ``port``, once /healthz answers (killed if it never does)."""
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engram", "serve", "--port", str(port), *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                return proc
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("engram serve did not come up")

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -15,6 +12,7 @@ import pytest
 
 from engram import Engram
 from engram.interfaces.rest.background import free_port
+from tests.interfaces.conftest import cli_user_key, start_serve
 
 WRITERS = 8
 LOAD_SECONDS = 4.0
@@ -40,37 +38,12 @@ def _as_url(conninfo: str) -> str:
     return f"postgresql://{parts['user']}@/{parts['dbname']}?host={quote(str(parts['host']), safe='')}"
 
 
-def _serve(env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engram", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
-                return proc
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("engram serve did not come up")
-
-
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_every_acknowledged_write_survives_kill_9(kind, tmp_path, request):
     env = _store_env(kind, tmp_path, request)
-    created = subprocess.run(
-        [sys.executable, "-m", "engram", "keys", "create", "--user", "sarah"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    key = re.search(r"(egk_\S+)", created).group(1)
+    key = cli_user_key(env, "sarah")
     port = free_port()
-    server = _serve(env, port)
+    server = start_serve(env, port)
     acknowledged: list[tuple[str, str]] = []  # (id, text) of every 201
     lock = threading.Lock()
     stop = threading.Event()

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
 from engram.interfaces.rest.background import free_port
+from tests.interfaces.conftest import cli_user_key, start_serve
 
 
 def _workers(pid: int) -> list[int]:
@@ -32,31 +31,13 @@ def _workers(pid: int) -> list[int]:
 
 def test_two_worker_processes_serve_one_store(tmp_path):
     env = dict(os.environ, ENGRAM_HOME=str(tmp_path), ENGRAM_RERANK="false")
-    created = subprocess.run(
-        [sys.executable, "-m", "engram", "keys", "create", "--user", "sarah"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    key = re.search(r"(egk_\S+)", created).group(1)
-    headers = {"Authorization": f"Bearer {key}"}
+    headers = {"Authorization": f"Bearer {cli_user_key(env, 'sarah')}"}
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "engram", "serve", "--port", str(port), "--workers", "2"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_serve(env, port, "--workers", "2")
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200 and len(_workers(server.pid)) >= 2:
-                    break
-            except httpx.TransportError:
-                pass
+        deadline = time.monotonic() + 60  # /healthz answers once one worker is up; wait for the other
+        while len(_workers(server.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(_workers(server.pid)) >= 2, "uvicorn did not start two worker processes"
         with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
