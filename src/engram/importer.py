@@ -335,12 +335,12 @@ def _embed_and_insert(
     """Write the rows not in the store yet, chunk by chunk; returns how many were skipped (there
     already, or forgotten since an earlier run of the same import: forgotten stays forgotten)."""
     chunk, skipped = engram.settings.import_chunk, 0
-    forgotten = {t.id for t in engram.store.tombstones(tenant)}  # type: ignore[attr-defined]
+    forgotten = {t.id for t in engram.store.tombstones(tenant)}
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("importing", total=len(rows))
         for start in range(0, len(rows), chunk):
             part = rows[start : start + chunk]
-            there = {m.id for m in engram.store.get(tenant, [r.id for r in part], include_catalog=False)}
+            there = {m.id for m in engram.store.fetch(tenant, [r.id for r in part], include_catalog=False)}
             new = [row for row in part if row.id not in there and row.id not in forgotten]
             skipped += len(part) - len(new)
             if new:

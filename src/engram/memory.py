@@ -246,7 +246,7 @@ class Engram:
         if self.token_encoder is None:
             raise InvalidInput("late interaction is off (ENGRAM_LATE_INTERACTION=false): nothing to index")
         done = 0
-        for tenant in [CATALOG, *self.store.tenants()]:  # type: ignore[attr-defined]
+        for tenant in [CATALOG, *self.store.tenants()]:
             while rows := self.store.rows_without_tokens(tenant, batch):
                 encoded = self.token_encoder.encode_documents([search_text_of(r) for r in rows])
                 self.store.set_tokens(tenant, {r.id: pack(m) for r, m in zip(rows, encoded, strict=True)})
@@ -268,7 +268,7 @@ class _Handle:
 
     def get(self, memory_id: str) -> Memory:
         """The row, if it is in this handle's scope (catalog rows are readable by every tenant)."""
-        rows = self._engram.store.get(self._tenant, [memory_id], include_catalog=True)
+        rows = self._engram.store.fetch(self._tenant, [memory_id], include_catalog=True)
         if not rows:
             raise NotFound(str(memory_id))
         return rows[0]
@@ -327,7 +327,7 @@ class UserMemory(_Handle):
         little: a turn continues one of the last few), or None."""
         if session_id is None:
             return None
-        recent = self._engram.store.list(self.user_id, "episodic", limit=SESSION_LOOKBACK)
+        recent = self._engram.store.list_memories(self.user_id, "episodic", limit=SESSION_LOOKBACK)
         return next((m for m in recent if isinstance(m, EpisodicMemory) and m.session_id == session_id), None)
 
     def write(
@@ -366,7 +366,7 @@ class UserMemory(_Handle):
             text = engram._check_text(text)
         supporting = list(dict.fromkeys(supporting_episode_ids))
         if supporting:  # provenance must be this user's own episodes
-            found = {m.id for m in engram.store.get(self.user_id, supporting, include_catalog=False)}
+            found = {m.id for m in engram.store.fetch(self.user_id, supporting, include_catalog=False)}
             for episode_id in supporting:
                 if episode_id not in found or not episode_id.startswith("epi_"):
                     raise NotFound(str(episode_id))
@@ -498,7 +498,7 @@ class UserMemory(_Handle):
         seen = {start.id}
         back = getattr(start, "supersedes", None)
         while back and back not in seen:
-            rows = self._engram.store.get(self._tenant, [back], include_catalog=False)
+            rows = self._engram.store.fetch(self._tenant, [back], include_catalog=False)
             if not rows:
                 break
             chain.insert(0, rows[0])
@@ -506,7 +506,7 @@ class UserMemory(_Handle):
             back = getattr(rows[0], "supersedes", None)
         forward = getattr(start, "superseded_by", None)
         while forward and forward not in seen:
-            rows = self._engram.store.get(self._tenant, [forward], include_catalog=False)
+            rows = self._engram.store.fetch(self._tenant, [forward], include_catalog=False)
             if not rows:
                 break
             chain.append(rows[0])
@@ -526,7 +526,7 @@ class UserMemory(_Handle):
         (checked,) = _check_types([memory_type])
         if checked == "catalog":
             raise InvalidInput("list the catalog through the catalog handle")
-        return self._engram.store.list(
+        return self._engram.store.list_memories(
             self.user_id, checked, include_superseded=include_superseded, limit=limit, offset=offset
         )
 
@@ -537,7 +537,7 @@ class UserMemory(_Handle):
 
     def _deny_catalog_write(self, memory_id: str) -> None:
         if isinstance(memory_id, str) and memory_id.startswith("cat_"):
-            rows = self._engram.store.get(self.user_id, [memory_id], include_catalog=True)
+            rows = self._engram.store.fetch(self.user_id, [memory_id], include_catalog=True)
             if rows:
                 raise PermissionDenied("catalog rows can only be changed through the admin handle")
 
@@ -567,7 +567,7 @@ class CatalogAdmin(_Handle):
         return row
 
     def list(self, *, limit: int = 50, offset: int = 0) -> list[Memory]:
-        return self._engram.store.list(CATALOG, "catalog", limit=limit, offset=offset)
+        return self._engram.store.list_memories(CATALOG, "catalog", limit=limit, offset=offset)
 
     def import_json(self, items: Sequence[Any], *, progress: bool = False) -> dict[str, Any]:
         """Import catalog items ``[{"title", "text", ...}]``; an invalid list writes nothing."""
@@ -592,7 +592,7 @@ class MemoryReader:
     def present(self, memory_ids: Iterable[str]) -> set[str]:
         """Which of these ids are rows this user can still read (their own, or catalog rows)."""
         engram = self._memory._engram
-        return {m.id for m in engram.store.get(self.user_id, sorted(set(memory_ids)), include_catalog=True)}
+        return {m.id for m in engram.store.fetch(self.user_id, sorted(set(memory_ids)), include_catalog=True)}
 
     def history(self, memory_id: str) -> list[Memory]:
         return self._memory.history(memory_id)

@@ -14,6 +14,8 @@ import unicodedata
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from engram.errors import InvalidInput
@@ -22,6 +24,7 @@ MemoryType = Literal["episodic", "semantic", "procedural", "catalog"]
 MEMORY_TYPES: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural", "catalog")
 FactType = Literal["identity", "preference", "constraint", "world"]
 Contradiction = Literal["natural", "harsh"]
+Vectors = npt.NDArray[np.float32]  # one float32 row per text: embeddings, token vectors
 
 _ID_PREFIX: dict[MemoryType, str] = {
     "episodic": "epi",

@@ -150,7 +150,7 @@ class _Loader:
         batch, self.rows = self.rows, []
         ids = {row.id for row, _ in batch}
         contexts = {getattr(row, "context_id", None) for row, _ in batch} - ids - {None}
-        present = {m.id for m in self.store.get(self.tenant, sorted(contexts), include_catalog=False)}
+        present = {m.id for m in self.store.fetch(self.tenant, sorted(contexts), include_catalog=False)}
         known = ids | present | {None}
         ready = [item for item in batch if final or getattr(item[0], "context_id", None) in known]
         self.waiting += [

@@ -85,7 +85,7 @@ def test_every_acknowledged_write_survives_kill_9(kind, tmp_path, request):
     ) as eng:
         mem = eng.for_user("sarah")
         ids = [memory_id for memory_id, _ in acknowledged]
-        stored = {(m.id, m.text) for m in eng.store.get("sarah", ids, include_catalog=False)}
+        stored = {(m.id, m.text) for m in eng.store.fetch("sarah", ids, include_catalog=False)}
         missing = [a for a in acknowledged if a not in stored]
         assert missing == [], f"{len(missing)} of {len(acknowledged)} acknowledged writes lost"
         # and the restarted store takes writes again

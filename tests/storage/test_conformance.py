@@ -83,7 +83,7 @@ def test_every_type_round_trips_with_all_fields(store, embedder):
     )
     put(store, embedder, "sarah", ep, fa, pb)
     put(store, embedder, CATALOG, cat)
-    got = store.get("sarah", [cat.id, pb.id, fa.id, ep.id])
+    got = store.fetch("sarah", [cat.id, pb.id, fa.id, ep.id])
     assert got == [cat, pb, fa, ep]  # order as asked, every field identical
 
 
@@ -96,16 +96,16 @@ def test_get_is_scoped_to_the_tenant(store, embedder):
         CATALOG,
         CatalogItem(id=new_id("catalog"), text="Tea is a drink", user_id=None, created_at=T0),
     )
-    assert [m.id for m in store.get("sarah", [mine.id, theirs.id, cat.id])] == [mine.id, cat.id]
-    assert [m.id for m in store.get("sarah", [mine.id, cat.id], include_catalog=False)] == [mine.id]
-    assert store.get(CATALOG, [mine.id, theirs.id, cat.id]) == [cat]
-    assert store.get("sarah", ["not-an-id", "' OR 1=1 --", ""]) == []
+    assert [m.id for m in store.fetch("sarah", [mine.id, theirs.id, cat.id])] == [mine.id, cat.id]
+    assert [m.id for m in store.fetch("sarah", [mine.id, cat.id], include_catalog=False)] == [mine.id]
+    assert store.fetch(CATALOG, [mine.id, theirs.id, cat.id]) == [cat]
+    assert store.fetch("sarah", ["not-an-id", "' OR 1=1 --", ""]) == []
 
 
 def test_insert_refuses_rows_of_another_owner(store, embedder):
     with pytest.raises(InvalidInput):
         put(store, embedder, "sarah", fact("bob", "Bob likes coffee"))
-    assert store.list("bob", "semantic") == []
+    assert store.list_memories("bob", "semantic") == []
 
 
 def test_text_search_matches_exact_tokens_within_scope(store, embedder):
@@ -146,7 +146,7 @@ def test_text_search_survives_hostile_queries(store, embedder, query):
     hits = store.search_text("sarah", query, ALL, 10)  # no error, whatever the query syntax
     assert {h.id for h in hits} <= {mine.id}  # and never another tenant's row
     assert [h.id for h in store.search_text("sarah", "tea", ALL, 10)] == [mine.id]  # nothing dropped
-    assert len(store.list("sarah", "semantic")) == 1
+    assert len(store.list_memories("sarah", "semantic")) == 1
 
 
 def test_vector_search_is_exact_and_scoped(store, embedder):
@@ -165,7 +165,7 @@ def test_vector_search_is_exact_and_scoped(store, embedder):
     assert [h.id for h in hits] == [rows[i].id for i in expected]
     assert np.allclose([h.score for h in hits], (vectors @ q)[expected], atol=1e-5)
     assert {
-        m.user_id for m in store.get("sarah", [h.id for h in store.search_vector("sarah", q, ALL, 100)])
+        m.user_id for m in store.fetch("sarah", [h.id for h in store.search_vector("sarah", q, ALL, 100)])
     } == {"sarah"}
 
 
@@ -174,7 +174,7 @@ def test_supersession_is_atomic_and_hides_the_old_row(store, embedder):
     new = fact("sarah", "Sarah lives in Edinburgh", supersedes=old.id, contradiction="harsh")
     at = T0 + timedelta(days=1)
     put(store, embedder, "sarah", new, supersede={new.id: Supersession(old.id, retract=True, at=at)})
-    (old_now,) = store.get("sarah", [old.id])
+    (old_now,) = store.fetch("sarah", [old.id])
     assert (old_now.superseded_by, old_now.superseded_at, old_now.retracted) == (new.id, at, True)
     live = SearchFilter(frozenset({"semantic"}))
     assert [h.id for h in store.search_text("sarah", "Sarah lives", live, 10)] == [new.id]
@@ -199,9 +199,9 @@ def test_failed_supersession_writes_nothing(store, embedder):
         row = fact("sarah", f"Sarah lives in {target}", supersedes=target)
         with pytest.raises(error):
             put(store, embedder, "sarah", row, supersede={row.id: Supersession(target, retract=False, at=T0)})
-        assert store.get("sarah", [row.id]) == []
-    assert store.get("bob", [bobs.id])[0].superseded_by is None
-    assert len(store.list("sarah", "semantic", include_superseded=True)) == 2
+        assert store.fetch("sarah", [row.id]) == []
+    assert store.fetch("bob", [bobs.id])[0].superseded_by is None
+    assert len(store.list_memories("sarah", "semantic", include_superseded=True)) == 2
 
 
 def test_record_use_increments_atomically_under_threads(store, embedder):
@@ -221,12 +221,12 @@ def test_record_use_increments_atomically_under_threads(store, embedder):
     for t in threads:
         t.join()
     assert sorted(seen) == list(range(1, 101))  # each call saw its own increment's result
-    (row,) = store.get("sarah", [f.id])
+    (row,) = store.fetch("sarah", [f.id])
     assert (row.use_count, row.last_used_at) == (100, T0)
-    assert store.get("bob", [other.id])[0].use_count == 0  # not sarah's: untouched
+    assert store.fetch("bob", [other.id])[0].use_count == 0  # not sarah's: untouched
     # Queued uses arrive merged (n at once) and late: last_used_at never moves back.
     assert store.record_use("sarah", {f.id: 3}, T0 - timedelta(days=1), max_wait_s=1.0) == {f.id: 103}
-    assert store.get("sarah", [f.id])[0].last_used_at == T0
+    assert store.fetch("sarah", [f.id])[0].last_used_at == T0
 
 
 def test_forget_removes_everywhere_and_leaves_a_tombstone(store, embedder):
@@ -236,7 +236,7 @@ def test_forget_removes_everywhere_and_leaves_a_tombstone(store, embedder):
     stone = store.forget("sarah", f.id, T0)
     assert (stone.id, stone.user_id, stone.memory_type, stone.forgotten_at) == (f.id, "sarah", "semantic", T0)
     assert not hasattr(stone, "text")
-    assert store.get("sarah", [f.id]) == []
+    assert store.fetch("sarah", [f.id]) == []
     assert store.search_text("sarah", "PIN hint dog", ALL, 10) == []
     assert store.search_vector("sarah", embedder.embed_query("PIN"), ALL, 10) == []
     with pytest.raises(NotFound):
@@ -251,7 +251,7 @@ def test_an_episode_is_found_by_the_words_of_its_context(store, embedder):
     put(store, embedder, "sarah", question, reply)
     found = [h.id for h in store.search_text("sarah", "drums", ALL, 10)]
     assert set(found) == {question.id, reply.id}
-    assert store.get("sarah", [reply.id])[0].text == "Yeah, for a month now!"  # stored text unchanged
+    assert store.fetch("sarah", [reply.id])[0].text == "Yeah, for a month now!"  # stored text unchanged
     assert store.search_text("bob", "drums", ALL, 10) == []
 
 
@@ -264,7 +264,7 @@ def test_forgetting_a_turn_removes_its_words_from_the_turns_quoting_it(store, em
     put(store, embedder, "sarah", secret, reply, other)
     store.forget("sarah", secret.id, T0)
     assert [h.id for h in store.search_text("sarah", "marmalade", ALL, 10)] == [other.id]
-    (kept,) = store.get("sarah", [reply.id])
+    (kept,) = store.fetch("sarah", [reply.id])
     assert (kept.text, kept.context, kept.context_id) == ("Got it, noted", None, None)
 
 
@@ -308,7 +308,7 @@ def test_a_context_whose_turn_was_forgotten_meanwhile_is_not_stored(store, embed
     reply = episode("sarah", "ok").model_copy(update={"context": gone.text, "context_id": gone.id})
     put(store, embedder, "sarah", reply)
     assert store.search_text("sarah", "XQ7781234", ALL, 10) == []
-    assert store.get("sarah", [reply.id])[0].context is None
+    assert store.fetch("sarah", [reply.id])[0].context is None
 
 
 def test_forgetting_a_link_of_a_supersession_chain_mends_it(store, embedder):
@@ -319,30 +319,30 @@ def test_forgetting_a_link_of_a_supersession_chain_mends_it(store, embedder):
     c = fact("sarah", "Sarah lives in Edinburgh", supersedes=b.id)
     put(store, embedder, "sarah", c, supersede={c.id: Supersession(b.id, retract=False, at=T0)})
     store.forget("sarah", b.id, T0)  # the middle link: a now points at c, and stays hidden
-    a_now, c_now = store.get("sarah", [a.id, c.id])
+    a_now, c_now = store.fetch("sarah", [a.id, c.id])
     assert (a_now.superseded_by, a_now.retracted, c_now.supersedes) == (c.id, True, a.id)
     assert [h.id for h in store.search_vector("sarah", embedder.embed_query("where"), live, 10)] == [c.id]
     store.forget("sarah", c.id, T0)  # the head: a is live again, and can be superseded anew
-    (a_now,) = store.get("sarah", [a.id])
+    (a_now,) = store.fetch("sarah", [a.id])
     assert (a_now.superseded_by, a_now.superseded_at, a_now.retracted) == (None, None, False)
     assert [h.id for h in store.search_vector("sarah", embedder.embed_query("where"), live, 10)] == [a.id]
     assert [h.id for h in store.search_text("sarah", "Bristol", live, 10)] == [a.id]
     d = fact("sarah", "Sarah lives in Glasgow", supersedes=a.id)
     put(store, embedder, "sarah", d, supersede={d.id: Supersession(a.id, retract=False, at=T0)})
-    assert store.get("sarah", [a.id])[0].superseded_by == d.id
+    assert store.fetch("sarah", [a.id])[0].superseded_by == d.id
 
 
 def test_list_pages_newest_first(store, embedder):
     rows = [episode("sarah", f"turn {i}", at=T0 + timedelta(minutes=i)) for i in range(7)]
     rows = [r.model_copy(update={"created_at": r.timestamp}) for r in rows]
     put(store, embedder, "sarah", *rows)
-    first = store.list("sarah", "episodic", limit=3)
-    second = store.list("sarah", "episodic", limit=3, offset=3)
+    first = store.list_memories("sarah", "episodic", limit=3)
+    second = store.list_memories("sarah", "episodic", limit=3, offset=3)
     assert [r.text for r in first + second] == [f"turn {i}" for i in (6, 5, 4, 3, 2, 1)]
-    assert store.list("bob", "episodic") == []
+    assert store.list_memories("bob", "episodic") == []
     for bad in ({"limit": 0}, {"offset": -1}, {"offset": 2**63}, {"limit": 2**63}):  # 2^63: overflow
         with pytest.raises(InvalidInput):
-            store.list("sarah", "episodic", **bad)
+            store.list_memories("sarah", "episodic", **bad)
 
 
 def test_a_write_is_visible_to_another_connection_at_once(store, embedder, tmp_path):
@@ -421,16 +421,16 @@ def test_apply_consolidation_is_atomic_and_compare_and_set(store, embedder):
     )
     store.apply_consolidation("sarah", write)
     assert store.waiting_episodes("sarah", 10) == []
-    merged = store.get("sarah", [old_fact.id])[0]
+    merged = store.fetch("sarah", [old_fact.id])[0]
     assert merged.supporting_episode_ids == [eps[1].id] and merged.use_count == 1
-    got_pb = store.get("sarah", [pb.id])[0]
+    got_pb = store.fetch("sarah", [pb.id])[0]
     assert got_pb.success_count == 1 and got_pb.last_success_at == write.at
-    assert store.get("sarah", [new_fact.id])[0].text == new_fact.text
+    assert store.fetch("sarah", [new_fact.id])[0].text == new_fact.text
     # a second run that read the same episodes is refused whole
     again = fact("sarah", "a duplicate from a stale run")
     with pytest.raises(Conflict):
         store.apply_consolidation("sarah", plan(store, embedder, eps, rows=[again]))
-    assert store.get("sarah", [again.id]) == []
+    assert store.fetch("sarah", [again.id]) == []
     # failure feedback refines the steps and bumps the version
     later = put(store, embedder, "sarah", episode("sarah", "the reset failed this time"))
     refine = plan(
@@ -442,7 +442,7 @@ def test_apply_consolidation_is_atomic_and_compare_and_set(store, embedder):
         ],
     )
     store.apply_consolidation("sarah", refine)
-    got_pb = store.get("sarah", [pb.id])[0]
+    got_pb = store.fetch("sarah", [pb.id])[0]
     assert (got_pb.failure_count, got_pb.version, got_pb.refined_steps[0].instruction) == (1, 2, "hold 20 s")
 
 
@@ -458,4 +458,4 @@ def test_apply_consolidation_cannot_touch_another_tenant(store, embedder):
         with pytest.raises(NotFound):
             store.apply_consolidation("sarah", plan(store, embedder, [eps], **bad))
     assert [e.id for e in store.waiting_episodes("sarah", 10)] == [eps.id]
-    assert store.get("bob", [bobs.id])[0].use_count == 0
+    assert store.fetch("bob", [bobs.id])[0].use_count == 0

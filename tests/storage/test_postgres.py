@@ -188,9 +188,9 @@ def test_concurrent_supersessions_leave_one_live_fact(pg, embedder):
     for t in threads:
         t.join()
     assert sorted(outcomes) == ["conflict"] * 7 + ["ok"]
-    facts = store.list("sarah", "semantic", include_superseded=True, limit=100)
+    facts = store.list_memories("sarah", "semantic", include_superseded=True, limit=100)
     live_new = [f for f in facts if f.supersedes == old.id]
-    assert len(live_new) == 1 and store.get("sarah", [old.id])[0].superseded_by == live_new[0].id
+    assert len(live_new) == 1 and store.fetch("sarah", [old.id])[0].superseded_by == live_new[0].id
 
 
 def test_engram_open_with_a_postgres_url(pg_urls, tmp_path, monkeypatch):
@@ -237,7 +237,7 @@ def test_a_bounded_use_count_bump_gives_up_on_a_locked_row(pg):
     from engram.errors import StoreBusy
 
     store, admin, _ = pg
-    fact = store.list("sarah", "semantic", limit=1)[0]
+    fact = store.list_memories("sarah", "semantic", limit=1)[0]
     with psycopg.connect(admin) as holder, holder.transaction():
         holder.execute("SELECT 1 FROM memories WHERE id = %s FOR UPDATE", (fact.id,))
         with pytest.raises(StoreBusy):
@@ -280,7 +280,7 @@ def test_one_statement_search_returns_what_the_separate_calls_do(pg, embedder, t
         assert found.bm25 == store.search_text("sarah", query, where, 80)
         assert found.dense == store.search_vector("sarah", vector, where, 80)
         ids = {h.id for h in found.bm25 + found.dense}
-        assert sorted(m.id for m in found.rows) == sorted(m.id for m in store.get("sarah", list(ids)))
+        assert sorted(m.id for m in found.rows) == sorted(m.id for m in store.fetch("sarah", list(ids)))
         assert all(m.user_id in ("sarah", None) for m in found.rows)  # never bob's
         if answer.id in ids:  # the turn's own tokens and those of the turn it replied to
             assert found.tokens[answer.id] == tokens[1] and found.tokens[question.id] == tokens[0]

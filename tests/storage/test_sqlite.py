@@ -32,8 +32,8 @@ def test_two_processes_write_and_read_the_same_file(tmp_path):
         assert p.returncode == 0, err
     store = SQLiteStore(tmp_path / "shared.db")
     try:
-        assert len(store.list("alice", "episodic", limit=100)) == 40
-        assert len(store.list("bob", "episodic", limit=100)) == 40
+        assert len(store.list_memories("alice", "episodic", limit=100)) == 40
+        assert len(store.list_memories("bob", "episodic", limit=100)) == 40
     finally:
         store.close()
 

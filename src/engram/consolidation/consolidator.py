@@ -80,7 +80,7 @@ class Consolidator:
         report = ConsolidationReport(user_id=user)
         unreadable: list[tuple[EpisodicMemory, str]] = []
         while True:
-            episodes = store.waiting_episodes(user, self.policy.batch_size)  # type: ignore[attr-defined]
+            episodes = store.waiting_episodes(user, self.policy.batch_size)
             episodes = [e for e in episodes if e.id not in {u.id for u, _ in unreadable}]
             if not episodes:
                 break
@@ -132,7 +132,7 @@ class Consolidator:
                         f"every part of a batch of {len(episodes)} got a malformed reply: {exc}"
                     ) from exc
                 return True
-        self.engram.store.apply_consolidation(user, write)  # type: ignore[attr-defined]
+        self.engram.store.apply_consolidation(user, write)
         report.batches += 1
         report.episodes += len(episodes)
         report.written += [r.id for r in write.rows]
@@ -148,7 +148,7 @@ class Consolidator:
     ) -> None:
         ids = [episode.id for episode, _ in unreadable]
         try:
-            self.engram.store.apply_consolidation(  # type: ignore[attr-defined]
+            self.engram.store.apply_consolidation(
                 user, episode_marks(ids, utcnow(), self.engram.embedder.dim, skipped=True)
             )
         except EngramError as exc:  # keep the report of what did commit; they stay waiting
@@ -166,8 +166,10 @@ class Consolidator:
         self, user: str, episodes: list[EpisodicMemory], report: ConsolidationReport
     ) -> ConsolidationWrite:
         store, now = self.engram.store, utcnow()
-        facts = [m for m in store.list(user, "semantic", limit=500) if isinstance(m, SemanticMemory)]
-        playbooks = [m for m in store.list(user, "procedural", limit=200) if isinstance(m, ProceduralMemory)]
+        facts = [m for m in store.list_memories(user, "semantic", limit=500) if isinstance(m, SemanticMemory)]
+        playbooks = [
+            m for m in store.list_memories(user, "procedural", limit=200) if isinstance(m, ProceduralMemory)
+        ]
         extraction = self.llm.complete_json(
             EXTRACT_SYSTEM, extraction_prompt(episodes, facts, playbooks), Extraction
         )

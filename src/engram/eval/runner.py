@@ -128,7 +128,7 @@ def leak_probes(
     ``recallers`` maps an entry-point name to ``fn(user, query) -> hits as JSON``. Returns
     (probes sent, leaks, leak details). A leak is any hit owned by another user.
     """
-    users = sorted({u for u in eng.store.tenants()})  # type: ignore[attr-defined]
+    users = sorted({u for u in eng.store.tenants()})
     facts = {
         u: [m for m in eng.for_user(u).list("semantic", limit=500) if isinstance(m, SemanticMemory)]
         for u in users
@@ -159,8 +159,8 @@ def rest_recaller(eng: Engram) -> tuple[Callable[[str, str], list[dict[str, Any]
     from engram.interfaces.rest import create_app
     from engram.interfaces.rest.background import BackgroundServer
 
-    keys = ApiKeys(eng.store)  # type: ignore[arg-type]
-    tokens = {u: keys.create(u, "eval leak probe")[0] for u in eng.store.tenants()}  # type: ignore[attr-defined]
+    keys = ApiKeys(eng.store)
+    tokens = {u: keys.create(u, "eval leak probe")[0] for u in eng.store.tenants()}
     server = BackgroundServer(create_app(eng, keys))
     client = httpx.Client(base_url=server.__enter__(), timeout=60)
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-import numpy.typing as npt
+from engram.models import Vectors
 
-Vectors = npt.NDArray[np.float32]
+__all__ = ["Embedder", "Reranker", "TokenEncoder", "Vectors"]
 
 
 @runtime_checkable

@@ -35,7 +35,7 @@ from engram.retrieval.late_interaction import Matrix, late_score, pack, token_ma
 from engram.retrieval.scoring import multipliers, product
 from engram.retrieval.temporal import time_window
 from engram.storage._rows import search_text_of
-from engram.storage.base import Candidates, SearchFilter, Store, Tenant
+from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
 
 log = logging.getLogger(__name__)
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
@@ -91,7 +91,7 @@ class Candidate:
 
 
 def recall(
-    store: Store,
+    store: SearchStore,
     embedder: Embedder,
     reranker: Reranker | None,
     token_encoder: TokenEncoder | None,
@@ -109,11 +109,10 @@ def recall(
     late = token_encoder is not None and config.late_interaction and config.late_window > 0
     # The query's token vectors are encoded on a worker while the legs run.
     query_tokens = _LEG_POOL.submit(token_encoder.encode_query, query) if late and token_encoder else None
-    one_trip = getattr(store, "search_candidates", None)
-    if one_trip is not None and set(config.legs) == {"bm25", "dense"}:
+    if isinstance(store, CandidateSearch) and set(config.legs) == {"bm25", "dense"}:
         # A networked store answers legs, rows and token vectors in one statement: fewer round trips
         # beat running the legs side by side here.
-        found: Candidates = one_trip(
+        found = store.search_candidates(
             tenant, query, embedder.embed_query(query), where, config.leg_candidates, late
         )
         legs = {
@@ -125,7 +124,7 @@ def recall(
         legs, fetched, prefetched = _search_legs(store, embedder, tenant, query, where, config), None, None
     fused = rrf({leg: [i for i, _ in hits] for leg, hits in legs.items()}, k=config.rrf_k)
     if fetched is None:
-        fetched = store.get(tenant, list(fused), include_catalog="catalog" in memory_types)
+        fetched = store.fetch(tenant, list(fused), include_catalog="catalog" in memory_types)
     rows = {m.id: m for m in fetched}
     candidates = [Candidate(memory=rows[i], rrf=s) for i, s in fused.items() if i in rows]
     by_id = {c.memory.id: c for c in candidates}
@@ -173,7 +172,7 @@ def recall(
 
 
 def apply_late_interaction(
-    store: Store,
+    store: SearchStore,
     encoder: TokenEncoder,
     tenant: Tenant,
     query: Future[Matrix],
@@ -224,7 +223,12 @@ def apply_late_interaction(
 
 
 def _search_legs(
-    store: Store, embedder: Embedder, tenant: Tenant, query: str, where: SearchFilter, config: RetrievalConfig
+    store: SearchStore,
+    embedder: Embedder,
+    tenant: Tenant,
+    query: str,
+    where: SearchFilter,
+    config: RetrievalConfig,
 ) -> dict[str, list[tuple[str, float]]]:
     """The legs as separate store calls: BM25 on a worker thread while this one embeds the query and
     runs the dense leg (SQLite and onnxruntime both release the GIL, so they overlap)."""

@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from engram.errors import Conflict, InvalidInput, ModelError
-from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone, is_well_formed_id
-from engram.providers.base import Vectors
+from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone, Vectors, is_well_formed_id
 
 CATALOG: None = None  # the tenant that owns catalog rows
 Tenant = str | None
@@ -152,10 +151,6 @@ class ConsolidationStore(Protocol):
 
     def apply_consolidation(self, tenant: str, write: ConsolidationWrite) -> None: ...
 
-    def tenants(self) -> list[str]:
-        """Every user id that has memories (ids only)."""
-        ...
-
 
 @dataclass(frozen=True)
 class ApiKeyRecord:
@@ -257,7 +252,41 @@ def check_supersession(spec: Supersession, new: Memory, old_type: str, supersede
         )
 
 
-class Store(Protocol):
+class SearchStore(Protocol):
+    """What recall reads (engram.retrieval): both legs, then the rows and token vectors they named."""
+
+    def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
+        """Full-text (BM25) candidates, best first."""
+        ...
+
+    def search_vector(self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int) -> list[LegHit]:
+        """Nearest neighbours by cosine similarity, best first."""
+        ...
+
+    def fetch(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
+        """Rows in scope among ``ids``, in the order asked; ids out of scope are silently absent."""
+        ...
+
+    def token_vectors(
+        self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True
+    ) -> dict[str, bytes]:
+        """Packed token vectors of the rows in scope among ``ids`` that have them."""
+        ...
+
+
+@runtime_checkable
+class CandidateSearch(Protocol):
+    """Offered by a backend whose every call is a network round trip (PostgreSQL): both legs, their
+    rows and (with ``tokens``) the token vectors in one transaction instead of four."""
+
+    def search_candidates(
+        self, tenant: Tenant, query: str, vector: Vectors, where: SearchFilter, limit: int, tokens: bool
+    ) -> Candidates: ...
+
+
+class MemoryStore(SearchStore, Protocol):
+    """What the facade writes and lists beside recall's reads."""
+
     def ensure_model(self, name: str, dim: int, kind: str = "embedding") -> None:
         """Record the model of a kind ("embedding", or "token" for late interaction) on first use;
         raise ModelError if the store was built with another (``check_model``)."""
@@ -279,30 +308,12 @@ class Store(Protocol):
         """
         ...
 
-    def token_vectors(
-        self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True
-    ) -> dict[str, bytes]:
-        """Packed token vectors of the rows in scope among ``ids`` that have them."""
-        ...
-
-    def get(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
-        """Rows in scope among ``ids``, in the order asked; ids out of scope are silently absent."""
-        ...
-
     def rows_without_tokens(self, tenant: Tenant, limit: int) -> list[Memory]:
         """Rows owned by exactly ``tenant`` that have no token vectors (written before they existed)."""
         ...
 
     def set_tokens(self, tenant: Tenant, tokens: Mapping[str, bytes]) -> None:
         """Store packed token vectors for the tenant's rows by id (ids out of scope are ignored)."""
-        ...
-
-    def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
-        """Full-text (BM25) candidates, best first."""
-        ...
-
-    def search_vector(self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int) -> list[LegHit]:
-        """Exact nearest neighbours by cosine similarity, best first."""
         ...
 
     def record_use(
@@ -317,7 +328,7 @@ class Store(Protocol):
         """Hard-delete a row owned by ``tenant``, leaving a tombstone without text."""
         ...
 
-    def list(
+    def list_memories(
         self,
         tenant: Tenant,
         memory_type: MemoryType,
@@ -329,4 +340,17 @@ class Store(Protocol):
         """The tenant's rows of one type, newest first (catalog rows for the catalog tenant)."""
         ...
 
+    def tenants(self) -> list[str]:
+        """Every user id that has memories (ids only)."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Row counts and the recorded models, for ``engram info``."""
+        ...
+
     def close(self) -> None: ...
+
+
+class Store(MemoryStore, ConsolidationStore, TransferStore, KeyStore, Protocol):
+    """A storage backend: every role above. The facade holds one; each consumer names only the role
+    it uses (retrieval a SearchStore, auth a KeyStore, consolidation a ConsolidationStore)."""

@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 
 from engram.errors import Conflict, InvalidInput, NotFound, StorageError, StoreBusy
-from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well_formed_id
-from engram.providers.base import Vectors
+from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, Vectors, is_well_formed_id
 from engram.storage._rows import (
     MEMORY_COLUMNS,
     keyword_text_of,
@@ -342,7 +341,7 @@ class PostgresStore:
             (new.id, spec.at, int(spec.retract), rid),
         )
 
-    def get(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
+    def fetch(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
         wanted = wanted_ids(ids)
         if not wanted:
             return []
@@ -524,7 +523,7 @@ class PostgresStore:
             )
         return Tombstone(id=memory_id, user_id=tenant, memory_type=row[0], created_at=row[1], forgotten_at=at)
 
-    def list(
+    def list_memories(
         self,
         tenant: Tenant,
         memory_type: MemoryType,

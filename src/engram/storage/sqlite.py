@@ -37,8 +37,7 @@ import numpy as np
 import sqlite_vec
 
 from engram.errors import Conflict, InvalidInput, NotFound, StorageError, StoreBusy
-from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, is_well_formed_id
-from engram.providers.base import Vectors
+from engram.models import EpisodicMemory, Memory, MemoryType, Tombstone, Vectors, is_well_formed_id
 from engram.settings import DEFAULT_ANN_MIN_ROWS
 from engram.storage._rows import (
     MEMORY_COLUMNS,
@@ -368,7 +367,7 @@ class SQLiteStore:
         else:
             conn.execute("DELETE FROM memory_tokens WHERE owner = ? AND rid = ?", (owner, rid))
 
-    def get(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
+    def fetch(self, tenant: Tenant, ids: Sequence[str], include_catalog: bool = True) -> list[Memory]:
         wanted = wanted_ids(ids)
         if not wanted:
             return []
@@ -618,7 +617,7 @@ class SQLiteStore:
                 (rid, index_text(owner, keyword_text_of(cleared))),
             )
 
-    def list(
+    def list_memories(
         self,
         tenant: Tenant,
         memory_type: MemoryType,

@@ -242,7 +242,7 @@ class RecordingMemory(UserMemory):
         row = super().write(*args, **kwargs)
         superseded = None
         if row.supersedes is not None:  # show what it replaced, now marked superseded
-            found = self._engram.store.get(self.user_id, [row.supersedes], include_catalog=False)
+            found = self._engram.store.fetch(self.user_id, [row.supersedes], include_catalog=False)
             superseded = slim(found[0]) if found else None
         contradiction = getattr(row, "contradiction", None) if row.supersedes else None
         written = slim(row)

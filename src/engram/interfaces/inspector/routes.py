@@ -358,7 +358,7 @@ def _search(
     tenant = CATALOG if memory_type == "catalog" else v.user_id
     where = SearchFilter(memory_types=frozenset({memory_type}), include_superseded=include_superseded)
     ids = [h.id for h in engram.store.search_text(tenant, q, where, SEARCH_CAP)]
-    rows = {m.id: m for m in engram.store.get(tenant, ids, include_catalog=memory_type == "catalog")}
+    rows = {m.id: m for m in engram.store.fetch(tenant, ids, include_catalog=memory_type == "catalog")}
     return [rows[i] for i in ids if i in rows and rows[i].memory_type == memory_type]
 
 

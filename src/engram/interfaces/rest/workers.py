@@ -24,7 +24,7 @@ def app_from_environment() -> FastAPI:
     settings = load_settings()
     engram = Engram.from_settings(settings)
     secret = settings.session_secret.get_secret_value().encode() if settings.session_secret else None
-    keys = ApiKeys(engram.store, session_secret=secret)  # type: ignore[arg-type]
+    keys = ApiKeys(engram.store, session_secret=secret)
     app = create_app(engram, keys, host=os.environ.get("ENGRAM_HOST", "127.0.0.1"))
     serving = app.router.lifespan_context
 
