@@ -35,6 +35,7 @@ from engram.models import (
     check_text,
     episode_context,
     new_id,
+    search_text_of,
     utcnow,
 )
 from engram.providers.base import Embedder, Reranker, TokenEncoder, Vectors
@@ -43,7 +44,6 @@ from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.late_interaction import pack
 from engram.retrieval.pipeline import recall as run_recall
 from engram.settings import DEFAULT_ANN_MIN_ROWS, EngramSettings, load_settings
-from engram.storage._rows import search_text_of
 from engram.storage.base import CATALOG, Store, Supersession, Tenant
 from engram.use_counts import UseRecorder
 

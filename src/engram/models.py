@@ -264,3 +264,15 @@ class Tombstone(BaseModel):
     memory_type: MemoryType
     created_at: datetime
     forgotten_at: datetime
+
+
+def search_text_of(memory: Memory) -> str:
+    """The text that BM25, the embedder and the reranker see for a row."""
+    parts: list[str]
+    if memory.memory_type == "procedural":
+        parts = [memory.name, memory.trigger_text, memory.description, memory.text]
+    elif memory.memory_type == "catalog":
+        parts = [memory.title, memory.text]
+    else:
+        parts = [memory.text]
+    return "\n".join(p for p in parts if p)

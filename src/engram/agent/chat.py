@@ -18,7 +18,7 @@ from rich.text import Text
 
 from engram.agent.agent import Agent, Recall, TurnResult
 from engram.errors import EngramError
-from engram.storage._rows import search_text_of
+from engram.models import search_text_of
 
 SHOWN_HITS = 3  # hits listed per recall under a reply; the rest are counted
 SHOWN_CHARS = 90  # a memory's text is cut to this in those lists

@@ -29,9 +29,16 @@ from engram.consolidation.prompts import (
 )
 from engram.consolidation.schema import Extraction, JudgeVerdicts
 from engram.errors import Conflict, EngramError
-from engram.models import EpisodicMemory, Memory, ProceduralMemory, SemanticMemory, new_id, utcnow
+from engram.models import (
+    EpisodicMemory,
+    Memory,
+    ProceduralMemory,
+    SemanticMemory,
+    new_id,
+    search_text_of,
+    utcnow,
+)
 from engram.retrieval.config import RetrievalConfig
-from engram.storage._rows import search_text_of
 from engram.storage.base import ConsolidationWrite, FactMerge, PlaybookFeedback, Supersession, episode_marks
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from engram.storage._text import STOPWORDS
+from engram.text import STOPWORDS
 
 _WORD = re.compile(r"[^\W_]+")
 

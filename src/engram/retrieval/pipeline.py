@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from engram.models import EpisodicMemory, Hit, Memory, MemoryType
+from engram.models import EpisodicMemory, Hit, Memory, MemoryType, search_text_of
 from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.retrieval.admission import Admission
 from engram.retrieval.config import RetrievalConfig
@@ -34,7 +34,6 @@ from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import Matrix, late_score, pack, token_maxima
 from engram.retrieval.scoring import multipliers, product
 from engram.retrieval.temporal import time_window
-from engram.storage._rows import search_text_of
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
 
 log = logging.getLogger(__name__)

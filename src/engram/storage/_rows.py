@@ -20,6 +20,7 @@ from engram.models import (
     ProceduralMemory,
     SemanticMemory,
     Step,
+    search_text_of,
 )
 
 _MEMORY: TypeAdapter[Memory] = TypeAdapter(Memory)
@@ -56,18 +57,6 @@ MEMORY_COLUMNS = (
 )
 _COMMON = {"id", "text", "user_id", "created_at", "metadata", "memory_type", "timestamp"}
 _TIME_COLUMNS = {"created_at", "event_at", "last_used_at", "last_success_at", "superseded_at"}
-
-
-def search_text_of(memory: Memory) -> str:
-    """The text that BM25, the embedder and the reranker see for a row."""
-    parts: list[str]
-    if memory.memory_type == "procedural":
-        parts = [memory.name, memory.trigger_text, memory.description, memory.text]
-    elif memory.memory_type == "catalog":
-        parts = [memory.title, memory.text]
-    else:
-        parts = [memory.text]
-    return "\n".join(p for p in parts if p)
 
 
 def keyword_text_of(memory: Memory) -> str:

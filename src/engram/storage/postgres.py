@@ -34,7 +34,6 @@ from engram.storage._rows import (
     refined_attrs,
     without_context,
 )
-from engram.storage._text import fts_words
 from engram.storage.base import (
     BATCH_CHANGED,
     ApiKeyRecord,
@@ -51,6 +50,7 @@ from engram.storage.base import (
     model_keys,
     wanted_ids,
 )
+from engram.text import fts_words
 
 RUNTIME_ROLE = "engram_app"
 CATALOG_TENANT = "*catalog*"  # the value bound for catalog writes; no user id can take it

@@ -48,7 +48,6 @@ from engram.storage._rows import (
     refined_attrs,
     without_context,
 )
-from engram.storage._text import fts_words
 from engram.storage.ann import MIN_WANTED_SHARE, TenantIndex, TenantIndexes
 from engram.storage.base import (
     BATCH_CHANGED,
@@ -67,6 +66,7 @@ from engram.storage.base import (
     model_keys,
     wanted_ids,
 )
+from engram.text import fts_words
 
 # 2: memory_tokens, episode context; 3: episodes marked consolidated (older Engrams refuse the file)
 SCHEMA_VERSION = 3

@@ -14,9 +14,8 @@ from rich.console import Console
 
 from engram.errors import ConfigError, EngramError
 from engram.memory import Engram, sqlite_path
-from engram.models import Hit
+from engram.models import Hit, search_text_of
 from engram.settings import EngramSettings, load_settings
-from engram.storage._rows import search_text_of
 
 app = typer.Typer(help="Engram: persistent, multi-tenant memory for LLM agents.", no_args_is_help=True)
 catalog_app = typer.Typer(help="Manage the shared catalog (admin).", no_args_is_help=True)

@@ -1,4 +1,4 @@
-"""Query-side text handling shared by the SQL backends."""
+"""Word handling shared by the BM25 query builders (storage) and consolidation's dedup guard."""
 
 from __future__ import annotations
 
