@@ -30,10 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from engram import Engram
-from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, new_id, utcnow
+from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, new_id, search_text_of, utcnow
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.late_interaction import pack
-from engram.storage._rows import search_text_of
 
 
 def vocabulary() -> list[str]:

@@ -16,8 +16,8 @@ from engram.models import (
     SemanticMemory,
     Step,
     new_id,
+    search_text_of,
 )
-from engram.storage._rows import search_text_of
 from engram.storage.base import CATALOG, SearchFilter, Supersession
 
 ALL = SearchFilter(frozenset({"episodic", "semantic", "procedural", "catalog"}))
