@@ -136,7 +136,8 @@ def parse_tool_calls(message: dict[str, Any]) -> list[ToolCall]:
         if not isinstance(raw, dict):
             calls.append(ToolCall(_call_id(), INVALID, str(raw)[:200], "a tool call must be an object"))
             continue
-        call_id = raw.get("id") if isinstance(raw.get("id"), str) and raw.get("id") else _call_id()
+        given_id = raw.get("id")
+        call_id = given_id if isinstance(given_id, str) and given_id else _call_id()
         function = raw.get("function")
         if (
             not isinstance(function, dict)

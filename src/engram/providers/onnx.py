@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+from tokenizers import Encoding, Tokenizer
 
 from engram.errors import ModelError
 from engram.providers.base import Vectors
@@ -100,9 +102,8 @@ def verify_files(model_dir: Path, sha256: dict[str, str], name: str) -> None:
             )
 
 
-def _load(model_dir: Path, threads: int):  # noqa: ANN202 - returns (tokenizer, session)
+def _load(model_dir: Path, threads: int) -> tuple[Tokenizer, Any]:  # Any: onnxruntime has no types
     import onnxruntime as ort
-    from tokenizers import Tokenizer
 
     for filename in ("model.onnx", "tokenizer.json"):
         if not (model_dir / filename).is_file():
@@ -118,7 +119,7 @@ def _load(model_dir: Path, threads: int):  # noqa: ANN202 - returns (tokenizer, 
     return tokenizer, session
 
 
-def _pad(encodings: list, length: int) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+def _pad(encodings: Sequence[Encoding], length: int) -> dict[str, npt.NDArray[np.int64]]:
     """Right-pad token ids to ``length``; returns the three BERT inputs."""
     n = len(encodings)
     ids = np.zeros((n, length), dtype=np.int64)
@@ -196,7 +197,8 @@ class OnnxEmbedder:
         return out
 
     def embed_query(self, text: str) -> Vectors:
-        return self.embed_documents([self._query_prefix + text])[0]
+        vector: Vectors = self.embed_documents([self._query_prefix + text])[0]
+        return vector
 
 
 class OnnxCrossEncoder:
@@ -306,7 +308,8 @@ class OnnxTokenEncoder:
         with self._lock:
             hidden = self._session.run(None, feeds)[0][0]
         norms = np.linalg.norm(hidden, axis=1, keepdims=True)
-        return (hidden / np.maximum(norms, 1e-12)).astype(np.float32)
+        matrix: Vectors = (hidden / np.maximum(norms, 1e-12)).astype(np.float32)
+        return matrix
 
     def encode_documents(self, texts: Sequence[str]) -> list[Vectors]:
         return [self._encode(t, self._document_marker, self._max_document_tokens) for t in texts]

@@ -59,10 +59,12 @@ class OpenAIEmbedder:
             rows.extend(self._request(texts[start : start + self._batch_size]))
         vectors = np.asarray(rows, dtype=np.float32).reshape(len(texts), self._dim)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return vectors / np.maximum(norms, 1e-12)
+        normalised: Vectors = vectors / np.maximum(norms, 1e-12)
+        return normalised
 
     def embed_query(self, text: str) -> Vectors:
-        return self.embed_documents([text])[0]
+        vector: Vectors = self.embed_documents([text])[0]
+        return vector
 
     def close(self) -> None:
         self._client.close()

@@ -27,7 +27,7 @@ def pack(tokens: Matrix) -> bytes:
     float32 (docs/benchmarks.md), at a quarter of the bytes (~15 KB for a 40-token turn at dim 384).
     """
     matrix = np.asarray(tokens, dtype=np.float32)
-    scales = np.abs(matrix).max(axis=1) / 127.0
+    scales: Matrix = np.abs(matrix).max(axis=1) / 127.0
     scales[scales == 0] = 1.0
     values = np.round(matrix / scales[:, None]).astype(np.int8)
     return scales.astype("<f4").tobytes() + values.tobytes()
@@ -40,7 +40,8 @@ def unpack(blob: bytes, dim: int) -> Matrix:
         raise ValueError(f"a token blob of {len(blob)} bytes does not hold {dim}-dim vectors")
     scales = np.frombuffer(blob, dtype="<f4", count=n)
     values = np.frombuffer(blob, dtype=np.int8, offset=n * _SCALE_BYTES).reshape(n, dim)
-    return values.astype(np.float32) * scales[:, None]
+    matrix: Matrix = values.astype(np.float32) * scales[:, None]
+    return matrix
 
 
 _BLAS_LOCK = threading.Lock()

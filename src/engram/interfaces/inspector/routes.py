@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import anyio
@@ -239,7 +239,7 @@ def _recall_defaults() -> dict[str, Any]:
 
 def _recall_page(request: Request, user: str | None, form: Mapping[str, list[str]]) -> Response:
     v = viewer(request, user)
-    values = {
+    values: dict[str, Any] = {
         "query": (form.get("query") or [""])[0],
         "k": _int((form.get("k") or ["10"])[0], 10, 1, 100),
         "include_superseded": "include_superseded" in form,
@@ -325,7 +325,7 @@ def list_page(
     if memory_type not in LISTED:
         context = _page(request, v, "", title="Not found", message="No such page in the inspector.")
         return render("error.html", 404, **context)
-    listed = cast(MemoryType, memory_type)
+    listed = memory_type
     context = _page(request, v, listed, q=q, page=page, live=live, rows=[], more=False, found=None)
     if memory_type != "catalog" and v.reader is None:
         return render("list.html", **context)

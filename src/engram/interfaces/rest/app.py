@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -53,7 +53,7 @@ ERROR_STATUS: list[tuple[type[EngramError], int]] = [
 ]
 
 
-def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": code, "message": message}, status_code=status, headers=headers)
 
 
