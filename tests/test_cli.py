@@ -59,14 +59,40 @@ def test_every_command_has_help():
 
     group = typer.main.get_command(app)
     expected = {
-        "demo", "import", "export", "recall", "remember", "write", "get", "history", "forget", "list",
+        "demo", "import", "export", "recall", "remember-turn", "write", "get", "history", "forget", "list",
         "info", "reindex", "serve", "mcp", "mcp-config", "consolidate", "eval", "chat", "catalog", "keys",
+        "remember",  # the old name of remember-turn, hidden
     }  # fmt: skip
     assert expected <= set(group.commands), expected - set(group.commands)  # type: ignore[attr-defined]
     runner = CliRunner()
     for command in sorted(expected):
         result = runner.invoke(app, [command, "--help"])
         assert result.exit_code == 0 and "Usage" in result.output, (command, result.output)
+
+
+def test_remember_turn_and_its_old_name_store_turns(tmp_path):
+    """`engram remember-turn` takes the facade's verb; `engram remember` (its old name, with the old
+    --session) keeps working for existing scripts, hidden from --help (in process)."""
+    from typer.testing import CliRunner
+
+    from engram.interfaces.cli import app
+
+    runner = CliRunner()
+    store = ["--store", f"sqlite:///{tmp_path / 'turns.db'}"]
+    new = runner.invoke(
+        app, ["remember-turn", "we moved to Edinburgh", "--user", "sarah", "--session-id", "c1", *store]
+    )
+    assert new.exit_code == 0, new.output
+    old = runner.invoke(app, ["remember", "yes, last week", "-u", "sarah", "--session", "c1", *store])
+    assert old.exit_code == 0, old.output
+    first, second = json.loads(new.output), json.loads(old.output)
+    assert first["memory_type"] == second["memory_type"] == "episodic"
+    assert second["session_id"] == "c1" and second["context_id"] == first["id"]  # one session, both names
+    listed = runner.invoke(app, ["list", "--user", "sarah", "--type", "episodic", *store])
+    assert [m["text"] for m in json.loads(listed.output)] == ["yes, last week", "we moved to Edinburgh"]
+    shown = runner.invoke(app, ["--help"]).output
+    assert "│ remember-turn " in shown and "│ remember " not in shown  # the commands table
+    assert "Old name of `remember-turn`" in runner.invoke(app, ["remember", "--help"]).output
 
 
 def test_demo_suggests_commands_that_reach_its_data(tmp_path):
@@ -125,7 +151,7 @@ def test_mcp_config_store_reaches_engram_mcp(tmp_path):
     )
     key = created.stdout.split()[0]
     run(
-        "remember",
+        "remember-turn",
         "my bike is a green Brompton",
         "--user",
         "sarah",

@@ -11,7 +11,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-TOOLS = {"recall_memory", "write_memory", "forget_memory"}
+TOOLS = {"remember_turn", "recall_memory", "write_memory", "forget_memory"}
 
 
 async def _exercise(session: ClientSession) -> dict:
@@ -192,3 +192,69 @@ def test_mcp_tools_refuse_loose_types_and_invisible_text(service, caplog):
     anyio.run(main)
     assert "no such table: tombstones" in caplog.text
     assert [m.text for m in service.engram.for_user("sarah").list("semantic")] == ["f"]
+
+
+def test_remember_turn_stores_the_turn_with_the_rest_routes_checks(service):
+    """remember_turn is POST /v1/turns as a tool: the same fields, the same refusals, the same row."""
+
+    async def main() -> dict:
+        async with (
+            httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {service.user_keys['sarah']}"}, timeout=60
+            ) as http,
+            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            assert "verbatim" in tools["remember_turn"].description
+            first = await session.call_tool(
+                "remember_turn",
+                {
+                    "text": "my hub shows E-4021 since the update",
+                    "session_id": "chat-7",
+                    "at": "2025-03-01T10:00:00+01:00",
+                    "metadata": {"assistant_context": "What does the hub's display show?"},
+                },
+            )
+            assert not first.is_error, first
+            reply = await session.call_tool("remember_turn", {"text": "yes, twice", "session_id": "chat-7"})
+            refused = [
+                {"text": ""},
+                {"text": "\u200b\u200b"},
+                {"text": "x" * 16_001},
+                {"text": 5},
+                {"text": "hi", "session_id": "s" * 201},
+                {"text": "hi", "at": 845},
+                {"text": "hi", "at": "yesterday"},
+                {"text": "hi", "metadata": "not an object"},
+            ]
+            for arguments in refused:
+                result = await session.call_tool("remember_turn", arguments)
+                assert result.is_error, (arguments, result)
+            assert (
+                "invalid_input" in (await session.call_tool("remember_turn", {"text": " "})).content[0].text
+            )
+            recalled = await session.call_tool(
+                "recall_memory",
+                {"query": "which error code does the hub show?", "memory_types": ["episodic"]},
+            )
+            return {
+                "first": first.structured_content["memory"],
+                "reply": reply.structured_content["memory"],
+                "hits": recalled.structured_content["hits"],
+            }
+
+    got = anyio.run(main)
+    first = got["first"]
+    assert first["memory_type"] == "episodic" and first["user_id"] == "sarah"
+    assert first["session_id"] == "chat-7" and first["timestamp"] == "2025-03-01T09:00:00Z"
+    assert first["metadata"] == {"assistant_context": "What does the hub's display show?"}
+    assert got["reply"]["context_id"] == first["id"]  # searched with the previous turn of its session
+    assert got["hits"][0]["memory"]["id"] == first["id"]
+    episodes = service.engram.for_user("sarah").list("episodic")
+    assert [m.text for m in episodes] == ["yes, twice", "my hub shows E-4021 since the update"]
+    assert service.engram.for_user("bob").list("episodic") == []
+    # the same turn over REST gives the same kind of row: one shape on both surfaces
+    rest = service.client("sarah").post("/v1/turns", json={"text": "hi", "session_id": "chat-7"}).json()
+    assert set(rest) == set(first)

@@ -82,6 +82,11 @@ def test_admin_manages_catalog_and_keys(service):
         == 1
     )
     assert len(admin.get("/v1/catalog").json()["data"]) == 2
+    got = admin.get(f"/v1/catalog/{item.json()['id']}")
+    assert got.status_code == 200 and got.json() == item.json()
+    turn = service.client("sarah").post("/v1/turns", json={"text": "a user's row, not the catalog's"})
+    assert admin.get(f"/v1/catalog/{turn.json()['id']}").json()["error"] == "not_found"
+    assert service.client("sarah").get(f"/v1/catalog/{item.json()['id']}").status_code == 403
     created = admin.post("/v1/keys", json={"user_id": "carol"})
     assert created.status_code == 201 and created.json()["key"].startswith("egk_")
     carol = service.client(key=created.json()["key"])

@@ -1,4 +1,4 @@
-"""The MCP server: recall_memory, write_memory, forget_memory, with the official SDK.
+"""The MCP server: remember_turn, recall_memory, write_memory, forget_memory, with the official SDK.
 
 The tenant of every tool call comes from a ``tenant_of(ctx)`` function chosen by the transport: over
 HTTP the bearer key checked by the REST app's middleware; over stdio the user fixed at start.
@@ -15,6 +15,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field, StrictBool, StrictFloat, StrictStr
 
 from engram.errors import EngramError, public_message
+from engram.interfaces.vocabulary import MAX_SESSION_ID_CHARS
 from engram.memory import Engram, UserMemory
 from engram.models import MAX_STEPS, Contradiction, FactType, IsoDatetime, JsonInt, MemoryType, StrictStep
 
@@ -22,7 +23,15 @@ log = logging.getLogger(__name__)
 
 INSTRUCTIONS = """Engram is this user's long-term memory. Call recall_memory with the user's own words
 before answering anything that may depend on what they told you before (their devices, preferences,
-history, earlier problems). Store stable facts and working playbooks with write_memory."""
+history, earlier problems). Store each user message verbatim with remember_turn, and stable facts and
+working playbooks with write_memory."""
+
+REMEMBER_DESCRIPTION = """Store one user message verbatim as a past turn (episodic memory), once per user
+message, so that later recalls find it. Pass the user's exact words, never a summary or your own text.
+session_id names the conversation: a short reply ("yes, twice") is searched together with the previous
+turn of its session. metadata.assistant_context may carry the assistant message the user replied to: it
+helps find the turn and is never turned into a fact. Facts and playbooks go to write_memory. Returns the
+stored memory."""
 
 RECALL_DESCRIPTION = """Search the user's long-term memory (past messages, stable facts, playbooks) and the
 shared product catalog in one call. Pass the user's own words, keeping exact tokens (model numbers,
@@ -66,6 +75,19 @@ def build_mcp_server(
 
     def memory(ctx: Context) -> UserMemory:
         return (handle or engram.for_user)(tenant_of(ctx))
+
+    @server.tool(name="remember_turn", description=REMEMBER_DESCRIPTION)
+    def remember_turn(
+        text: StrictStr,
+        ctx: Context,
+        session_id: Annotated[StrictStr, Field(max_length=MAX_SESSION_ID_CHARS)] | None = None,
+        at: IsoDatetime | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        # The fields and rules of POST /v1/turns; the engine checks the text (visible, not too long).
+        mem = memory(ctx)
+        row = _call(lambda: mem.remember_turn(text, at=at, session_id=session_id, metadata=metadata))
+        return {"memory": row.model_dump(mode="json")}
 
     @server.tool(name="recall_memory", description=RECALL_DESCRIPTION)
     def recall_memory(

@@ -1,4 +1,4 @@
-"""Commands on memories: import/export, remember, write, recall, get, history, forget, list, info,
+"""Commands on memories: import/export, remember-turn, write, recall, get, history, forget, list, info,
 the catalog, and the demo."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from engram.interfaces.cli.common import (
 def demo(store: StoreOpt = None) -> None:
     """Load a small sample (two users, a supersession, a playbook, a catalog) into a fresh demo store
     and show recalls with their explain breakdown."""
-    from engram.demo import run_demo
+    from engram.interfaces.cli.demo import run_demo
 
     try:
         run_demo(store, console)
@@ -128,17 +128,26 @@ def recall(
         print_hits(hits, explain)
 
 
-@app.command()
-def remember(
-    text: str,
+@app.command("remember-turn")
+def remember_turn(
+    text: Annotated[str, typer.Argument(help="the user's message, verbatim")],
     user: UserOpt,
-    session: Annotated[str | None, typer.Option(help="session id")] = None,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session-id", "--session", help="the conversation; the turn is searched with its previous one"
+        ),
+    ] = None,
     store: StoreOpt = None,
 ) -> None:
-    """Store a user turn (episodic memory)."""
+    """Store a user turn verbatim (episodic memory)."""
     with _engram(store) as eng:
         row = eng.for_user(user).remember_turn(text, session_id=session)
     _print_json(row.model_dump(mode="json"))
+
+
+# The command's name before it took the facade's verb (engram.interfaces.vocabulary): scripts keep working.
+app.command("remember", hidden=True, help="Old name of `remember-turn`.")(remember_turn)
 
 
 @app.command()
@@ -148,10 +157,14 @@ def write(
     memory_type: Annotated[str, typer.Option("--type", "-t", help="semantic or procedural")] = "semantic",
     fact_type: Annotated[str, typer.Option(help="identity, preference, constraint or world")] = "identity",
     confidence: float = 1.0,
-    supersedes: Annotated[str | None, typer.Option(help="id of the fact this one replaces")] = None,
+    supersedes: Annotated[
+        str | None, typer.Option("--supersedes-id", "--supersedes", help="id of the fact this one replaces")
+    ] = None,
     contradiction: Annotated[str | None, typer.Option(help="natural or harsh")] = None,
     name: Annotated[str | None, typer.Option(help="playbook name (procedural)")] = None,
-    trigger: Annotated[str, typer.Option(help="when the playbook applies (procedural)")] = "",
+    trigger: Annotated[
+        str, typer.Option("--trigger-text", "--trigger", help="when the playbook applies (procedural)")
+    ] = "",
     step: Annotated[list[str] | None, typer.Option(help="a playbook step, in order (repeat)")] = None,
     store: StoreOpt = None,
 ) -> None:
@@ -195,13 +208,17 @@ def forget(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
 @app.command("list")
 def list_(
     user: UserOpt,
-    memory_type: Annotated[str, typer.Option("--type", "-t")] = "semantic",
+    memory_type: Annotated[
+        str, typer.Option("--type", "-t", help="episodic, semantic or procedural")
+    ] = "semantic",
     include_superseded: bool = False,
     limit: int = 50,
     offset: int = 0,
     store: StoreOpt = None,
 ) -> None:
     """List your memories of one type, newest first."""
+    if memory_type == "catalog":  # the facade's own message names its Python handle, not this command
+        raise _fail("the catalog is not a user's memory: list it with `engram catalog list`")
     with _engram(store, existing=True) as eng:
         rows = eng.for_user(user).list(
             memory_type,  # type: ignore[arg-type]
@@ -236,6 +253,13 @@ def catalog_list(limit: int = 50, offset: int = 0, store: StoreOpt = None) -> No
     """List catalog items, newest first."""
     with _engram(store, existing=True) as eng:
         _print_json([m.model_dump(mode="json") for m in eng.catalog.list(limit=limit, offset=offset)])
+
+
+@catalog_app.command("get")
+def catalog_get(memory_id: str, store: StoreOpt = None) -> None:
+    """Show one catalog item."""
+    with _engram(store, existing=True) as eng:
+        _print_json(eng.catalog.get(memory_id).model_dump(mode="json"))
 
 
 @catalog_app.command("forget")

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from engram.interfaces.vocabulary import MAX_SESSION_ID_CHARS
 from engram.models import (
     MAX_LINE_CHARS,
     MAX_NAME_CHARS,
@@ -49,7 +50,7 @@ class _Request(BaseModel):
 class TurnCreate(_Request):
     text: str = _text("the user's message, verbatim")
     at: IsoDatetime | None = Field(default=None, description="when it was said (default: now)")
-    session_id: str | None = Field(default=None, max_length=200)
+    session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 

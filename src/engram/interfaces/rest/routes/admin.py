@@ -18,7 +18,7 @@ from engram.interfaces.rest.schemas import (
     MemoryList,
     error_responses,
 )
-from engram.models import CatalogItem
+from engram.models import CatalogItem, Memory
 
 router = APIRouter(
     prefix="/v1",
@@ -57,6 +57,12 @@ def list_catalog(
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> MemoryList:
     return MemoryList(data=catalog.list(limit=limit, offset=offset), limit=limit, offset=offset)
+
+
+@router.get("/catalog/{memory_id}", response_model=CatalogItem, responses=error_responses(404))
+def get_catalog_item(memory_id: str, catalog: AdminDep) -> Memory:
+    """One catalog item (user keys read it, and their own rows, at GET /v1/memories/{memory_id})."""
+    return catalog.get(memory_id)
 
 
 @router.delete("/catalog/{memory_id}", response_model=ForgetResponse, responses=error_responses(404))

@@ -81,7 +81,12 @@ def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse:
 @router.get("/memories", response_model=MemoryList)
 def list_memories(
     mem: UserMemoryDep,
-    memory_type: Annotated[Literal["episodic", "semantic", "procedural"], Query(alias="type")] = "semantic",
+    memory_type: Annotated[
+        Literal["episodic", "semantic", "procedural"],
+        Query(
+            alias="type", description="the catalog is not a user's memory: the admin lists it at /v1/catalog"
+        ),
+    ] = "semantic",
     include_superseded: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
