@@ -24,7 +24,7 @@ from engram.models import (
 )
 
 _MEMORY: TypeAdapter[Memory] = TypeAdapter(Memory)
-_MODEL_BY_TYPE = {
+_MODEL_BY_TYPE: dict[str, type[Memory]] = {
     "episodic": EpisodicMemory,
     "semantic": SemanticMemory,
     "procedural": ProceduralMemory,

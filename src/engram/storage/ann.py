@@ -29,39 +29,34 @@ the same at 250k rows as at 5k. The index is a cache of ``memory_vec``, never a 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
-import json
 import logging
-import math
-import os
-import struct
 import threading
 import time
-import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import apsw
 import numpy as np
 
-# onnxruntime's native module must be loaded before usearch's: the other order segfaults on import
-# (usearch 2.26.6 + onnxruntime 1.32, measured here); Engram loads onnxruntime for its models anyway.
-import onnxruntime  # noqa: F401  # isort: skip
-from usearch.index import Index  # isort: skip
+from engram.storage._ann_file import (
+    FORMAT,
+    TenantIndex,
+    file_key,
+    file_name,
+    locked,
+    new_graph,
+    owner_hash,
+    read_index,
+    stat_key,
+    write_index,
+)
+
+__all__ = ["MIN_WANTED_SHARE", "TenantIndex", "TenantIndexes", "file_name", "read_index", "write_index"]
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"ENGRAMANN1"
-FORMAT = 1
-# HNSW: 16 links per node and a wide build beam give near-exact neighbourhoods on 384-d sentence
-# embeddings; vectors kept as int8 (a quarter of float32: ~140 MB at 250k rows) because every
-# candidate is re-scored exactly from memory_vec, so quantisation only has to find them, not rank them.
-CONNECTIVITY = 16
-EXPANSION_ADD = 128
 # Graph candidates per search: the top ``limit`` of the filtered rows come from at least this many
 # exactly re-scored candidates (recall@10 >= 0.98 of the exact scan measured with 400: bench/bench_ann.py).
 MIN_CANDIDATES = 400
@@ -75,44 +70,6 @@ MAX_LOADED_ROWS = 1_000_000
 RECHECK_S = 30.0  # how long a tenant found small is not counted again
 RETRY_S = 5.0  # the least time between two background refreshes of one owner (a build elsewhere, a stale one)
 BUILD_CHUNK = 8192  # rows added per usearch call, between which a closing store stops the build
-
-
-def file_name(owner: str) -> str:
-    """The index file of an owner: a hash, so no tenant id is ever written in a name."""
-    return hashlib.sha256(f"engram-ann:{owner}".encode()).hexdigest()[:32] + ".usearch"
-
-
-@dataclass(frozen=True)
-class TenantIndex:
-    """One owner's loaded graph and what it covers."""
-
-    index: Index
-    hwm: int  # highest rid in the graph
-    hwm_id: str  # memories.id at rid ``hwm`` when built (see "Reused rids")
-    size: int  # rows in the graph
-    live: dict[str, int]  # live rows per memory type at build time (sizes the over-fetch)
-    total: dict[str, int]  # all rows per memory type at build time
-    file_key: tuple[int, int]  # (inode, mtime_ns) of the file it came from
-    # One search at a time per graph: whether usearch's Python binding keeps concurrent callers on
-    # separate search contexts is not documented, and a search takes ~1 ms.
-    lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
-
-    def wanted_share(self, memory_types: Collection[str], include_superseded: bool) -> float:
-        counts = self.total if include_superseded else self.live
-        return sum(counts.get(t, 0) for t in memory_types) / max(self.size, 1)
-
-    def candidates(self, limit: int, share: float, floor: int) -> int:
-        """Graph candidates to fetch so that about ``limit`` survive a filter keeping ``share`` of the
-        rows (x1.5 for the filter's unevenness), never fewer than ``floor``."""
-        return min(self.size, max(floor, math.ceil(1.5 * limit / max(share, 1e-9))))
-
-    def search(self, vector: np.ndarray, count: int) -> list[int]:
-        """Rids of the graph's ``count`` nearest rows; the beam is as wide as the answer (a wider beam
-        is what buys recall)."""
-        with self.lock:
-            self.index.expansion_search = count
-            matches = self.index.search(vector, count, threads=1)
-        return [int(k) for k in matches.keys]
 
 
 class TenantIndexes:
@@ -156,7 +113,7 @@ class TenantIndexes:
                     self._small.clear()
                 self._small[owner] = time.monotonic()
             return None
-        if _file_key(self._path(owner)) != loaded.file_key:
+        if file_key(self._path(owner)) != loaded.file_key:
             self.schedule(owner)  # another process wrote a newer one: load it, keep this one meanwhile
         if not _hwm_holds(conn, owner, loaded):  # rids may have been reused: see the module docstring
             self.schedule(owner)
@@ -230,14 +187,14 @@ class TenantIndexes:
         path = self._path(owner)
 
         def current(index: TenantIndex | None) -> bool:  # fresh, and what the file on disk holds
-            return index is not None and _file_key(path) == index.file_key and _fresh(conn, owner, index)
+            return index is not None and file_key(path) == index.file_key and _fresh(conn, owner, index)
 
         try:
             usable = self._load_usable(conn, owner)
             if current(usable):
                 return usable
             self.folder.mkdir(mode=0o700, exist_ok=True)
-            with _locked(self.folder / (file_name(owner) + ".lock")) as got:
+            with locked(self.folder / (file_name(owner) + ".lock")) as got:
                 if not got:  # another process is building it; its file is loaded when it is there
                     return usable
                 usable = self._load_usable(conn, owner)  # it may have finished meanwhile
@@ -270,7 +227,7 @@ class TenantIndexes:
         with self._mutex:
             loaded = self._loaded.get(owner)
         path = self._path(owner)
-        if loaded is None or _file_key(path) != loaded.file_key:
+        if loaded is None or file_key(path) != loaded.file_key:
             loaded = read_index(path, owner) or loaded
         if loaded is None or not _hwm_holds(conn, owner, loaded):
             with self._mutex:  # unusable: requests scan exactly, throttled like a small tenant
@@ -294,14 +251,14 @@ class TenantIndexes:
         after = base.hwm if base is not None else 0
         conn.execute("BEGIN")  # one read snapshot: the rows, the counts and the high-water mark agree
         try:
-            counts = conn.execute(
-                "SELECT memory_type, sum(live), count(*) FROM memory_vec WHERE owner = ? GROUP BY 1", (owner,)
-            ).fetchall()
-            live = {t: int(n) for t, n, _ in counts}
-            total = {t: int(n) for t, _, n in counts}
-            n = conn.execute(
-                "SELECT count(*) FROM memory_vec WHERE owner = ? AND rid > ?", (owner, after)
-            ).fetchone()[0]
+            counts = _rows(
+                conn,
+                "SELECT memory_type, sum(live), count(*) FROM memory_vec WHERE owner = ? GROUP BY 1",
+                (owner,),
+            )
+            live = {str(t): int(n) for t, n, _ in counts}
+            total = {str(t): int(n) for t, _, n in counts}
+            n = _count(conn, "SELECT count(*) FROM memory_vec WHERE owner = ? AND rid > ?", (owner, after))
             if sum(total.values()) < max(self.min_rows, 1) or n == 0:
                 return None
             keys = np.empty(n, dtype=np.uint64)
@@ -316,24 +273,16 @@ class TenantIndexes:
                     vectors = np.empty((n, vector.size), dtype=np.float32)
                 keys[i], vectors[i] = rid, vector
             hwm = int(keys[-1])
-            found = conn.execute(
-                "SELECT id FROM memories WHERE rid = ? AND owner = ?", (hwm, owner)
-            ).fetchone()
+            found = _rows(conn, "SELECT id FROM memories WHERE rid = ? AND owner = ?", (hwm, owner))
         finally:
             conn.execute("COMMIT")
-        if vectors is None or found is None:
+        if vectors is None or not found:
             return None
         if base is not None:
             with base.lock:
                 index = base.index.copy()
         else:
-            index = Index(
-                ndim=vectors.shape[1],
-                metric="cos",
-                dtype="i8",
-                connectivity=CONNECTIVITY,
-                expansion_add=EXPANSION_ADD,
-            )
+            index = new_graph(vectors.shape[1])
         for start in range(0, len(keys), BUILD_CHUNK):
             if self._closed:
                 return None
@@ -342,77 +291,25 @@ class TenantIndexes:
         del vectors  # the graph holds its own int8 copy
         header = {
             "format": FORMAT,
-            "owner": hashlib.sha256(owner.encode()).hexdigest(),
+            "owner": owner_hash(owner),
             "hwm": hwm,
-            "hwm_id": str(found[0]),
+            "hwm_id": str(found[0][0]),
             "size": len(index),
             "live": live,
             "total": total,
         }
-        path = self._path(owner)
-        write_index(path, header, index.save())
-        return TenantIndex(index, hwm, str(found[0]), len(index), live, total, _file_key(path))
-
-
-def write_index(path: Path, header: dict[str, object], payload: bytes | bytearray) -> None:
-    """Write ``MAGIC | u32 header length | header JSON | payload`` to a temporary file, fsync it, and
-    rename it over ``path`` (then fsync the folder): readers see the old file or the new one, whole."""
-    header = {**header, "length": len(payload), "crc32": zlib.crc32(payload)}
-    head = json.dumps(header).encode()
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(MAGIC + struct.pack("<I", len(head)) + head)
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def read_index(path: Path, owner: str) -> TenantIndex | None:
-    """The index in ``path`` if the file is whole and is this owner's; None otherwise (never raises
-    for a bad file: a truncated, foreign or corrupt file just means "scan exactly and rebuild")."""
-    try:
-        with open(path, "rb") as f:
-            key = _stat_key(os.fstat(f.fileno()))
-            data = f.read()
-    except OSError:
-        return None
-    start = len(MAGIC) + 4
-    if len(data) < start or not data.startswith(MAGIC):
-        return None
-    (head_len,) = struct.unpack("<I", data[len(MAGIC) : start])
-    try:
-        header = json.loads(data[start : start + head_len])
-        payload = memoryview(data)[start + head_len :]
-        if (
-            header["format"] != FORMAT
-            or header["owner"] != hashlib.sha256(owner.encode()).hexdigest()
-            or len(payload) != header["length"]
-            or zlib.crc32(payload) != header["crc32"]
-        ):
+        payload = index.save()  # the graph's bytes: None only when saving to a path
+        if payload is None:
             return None
-        index = Index.restore(payload)  # copied into the index (view=False)
-    except (ValueError, KeyError, TypeError, RuntimeError):
-        return None
-    if index is None or index.size != header["size"]:
-        return None
-    return TenantIndex(
-        index, header["hwm"], header["hwm_id"], header["size"], header["live"], header["total"], key
-    )
+        path = self._path(owner)
+        write_index(path, header, payload)
+        return TenantIndex(index, hwm, str(found[0][0]), len(index), live, total, stat_key(path.stat()))
 
 
 def _hwm_holds(conn: apsw.Connection, owner: str, index: TenantIndex) -> bool:
     """Whether the owner's row at the index's high-water mark is still the one it was built with."""
-    row = conn.execute("SELECT id FROM memories WHERE rid = ? AND owner = ?", (index.hwm, owner)).fetchone()
-    return row is not None and row[0] == index.hwm_id
+    rows = _rows(conn, "SELECT id FROM memories WHERE rid = ? AND owner = ?", (index.hwm, owner))
+    return bool(rows) and rows[0][0] == index.hwm_id
 
 
 def _fresh(conn: apsw.Connection, owner: str, index: TenantIndex) -> bool:
@@ -425,43 +322,25 @@ def _fresh(conn: apsw.Connection, owner: str, index: TenantIndex) -> bool:
 def _gone(conn: apsw.Connection, owner: str, index: TenantIndex) -> int:
     """Rows of the graph forgotten since it was built (still in it, filtered out at every search)."""
     sql = "SELECT count(*) FROM memories WHERE owner = ? AND rid <= ?"  # on the narrow (owner) index
-    return index.size - int(conn.execute(sql, (owner, index.hwm)).fetchone()[0])
+    return index.size - _count(conn, sql, (owner, index.hwm))
 
 
 def _delta(conn: apsw.Connection, owner: str, hwm: int) -> int:
     """The owner's rows written after the index was built (a range of its clustered vectors)."""
     sql = "SELECT count(*) FROM memory_vec WHERE owner = ? AND rid > ?"
-    return int(conn.execute(sql, (owner, hwm)).fetchone()[0])
+    return _count(conn, sql, (owner, hwm))
 
 
 def _count_rows(conn: apsw.Connection, owner: str, cap: int) -> int:
     """The owner's rows, counted up to ``cap`` on the narrow (owner) index of ``memories``."""
     sql = "SELECT count(*) FROM (SELECT 1 FROM memories WHERE owner = ? LIMIT ?)"
-    return int(conn.execute(sql, (owner, cap)).fetchone()[0])
+    return _count(conn, sql, (owner, cap))
 
 
-def _stat_key(st: os.stat_result) -> tuple[int, int]:
-    return (st.st_ino, st.st_mtime_ns)
+# apsw types a row as a tuple of any SQLite value; these statements know what they selected.
+def _rows(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    return conn.execute(sql, params).fetchall()
 
 
-def _file_key(path: Path) -> tuple[int, int] | None:
-    try:
-        return _stat_key(path.stat())
-    except OSError:
-        return None
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[bool]:
-    """An exclusive advisory lock on ``path`` if free (True), else False at once: one builder per owner
-    across processes; the lock goes with the process if it dies."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+def _count(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> int:
+    return int(_rows(conn, sql, params)[0][0])

@@ -21,8 +21,24 @@ import numpy as np
 from engram.errors import Conflict, InvalidInput, ModelError
 from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone, Vectors, is_well_formed_id
 
-CATALOG: None = None  # the tenant that owns catalog rows
+# The catalog has one name per layer, all defined here:
+CATALOG: None = None  # the API's tenant of catalog rows: "no user", so no user id can ever mean it
+CATALOG_OWNER = ""  # the owner column of catalog rows: NOT NULL for indexes and =, and no user id is empty
+# PostgreSQL's RLS session value for catalog writes: not '', which is what an unset setting reads as (a
+# transaction that bound nothing must not write the catalog); '*' is in no user id (memory._USER_ID).
+CATALOG_SESSION = "*catalog*"
 Tenant = str | None
+
+
+def owner_of(tenant: Tenant) -> str:
+    """The owner column value of a tenant's rows."""
+    return CATALOG_OWNER if tenant is None else tenant
+
+
+def read_owners(tenant: Tenant, include_catalog: bool) -> list[str]:
+    """The owners whose rows a read in the tenant's scope sees: its own, and the catalog's if asked."""
+    owner = owner_of(tenant)
+    return [owner, CATALOG_OWNER] if include_catalog and owner != CATALOG_OWNER else [owner]
 
 
 @dataclass(frozen=True)
@@ -31,6 +47,10 @@ class SearchFilter:
 
     memory_types: frozenset[MemoryType]
     include_superseded: bool = False
+
+    def owners(self, tenant: Tenant) -> list[str]:
+        """The owners a search leg reads: the tenant's, and the catalog's when catalog rows are wanted."""
+        return read_owners(tenant, "catalog" in self.memory_types)
 
 
 @dataclass(frozen=True)

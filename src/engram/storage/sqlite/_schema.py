@@ -1,0 +1,155 @@
+"""The SQLite store's file: its schema, upgrades and connection settings."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import apsw
+import sqlite_vec
+
+from engram.errors import StorageError
+
+# 2: memory_tokens, episode context; 3: episodes marked consolidated (older Engrams refuse the file)
+SCHEMA_VERSION = 3
+BUSY_TIMEOUT_MS = 10_000  # writers queue behind each other rather than fail
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS memories (
+    rid           INTEGER PRIMARY KEY,
+    id            TEXT NOT NULL UNIQUE,
+    owner         TEXT NOT NULL,              -- '' for catalog rows
+    memory_type   TEXT NOT NULL CHECK (memory_type IN ('episodic','semantic','procedural','catalog')),
+    text          TEXT NOT NULL,
+    created_at    TEXT NOT NULL,
+    event_at      TEXT,                       -- episodic: when it was said
+    metadata      TEXT NOT NULL DEFAULT '{}',
+    attrs         TEXT NOT NULL DEFAULT '{}', -- immutable type-specific fields
+    last_used_at  TEXT,
+    use_count     INTEGER NOT NULL DEFAULT 0,
+    success_count INTEGER NOT NULL DEFAULT 0,
+    failure_count INTEGER NOT NULL DEFAULT 0,
+    last_success_at TEXT,
+    supersedes    TEXT,
+    superseded_by TEXT,
+    superseded_at TEXT,
+    retracted     INTEGER NOT NULL DEFAULT 0,
+    consolidated  INTEGER NOT NULL DEFAULT 0  -- episodic: 0 waiting, 1 consolidated, 2 skipped
+);
+CREATE INDEX IF NOT EXISTS memories_owner_type ON memories (owner, memory_type, created_at);
+CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5 (
+    body, tokenize = 'porter unicode61 remove_diacritics 2'
+);
+CREATE TABLE IF NOT EXISTS memory_vec (
+    owner       TEXT NOT NULL,
+    rid         INTEGER NOT NULL,
+    memory_type TEXT NOT NULL,               -- copies of the filter columns, so a scan needs no join
+    live        INTEGER NOT NULL,            -- 0 once superseded
+    embedding   BLOB NOT NULL,
+    PRIMARY KEY (owner, rid)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memory_tokens (  -- late-interaction token vectors, packed int8
+    owner       TEXT NOT NULL,
+    rid         INTEGER NOT NULL,
+    tokens      BLOB NOT NULL,
+    PRIMARY KEY (owner, rid)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS consolidation_state (  -- schema 2's watermark, read once by the upgrade to 3
+    owner        TEXT PRIMARY KEY,
+    created_at   TEXT NOT NULL,
+    episode_id   TEXT NOT NULL,
+    updated_at   TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+    id          TEXT PRIMARY KEY,
+    key_hash    TEXT NOT NULL UNIQUE,         -- sha256 of the key; the key itself is never stored
+    user_id     TEXT,                         -- NULL for the admin key
+    label       TEXT NOT NULL DEFAULT '',
+    created_at  TEXT NOT NULL,
+    revoked_at  TEXT
+);
+CREATE TABLE IF NOT EXISTS tombstones (
+    id           TEXT PRIMARY KEY,
+    owner        TEXT NOT NULL,
+    memory_type  TEXT NOT NULL,
+    created_at   TEXT NOT NULL,
+    forgotten_at TEXT NOT NULL
+);
+"""
+
+
+def connect(path: Path) -> apsw.Connection:
+    """A new connection to the file, with sqlite-vec loaded and the store's settings."""
+    conn = apsw.Connection(str(path))
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    conn.enable_load_extension(False)
+    # page_size only takes effect before the first table exists; 8 KiB keeps a 1.5 KiB
+    # embedding inside its b-tree cell instead of an overflow page.
+    conn.execute("PRAGMA page_size = 8192")
+    _use_wal(conn)
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    return conn
+
+
+def prepare(conn: apsw.Connection, path: Path) -> None:
+    """Create the schema or upgrade it to SCHEMA_VERSION (the caller holds the write lock); refuse a
+    file written by a newer Engram."""
+    conn.execute(_SCHEMA)
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    version = SCHEMA_VERSION if row is None else int(str(row[0]))
+    if row is None:
+        conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    elif version > SCHEMA_VERSION:
+        raise StorageError(
+            f"{path} has schema version {version}; this Engram knows up to {SCHEMA_VERSION}: "
+            "upgrade engram-memory"
+        )
+    elif version < SCHEMA_VERSION:  # 2's changes were additive (CREATE IF NOT EXISTS)
+        if version < 3:
+            _mark_consolidated_before_the_watermark(conn)
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+    conn.execute(
+        "CREATE INDEX IF NOT EXISTS memories_waiting ON memories (owner, created_at, id) "
+        "WHERE memory_type = 'episodic' AND consolidated = 0"
+    )
+    # (owner) indexes rowid too: an export pages a tenant in write order without sorting
+    conn.execute("CREATE INDEX IF NOT EXISTS memories_owner ON memories (owner)")
+    conn.execute("CREATE INDEX IF NOT EXISTS tombstones_owner ON tombstones (owner)")
+
+
+def _use_wal(conn: apsw.Connection) -> None:
+    """Put the file in WAL mode (a property of the file: once is enough).
+
+    Switching needs an exclusive lock and SQLite answers "database is locked" at once, without the
+    busy handler, when another process holds one: two processes creating the same new store raced
+    here. Retry for as long as the busy timeout.
+    """
+    row = conn.execute("PRAGMA journal_mode").fetchone()
+    if row is not None and row[0] == "wal":
+        return
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")  # a file that cannot do WAL keeps its mode
+            return
+        except apsw.BusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _mark_consolidated_before_the_watermark(conn: apsw.Connection) -> None:
+    """Upgrade to schema 3: consolidation no longer reads past a watermark but marks each episode it
+    consumed (a turn committed late could land behind the watermark); mark what the watermark covered."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(memories)")}
+    if "consolidated" not in columns:
+        conn.execute("ALTER TABLE memories ADD COLUMN consolidated INTEGER NOT NULL DEFAULT 0")
+    conn.execute(
+        """UPDATE memories SET consolidated = 1 WHERE memory_type = 'episodic' AND EXISTS (
+               SELECT 1 FROM consolidation_state s WHERE s.owner = memories.owner
+               AND (memories.created_at, memories.id) <= (s.created_at, s.episode_id))"""
+    )
