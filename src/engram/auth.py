@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 
 from engram.errors import InvalidInput, NotFound
-from engram.memory import validate_user_id
 from engram.models import utcnow
 from engram.storage.base import ApiKeyRecord, KeyStore
+from engram.validation import validate_user_id
 
 KEY_PREFIX = "egk_"
 ADMIN_KEY_MIN_CHARS = 32

@@ -24,6 +24,7 @@ that the server would happen to parse).
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,7 +46,6 @@ from engram.errors import (
     PermissionDenied,
     StorageError,
 )
-from engram.memory import _aware
 from engram.models import (
     Contradiction,
     EpisodicMemory,
@@ -59,7 +59,7 @@ from engram.models import (
     Tombstone,
 )
 from engram.retrieval.config import RetrievalConfig
-from engram.storage.base import check_page
+from engram.validation import aware, check_page
 
 __all__ = ["Client", "ClientClosed", "ServiceUnavailable", "Unauthorized"]
 
@@ -242,6 +242,8 @@ class Client:
         }
         return self._call("POST", "/v1/memories", body, result=_WRITTEN)
 
+    # `list` below is a method: annotations in this class spell the builtin `builtins.list`, as the
+    # handle's do (their signatures must be identical: tests/test_client_parity.py).
     def recall(
         self,
         query: str,
@@ -252,7 +254,7 @@ class Client:
         config: RetrievalConfig | None = None,
         record_use: bool | None = None,
         as_of: datetime | None = None,
-    ) -> list[Hit]:
+    ) -> builtins.list[Hit]:
         """Search all of the user's memory types and the catalog in one call; each hit's ``explain``
         shows how its score was made. Returned facts count as used unless ``record_use=False`` (or
         ``as_of`` is given), as in ``UserMemory.recall``.
@@ -282,7 +284,7 @@ class Client:
         path = _memory_path(memory_id)
         return self._call("DELETE", path, result=_FORGOTTEN).forgotten
 
-    def history(self, memory_id: str) -> list[Memory]:
+    def history(self, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain that contains ``memory_id``, oldest first."""
         path = _memory_path(memory_id) + "/history"
         return self._call("GET", path, result=_LIST).data
@@ -294,7 +296,7 @@ class Client:
         include_superseded: bool = False,
         limit: int = 50,
         offset: int = 0,
-    ) -> list[Memory]:
+    ) -> builtins.list[Memory]:
         """The user's rows of one type, newest first, paged. A limit over the service's page size
         (500) is fetched in several requests."""
         params = {"type": memory_type, "include_superseded": "true" if include_superseded else "false"}
@@ -402,8 +404,8 @@ def _memory_path(memory_id: object) -> str:
 
 def _iso(at: datetime | None) -> str | None:
     """A timestamp as the handle reads it (a naive one is UTC; anything else InvalidInput), in ISO."""
-    aware = _aware(at)
-    return None if aware is None else aware.isoformat()
+    at_utc = aware(at)
+    return None if at_utc is None else at_utc.isoformat()
 
 
 def _listed(values: Iterable[Any]) -> list[Any]:

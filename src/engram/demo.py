@@ -1,64 +1,72 @@
-"""`engram demo`: a fresh sample store, a few recalls with their explain breakdown, and the commands to
-try next on that store.
+"""The demo's sample and its questions: two users (a supersession, a playbook) and a catalog, loaded
+into a store of its own, and the recalls that show what Engram does with them.
 
-The sample goes to its own store ($ENGRAM_HOME/demo.db, recreated on every run) so it never mixes with,
-or wipes, the user's memories in engram.db; the suggested commands therefore carry its --store.
+``engram demo`` (engram.interfaces.cli.demo) prints them; the sample goes to its own store
+($ENGRAM_HOME/demo.db, recreated on every run) so it never mixes with, or wipes, the user's memories in
+engram.db.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-
-from rich.console import Console
+from typing import Any
 
 from engram.memory import Engram
-from engram.settings import load_settings
+from engram.models import Hit
+from engram.settings import EngramSettings
 
-QUERIES = [
-    ("sarah", "which city does Sarah live in?", {}),
-    ("sarah", "which city does Sarah live in?", {"include_superseded": True}),
-    ("sarah", "my kitchen sensor went offline", {}),
-    ("sarah", "will the signal get through thick walls?", {}),
-    ("marco", "which pgvector version is prod on?", {}),
-    ("marco", "where does sarah live?", {}),  # another tenant: Sarah's rows never show up
-]
+SAMPLES = ("demo_catalog.json", "demo_sarah.json", "demo_marco.json")  # catalog first: users cite it
+HITS_SHOWN = 4
 
 
-def _sample(name: str) -> object:
-    return json.loads(resources.files("engram.data").joinpath(name).read_text(encoding="utf-8"))
+@dataclass(frozen=True)
+class DemoQuery:
+    user: str
+    query: str
+    include_superseded: bool = False
+
+    @property
+    def options(self) -> dict[str, bool]:
+        """The recall options beyond the defaults, as the demo prints them."""
+        return {"include_superseded": True} if self.include_superseded else {}
 
 
-NEXT = [
-    ("recall", "where does Sarah live?", "--user", "sarah", "--explain"),
-    ("recall", "where does Sarah live?", "--user", "sarah", "--include-superseded"),
-    ("list", "--user", "marco"),
-    ("catalog", "list"),
-]
+QUERIES = (
+    DemoQuery("sarah", "which city does Sarah live in?"),
+    DemoQuery("sarah", "which city does Sarah live in?", include_superseded=True),
+    DemoQuery("sarah", "my kitchen sensor went offline"),
+    DemoQuery("sarah", "will the signal get through thick walls?"),
+    DemoQuery("marco", "which pgvector version is prod on?"),
+    DemoQuery("marco", "where does sarah live?"),  # another tenant: Sarah's rows never show up
+)
 
 
-def run_demo(store: str | None, console: Console) -> None:
-    from engram.interfaces.cli import print_hits
+def fresh_demo_store(settings: EngramSettings) -> str:
+    """The URL of the demo's own store, emptied: $ENGRAM_HOME/demo.db and its WAL files removed."""
+    path = settings.home / "demo.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return f"sqlite:///{path}"
 
-    settings = load_settings()
-    if store is None:
-        path = settings.home / "demo.db"
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-        store = f"sqlite:///{path}"
-    console.print(f"[bold]Engram demo[/bold] — store: {store}", soft_wrap=True)
-    with Engram.from_settings(settings, store) as eng:
-        for name in ("demo_catalog.json", "demo_sarah.json", "demo_marco.json"):
-            result = eng.import_json(_sample(name))  # type: ignore[arg-type]
-            counts = ", ".join(f"{v} {k}" for k, v in result.items() if isinstance(v, int) and v)
-            console.print(f"loaded {name}: {counts}")
-        for user, query, options in QUERIES:
-            opts = f" {options}" if options else ""
-            console.print(f"\n[bold]{user}[/bold] asks: [italic]{query}[/italic]{opts}")
-            hits = eng.for_user(user).recall(query, k=4, **options)
-            print_hits(hits, explain=True)
-    console.print("\n[bold]Try it yourself[/bold] (the sample is in its own store, hence --store):")
-    for args in NEXT:
-        console.print(f"  {shlex.join(['engram', *args, '--store', store])}", soft_wrap=True, highlight=False)
+
+def load_samples(eng: Engram) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Import each sample file; yields (file name, the import's result) as each one is written."""
+    for name in SAMPLES:
+        yield name, eng.import_json(_sample(name))
+
+
+def ask(eng: Engram, question: DemoQuery) -> list[Hit]:
+    return eng.for_user(question.user).recall(
+        question.query, k=HITS_SHOWN, include_superseded=question.include_superseded
+    )
+
+
+def _sample(name: str) -> dict[str, Any] | list[Any]:
+    document = json.loads(resources.files("engram.data").joinpath(name).read_text(encoding="utf-8"))
+    if not isinstance(document, dict | list):
+        raise ValueError(f"{name} is not an import document")
+    return document

@@ -31,13 +31,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rich.progress import Progress
 
 from engram.errors import EngramError, ImportFileError, InvalidInput, StorageError
-from engram.memory import _aware
 from engram.models import (
     CatalogItem,
     Contradiction,
@@ -49,18 +48,35 @@ from engram.models import (
     ProceduralMemory,
     SemanticMemory,
     StrictStep,
+    Vectors,
     check_playbook,
+    check_text,
     episode_context,
     new_id,
     utcnow,
 )
-from engram.storage.base import CATALOG, Supersession
-
-if TYPE_CHECKING:
-    from engram.memory import Engram
-
+from engram.settings import EngramSettings
+from engram.storage.base import CATALOG, MemoryStore, Supersession, Tenant, TransferStore
+from engram.validation import aware, validate_user_id
 
 MAX_DAYS_AGO = 365_250  # 1000 years: any real history, far from the year 1 where datetimes end
+
+
+class ImportStore(MemoryStore, TransferStore, Protocol):
+    """The store roles an import uses: fetch and insert rows, read tombstones (forgotten stays forgotten)."""
+
+
+class ImportTarget(Protocol):
+    """What an import writes through: the facade (``Engram``) is one. The importer takes only these,
+    so it sits below the facade that calls it."""
+
+    @property
+    def settings(self) -> EngramSettings: ...
+
+    @property
+    def store(self) -> ImportStore: ...
+
+    def encode_rows(self, rows: Sequence[Memory]) -> tuple[Vectors, list[bytes] | None]: ...
 
 
 class _Record(BaseModel):
@@ -78,7 +94,7 @@ class _Timed(_Record):
     @field_validator("timestamp")
     @classmethod
     def _utc(cls, at: datetime | None) -> datetime | None:
-        return _aware(at)  # stored in UTC like every other timestamp; its InvalidInput is a ValueError
+        return aware(at)  # stored in UTC like every other timestamp; its InvalidInput is a ValueError
 
     @model_validator(mode="after")
     def _one_time(self) -> _Timed:
@@ -142,7 +158,7 @@ def _fail(exc: ValidationError, prefix: str = "") -> ImportFileError:
 
 
 def import_document(
-    engram: Engram,
+    engram: ImportTarget,
     document: Mapping[str, Any] | Sequence[Any] | UserDocument,
     *,
     user_id: str | None = None,
@@ -168,8 +184,8 @@ def import_document(
     owner = user_id or doc.user_id
     if not owner:
         raise ImportFileError("no user: pass --user or put user_id in the file")
-    handle = engram.for_user(owner)  # validates the user id
-    seed = _seed(handle.user_id, doc.model_dump_json())
+    owner = validate_user_id(owner)
+    seed = _seed(owner, doc.model_dump_json())
     now = utcnow()
     rows: list[Memory] = []
     keys: dict[str, str] = {}
@@ -177,7 +193,7 @@ def import_document(
 
     def checked(text: str, where: str) -> str:
         try:
-            return engram._check_text(text, where)
+            return check_text(text, where, engram.settings.max_text_chars)
         except InvalidInput as exc:
             raise ImportFileError(f"invalid import file: {exc}") from None
 
@@ -191,23 +207,24 @@ def import_document(
     episodes: list[EpisodicMemory] = []
     for i, ep in enumerate(doc.episodic):
         where = f"episodic[{i}]"
-        row = EpisodicMemory(
+        turn = EpisodicMemory(
             id=new_id("episodic", f"{seed}:episodic:{i}"),
             text=checked(ep.text, f"{where}.text"),
-            user_id=handle.user_id,
+            user_id=owner,
             created_at=now,
             timestamp=ep.at(now) or now,
             session_id=ep.session_id,
             metadata=ep.metadata,
         )
-        remember_key(ep.key, row.id, where)
-        episodes.append(row)
+        remember_key(ep.key, turn.id, where)
+        episodes.append(turn)
     for i, before in _previous_turns(episodes).items():
         context, context_id = episode_context(episodes[i].metadata, episodes[before] if before >= 0 else None)
         if context is not None:
             episodes[i] = episodes[i].model_copy(update={"context": context, "context_id": context_id})
     # A turn's context is the turn before it in time: write in time order so it is there first.
-    rows.extend(sorted(episodes, key=lambda ep: ep.timestamp))
+    in_time_order: list[EpisodicMemory] = sorted(episodes, key=lambda ep: ep.timestamp)
+    rows.extend(in_time_order)
     superseded: set[str] = set()
     for i, fact in enumerate(doc.semantic):
         where = f"semantic[{i}]"
@@ -243,7 +260,7 @@ def import_document(
             SemanticMemory(
                 id=row_id,
                 text=checked(fact.text, f"{where}.text"),
-                user_id=handle.user_id,
+                user_id=owner,
                 created_at=fact.at(now) or now,
                 metadata=fact.metadata,
                 fact_type=fact.fact_type,
@@ -255,10 +272,10 @@ def import_document(
         )
     for i, pb in enumerate(doc.procedural):
         where = f"procedural[{i}]"
-        row = ProceduralMemory(
+        playbook = ProceduralMemory(
             id=new_id("procedural", f"{seed}:procedural:{i}"),
             text=checked(pb.text, f"{where}.text") if pb.text else "",
-            user_id=handle.user_id,
+            user_id=owner,
             created_at=pb.at(now) or now,
             metadata=pb.metadata,
             name=checked(pb.name, f"{where}.name"),
@@ -269,16 +286,16 @@ def import_document(
             failure_count=pb.failure_count,
         )
         try:
-            check_playbook(row, engram.settings.max_text_chars)
+            check_playbook(playbook, engram.settings.max_text_chars)
         except InvalidInput as exc:
             raise ImportFileError(f"invalid import file: {where}.{exc}") from None
-        remember_key(pb.key, row.id, where)
-        rows.append(row)
-    skipped = _embed_and_insert(engram, handle.user_id, rows, supersede, progress)
-    return {**_counts(rows), "skipped": skipped, "user_id": handle.user_id, "ids": keys}
+        remember_key(pb.key, playbook.id, where)
+        rows.append(playbook)
+    skipped = _embed_and_insert(engram, owner, rows, supersede, progress)
+    return {**_counts(rows), "skipped": skipped, "user_id": owner, "ids": keys}
 
 
-def _import_catalog(engram: Engram, document: Sequence[Any], progress: bool) -> dict[str, Any]:
+def _import_catalog(engram: ImportTarget, document: Sequence[Any], progress: bool) -> dict[str, Any]:
     now = utcnow()
     rows: list[Memory] = []
     keys: dict[str, str] = {}
@@ -291,8 +308,8 @@ def _import_catalog(engram: Engram, document: Sequence[Any], progress: bool) -> 
     seed = _seed("", "".join(r.model_dump_json() for r in records))
     for i, record in enumerate(records):
         try:
-            text = engram._check_text(record.text, f"catalog[{i}].text")
-        except Exception as exc:
+            text = check_text(record.text, f"catalog[{i}].text", engram.settings.max_text_chars)
+        except InvalidInput as exc:
             raise ImportFileError(f"invalid import file: {exc}") from None
         row = CatalogItem(
             id=new_id("catalog", f"{seed}:catalog:{i}"),
@@ -326,8 +343,8 @@ def _previous_turns(episodes: Sequence[EpisodicMemory]) -> dict[int, int]:
 
 
 def _embed_and_insert(
-    engram: Engram,
-    tenant: str | None,
+    engram: ImportTarget,
+    tenant: Tenant,
     rows: list[Memory],
     supersede: dict[str, Supersession],
     progress: bool,

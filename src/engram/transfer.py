@@ -18,28 +18,44 @@ import also move a store to another embedding model. Importing needs ids the tar
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from pydantic import TypeAdapter, ValidationError
 
 from engram.errors import ImportFileError
-from engram.models import Memory, Tombstone, utcnow
-from engram.storage.base import ApiKeyRecord, Tenant, episode_marks
-
-if TYPE_CHECKING:
-    from engram.memory import Engram
+from engram.models import EpisodicMemory, Memory, Tombstone, Vectors, utcnow
+from engram.providers.base import Embedder
+from engram.settings import EngramSettings
+from engram.storage.base import ApiKeyRecord, Store, Tenant, episode_marks
 
 FORMAT_VERSION = 1
 PAGE = 500  # rows read per query while exporting
 _MEMORY: TypeAdapter[Memory] = TypeAdapter(Memory)
 
 
-def export_store(engram: Engram, out: TextIO, *, keys: bool = False) -> dict[str, int]:
+class TransferTarget(Protocol):
+    """What an export reads and an import writes through: the facade (``Engram``) is one. A transfer
+    touches every role of the store (rows, tombstones, keys, consolidation marks) and embeds with the
+    target's models."""
+
+    @property
+    def settings(self) -> EngramSettings: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+    def encode_rows(self, rows: Sequence[Memory]) -> tuple[Vectors, list[bytes] | None]: ...
+
+
+def export_store(engram: TransferTarget, out: TextIO, *, keys: bool = False) -> dict[str, int]:
     """Write every tenant's rows and tombstones, the catalog's, and with ``keys`` the API keys."""
-    store: Any = engram.store
+    store = engram.store
     counts: dict[str, int] = {}
 
     def emit(record: dict[str, Any], kind: str) -> None:
@@ -56,7 +72,8 @@ def export_store(engram: Engram, out: TextIO, *, keys: bool = False) -> dict[str
         )
         + "\n"
     )
-    for tenant in [None, *store.tenants()]:
+    tenants: list[Tenant] = [None, *store.tenants()]
+    for tenant in tenants:
         after = 0
         while page := store.scan(tenant, after, PAGE):
             for _, row, consolidated in page:
@@ -70,7 +87,7 @@ def export_store(engram: Engram, out: TextIO, *, keys: bool = False) -> dict[str
     return counts
 
 
-def import_store(engram: Engram, lines: Iterable[str]) -> dict[str, int]:
+def import_store(engram: TransferTarget, lines: Iterable[str]) -> dict[str, int]:
     """Write an export into this store; returns counts per kind. A bad line names its number."""
     loader = _Loader(engram)
     numbered = iter(enumerate(lines, start=1))
@@ -104,9 +121,9 @@ class _Loader:
     """Buffers rows of one tenant into chunks; a turn whose context (the turn before it) is not
     written yet waits until it is, so every context survives the trip."""
 
-    def __init__(self, engram: Engram) -> None:
+    def __init__(self, engram: TransferTarget) -> None:
         self.engram = engram
-        self.store: Any = engram.store
+        self.store = engram.store
         self.chunk_size = engram.settings.import_chunk
         self.tenant: Tenant = None
         self.rows: list[tuple[Memory, int]] = []
@@ -149,13 +166,11 @@ class _Loader:
             return
         batch, self.rows = self.rows, []
         ids = {row.id for row, _ in batch}
-        contexts = {getattr(row, "context_id", None) for row, _ in batch} - ids - {None}
+        contexts = {c for row, _ in batch if (c := _context_id(row)) is not None} - ids
         present = {m.id for m in self.store.fetch(self.tenant, sorted(contexts), include_catalog=False)}
-        known = ids | present | {None}
-        ready = [item for item in batch if final or getattr(item[0], "context_id", None) in known]
-        self.waiting += [
-            item for item in batch if not final and getattr(item[0], "context_id", None) not in known
-        ]
+        known: set[str | None] = {*ids, *present, None}
+        ready = [item for item in batch if final or _context_id(item[0]) in known]
+        self.waiting += [item for item in batch if not final and _context_id(item[0]) not in known]
         rows = [row for row, _ in ready]
         if rows:
             vectors, tokens = self.engram.encode_rows(rows)
@@ -170,10 +185,8 @@ class _Loader:
                 )
         if self.waiting and not final:  # a context written just now frees the turns that quote it
             written = {row.id for row in rows}
-            freed = [item for item in self.waiting if getattr(item[0], "context_id", None) in written]
-            self.waiting = [
-                item for item in self.waiting if getattr(item[0], "context_id", None) not in written
-            ]
+            freed = [item for item in self.waiting if _context_id(item[0]) in written]
+            self.waiting = [item for item in self.waiting if _context_id(item[0]) not in written]
             self.rows += freed
 
     def _write_tombstones(self) -> None:
@@ -184,6 +197,11 @@ class _Loader:
 
     def _count(self, kind: str, n: int) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + n
+
+
+def _context_id(row: Memory) -> str | None:
+    """The turn a row's context was taken from (only turns have one)."""
+    return row.context_id if isinstance(row, EpisodicMemory) else None
 
 
 def _parse(line: str, number: int) -> dict[str, Any]:

@@ -15,8 +15,10 @@ not the episodes: the run stops with an error and nothing is set aside (a few ca
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
 
 from engram.consolidation import guards
 from engram.consolidation.llm import LLMClient, LLMError, LLMOutputError
@@ -27,26 +29,43 @@ from engram.consolidation.prompts import (
     extraction_prompt,
     judge_prompt,
 )
-from engram.consolidation.schema import Extraction, JudgeVerdicts
+from engram.consolidation.schema import Extraction, JudgeVerdicts, NewFact
 from engram.errors import Conflict, EngramError
 from engram.models import (
     EpisodicMemory,
     Memory,
     ProceduralMemory,
     SemanticMemory,
+    Vectors,
     new_id,
     search_text_of,
     utcnow,
 )
+from engram.providers.base import Embedder, TokenEncoder
 from engram.retrieval.config import RetrievalConfig
-from engram.storage.base import ConsolidationWrite, FactMerge, PlaybookFeedback, Supersession, episode_marks
-
-if TYPE_CHECKING:
-    from engram.memory import Engram
+from engram.retrieval.pipeline import recall
+from engram.storage.base import (
+    ConsolidationStore,
+    ConsolidationWrite,
+    FactMerge,
+    MemoryStore,
+    PlaybookFeedback,
+    Supersession,
+    episode_marks,
+)
 
 log = logging.getLogger(__name__)
 NEIGHBOURS = 5  # hybrid top-k existing facts each candidate is compared with
 _NEIGHBOUR_SEARCH = RetrievalConfig(rerank=False, multipliers=False)
+_Row = TypeVar("_Row", SemanticMemory, ProceduralMemory)
+
+# Rows to their embeddings and packed token vectors, as the facade stores them (Engram.encode_rows).
+RowEncoder = Callable[[Sequence[Memory]], tuple[Vectors, list[bytes] | None]]
+
+
+class ConsolidatorStore(MemoryStore, ConsolidationStore, Protocol):
+    """The store roles a run uses: the waiting episodes and the one-transaction write, the user's
+    facts and playbooks, and the hybrid search that finds a candidate's neighbours."""
 
 
 @dataclass(frozen=True)
@@ -76,14 +95,29 @@ class ConsolidationReport:
 
 
 class Consolidator:
-    def __init__(self, engram: Engram, llm: LLMClient, policy: ConsolidationPolicy | None = None) -> None:
-        self.engram = engram
+    """Consolidates one user at a time. It is given the store, the embedder (for its duplicate check)
+    and the facade's row encoder, never the facade itself: ``Engram.consolidate`` makes one per run."""
+
+    def __init__(
+        self,
+        store: ConsolidatorStore,
+        embedder: Embedder,
+        llm: LLMClient,
+        policy: ConsolidationPolicy | None = None,
+        *,
+        encode_rows: RowEncoder,
+        token_encoder: TokenEncoder | None = None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.encode_rows = encode_rows
+        self.token_encoder = token_encoder  # the neighbour search uses late interaction as recall does
         self.llm = llm
         self.policy = policy or ConsolidationPolicy()
 
-    def run(self, user_id: str) -> ConsolidationReport:
-        user = self.engram.for_user(user_id).user_id
-        store = self.engram.store
+    def run(self, user: str) -> ConsolidationReport:
+        """Consolidate the waiting episodes of ``user`` (a valid user id: the facade checks it)."""
+        store = self.store
         report = ConsolidationReport(user_id=user)
         unreadable: list[tuple[EpisodicMemory, str]] = []
         while True:
@@ -139,7 +173,7 @@ class Consolidator:
                         f"every part of a batch of {len(episodes)} got a malformed reply: {exc}"
                     ) from exc
                 return True
-        self.engram.store.apply_consolidation(user, write)
+        self.store.apply_consolidation(user, write)
         report.batches += 1
         report.episodes += len(episodes)
         report.written += [r.id for r in write.rows]
@@ -155,8 +189,8 @@ class Consolidator:
     ) -> None:
         ids = [episode.id for episode, _ in unreadable]
         try:
-            self.engram.store.apply_consolidation(
-                user, episode_marks(ids, utcnow(), self.engram.embedder.dim, skipped=True)
+            self.store.apply_consolidation(
+                user, episode_marks(ids, utcnow(), self.embedder.dim, skipped=True)
             )
         except EngramError as exc:  # keep the report of what did commit; they stay waiting
             report.status = f"partial: could not set aside {len(ids)} unreadable episodes: {exc}"
@@ -172,7 +206,7 @@ class Consolidator:
     def _plan(
         self, user: str, episodes: list[EpisodicMemory], report: ConsolidationReport
     ) -> ConsolidationWrite:
-        store, now = self.engram.store, utcnow()
+        store, now = self.store, utcnow()
         facts = [m for m in store.list_memories(user, "semantic", limit=500) if isinstance(m, SemanticMemory)]
         playbooks = [
             m for m in store.list_memories(user, "procedural", limit=200) if isinstance(m, ProceduralMemory)
@@ -240,7 +274,7 @@ class Consolidator:
             supersede[row.id] = Supersession(old_id=s.fact_id, retract=harsh, at=now)
         replaced = {x.old_id for x in supersede.values()}
 
-        unclear: list[tuple[str, list[SemanticMemory], list[str], Any]] = []
+        unclear: list[tuple[str, list[SemanticMemory], list[str], NewFact]] = []
         for fact in extraction.facts:
             support = admissible(fact.text, fact.supporting_episode_ids, fact.confidence)
             if support is None:
@@ -271,7 +305,7 @@ class Consolidator:
             support = admissible(pb.name, pb.supporting_episode_ids, 1.0, facts_only=False)
             if support is None:
                 continue
-            row = ProceduralMemory(
+            playbook = ProceduralMemory(
                 id=new_id("procedural"),
                 text="",
                 user_id=user,
@@ -282,11 +316,11 @@ class Consolidator:
                 steps=pb.steps,
                 metadata={"supporting_episode_ids": support},
             )
-            similarity, _ = self._closest(search_text_of(row), playbooks)
+            similarity, _ = self._closest(search_text_of(playbook), playbooks)
             if similarity >= self.policy.duplicate_similarity:
                 drop(pb.name, "duplicate of a stored playbook")
                 continue
-            rows.append(row)
+            rows.append(playbook)
 
         known_playbooks = {p.id for p in playbooks}
         feedback: list[PlaybookFeedback] = []
@@ -304,7 +338,7 @@ class Consolidator:
                 )
                 feedback.append(PlaybookFeedback(update.playbook_id, update.outcome == "success", refined))
 
-        vectors, tokens = self.engram.encode_rows(rows)
+        vectors, tokens = self.encode_rows(rows)
         return ConsolidationWrite(
             rows=rows,
             vectors=vectors,
@@ -318,20 +352,27 @@ class Consolidator:
 
     # -- helpers --------------------------------------------------------------------------------
     def _neighbours(self, user: str, text: str) -> list[SemanticMemory]:
-        hits = self.engram.for_user(user).recall(
+        """The user's live facts nearest to ``text``: hybrid search without rerank or multipliers (no
+        use is recorded: a consolidation run is not a use)."""
+        hits = recall(
+            self.store,
+            self.embedder,
+            None,  # no cross-encoder: _NEIGHBOUR_SEARCH turns the rerank stage off
+            self.token_encoder,
+            user,
             text,
             k=NEIGHBOURS,
-            memory_types=["semantic"],
-            include_catalog=False,
+            memory_types=frozenset({"semantic"}),
+            include_superseded=False,
             config=_NEIGHBOUR_SEARCH,
-            record_use=False,
+            now=utcnow(),
         )
         return [h.memory for h in hits if isinstance(h.memory, SemanticMemory)]
 
-    def _closest(self, text: str, neighbours: list[Any]) -> tuple[float, Any]:
+    def _closest(self, text: str, neighbours: Sequence[_Row]) -> tuple[float, _Row | None]:
         if not neighbours:
             return 0.0, None
-        vectors = self.engram.embedder.embed_documents([text] + [search_text_of(n) for n in neighbours])
+        vectors = self.embedder.embed_documents([text] + [search_text_of(n) for n in neighbours])
         sims = guards.cosine_to_neighbours(vectors[0], vectors[1:])
         best = int(sims.argmax())
         return float(sims[best]), neighbours[best]
@@ -348,7 +389,7 @@ class Consolidator:
         merges.setdefault(target.id, set()).update(support)
 
     @staticmethod
-    def _fact_row(user: str, fact: Any, support: list[str], now: Any) -> SemanticMemory:
+    def _fact_row(user: str, fact: NewFact, support: list[str], now: datetime) -> SemanticMemory:
         return SemanticMemory(
             id=new_id("semantic"),
             text=fact.text,

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from engram.models import Vectors
 from engram.text import STOPWORDS
 
 _WORD = re.compile(r"[^\W_]+")
@@ -44,11 +45,12 @@ def assistant_only_words(fact: str, user_texts: Iterable[str], assistant_texts: 
     return {w for w in distinctive_words(fact) if w in assistant and w not in user}
 
 
-def cosine_to_neighbours(candidate: np.ndarray, neighbours: np.ndarray) -> np.ndarray:
+def cosine_to_neighbours(candidate: Vectors, neighbours: Vectors) -> Vectors:
     """Cosine similarity of one L2-normalised vector to each row of another (also normalised)."""
     if len(neighbours) == 0:
         return np.zeros(0, dtype=np.float32)
-    return neighbours @ candidate
+    similarities: Vectors = neighbours @ candidate
+    return similarities
 
 
 def classify(similarity: float, duplicate_at: float, judge_from: float) -> str:

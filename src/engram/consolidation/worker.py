@@ -6,18 +6,34 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from engram.memory import Engram
+from engram.consolidation.consolidator import ConsolidationReport
+from engram.storage.base import ConsolidationStore
 
 log = logging.getLogger(__name__)
 ERROR_BACKOFF_S = 600.0  # a user whose run failed waits this long, or a failing LLM is called every tick
 
 
+class WorkerStore(ConsolidationStore, Protocol):
+    """What the worker reads to find who is due: the users, and each one's waiting episodes."""
+
+    def tenants(self) -> list[str]: ...
+
+
+class Consolidates(Protocol):
+    """What the worker drives: the facade (``Engram``) is one; its ``consolidate`` makes the LLM client
+    and policy from its settings."""
+
+    @property
+    def store(self) -> WorkerStore: ...
+
+    def consolidate(self, user_id: str) -> ConsolidationReport: ...
+
+
 class ConsolidationWorker:
     def __init__(
-        self, engram: Engram, *, every_episodes: int, every_hours: float, poll_seconds: float = 30.0
+        self, engram: Consolidates, *, every_episodes: int, every_hours: float, poll_seconds: float = 30.0
     ) -> None:
         self.engram = engram
         self.every_episodes = every_episodes
@@ -47,9 +63,9 @@ class ConsolidationWorker:
 
     def tick(self) -> list[dict[str, Any]]:
         """Consolidate every user that is due; returns their reports."""
-        store: Any = self.engram.store
+        store = self.engram.store
         now = time.monotonic()
-        reports = []
+        reports: list[dict[str, Any]] = []
         for user in store.tenants():
             if self._stop.is_set():
                 break

@@ -19,9 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 from rich.progress import Progress
 
+from engram.auth import ApiKeys
 from engram.eval.metrics import first_gold_rank, mean_reciprocal_rank, recall_at_k
+from engram.interfaces.rest import create_app
+from engram.interfaces.rest.background import BackgroundServer
 from engram.memory import Engram
 from engram.models import SemanticMemory
 from engram.retrieval.config import RetrievalConfig
@@ -153,12 +157,6 @@ def leak_probes(
 
 def rest_recaller(eng: Engram) -> tuple[Callable[[str, str], list[dict[str, Any]]], Callable[[], None]]:
     """Serve the REST API on a free loopback port with one key per user; return (recall fn, stop fn)."""
-    import httpx
-
-    from engram.auth import ApiKeys
-    from engram.interfaces.rest import create_app
-    from engram.interfaces.rest.background import BackgroundServer
-
     keys = ApiKeys(eng.store)
     tokens = {u: keys.create(u, "eval leak probe")[0] for u in eng.store.tenants()}
     server = BackgroundServer(create_app(eng, keys))
@@ -228,6 +226,7 @@ def evaluate_corpus(
 
 def ablation_chart(ablation: dict[str, dict[str, Any]], path: Path) -> None:
     """A grouped bar chart of R@1, R@5, R@10 and MRR per pipeline stage."""
+    # Imported here: matplotlib is the optional "eval" extra (the CLI says so on ImportError).
     import matplotlib
 
     matplotlib.use("Agg")

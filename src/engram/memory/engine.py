@@ -1,0 +1,114 @@
+"""The engine under the facade: one store, its models and recall settings, and the few operations the
+tenant handles share (checking text, encoding and storing rows, importing).
+
+``Engram`` (engram.memory.facade) is an Engine that also opens stores and hands out the handles; the
+handles (engram.memory.handles) are given the Engine, so they never import the facade that makes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from engram.errors import InvalidInput
+from engram.importer import UserDocument, import_document
+from engram.models import Memory, Vectors, check_text, search_text_of
+from engram.providers.base import Embedder, Reranker, TokenEncoder
+from engram.retrieval.admission import Admission
+from engram.retrieval.config import RetrievalConfig
+from engram.retrieval.late_interaction import pack
+from engram.settings import EngramSettings
+from engram.storage.base import CATALOG, Store, Supersession, Tenant
+from engram.use_counts import UseRecorder
+
+_ENCODE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-encode")
+
+
+def close_all(resources: Sequence[object]) -> None:
+    """Close what has a close() (HTTP clients, thread pools); local ONNX sessions need none."""
+    for resource in resources:
+        close = getattr(resource, "close", None)
+        if callable(close):
+            close()
+
+
+class Engine:
+    """One store, one embedder, one reranker, and what every tenant handle uses of them."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        reranker: Reranker | None,
+        *,
+        token_encoder: TokenEncoder | None = None,
+        config: RetrievalConfig | None = None,
+        settings: EngramSettings | None = None,
+    ) -> None:
+        self.settings = settings or EngramSettings.defaults()  # no environment: only Engram.open reads it
+        self.store = store
+        self.embedder = embedder
+        self.reranker = reranker
+        self.token_encoder = token_encoder  # late interaction; None: recall skips that stage
+        self.config = config or RetrievalConfig.from_settings(self.settings)
+        self.use_counts = UseRecorder(store, self.settings.use_wait_ms / 1000)
+        self.rerank_admission = Admission(self.settings.rerank_queue)  # sheds the cross-encoder under load
+        # Recalls past this many wait their turn, leaving CPU to writes (the hot path an agent waits on).
+        n = self.settings.recall_concurrency
+        self._recall_slots: contextlib.AbstractContextManager[object] = (
+            threading.BoundedSemaphore(n) if n else contextlib.nullcontext()
+        )
+        self._made: list[object] = []  # providers Engram.from_settings made: close() closes them too
+        store.ensure_model(embedder.name, embedder.dim)
+        if token_encoder is not None:
+            store.ensure_model(token_encoder.name, token_encoder.dim, kind="token")
+
+    def import_json(
+        self,
+        document: Mapping[str, Any] | Sequence[Any] | UserDocument,
+        *,
+        user_id: str | None = None,
+        progress: bool = False,
+    ) -> dict[str, Any]:
+        """Import a user document or a catalog list (see ``engram.importer``); an invalid one writes
+        nothing."""
+        return import_document(self, document, user_id=user_id, progress=progress)
+
+    def encode_rows(self, rows: Sequence[Memory]) -> tuple[Vectors, list[bytes] | None]:
+        """Rows' embeddings and packed late-interaction token vectors (None without a token encoder)."""
+        texts = [search_text_of(r) for r in rows]
+        if self.token_encoder is None:
+            return self.embedder.embed_documents(texts), None
+        # Both models release the GIL: the token vectors are computed while the embedding is.
+        tokens = _ENCODE_POOL.submit(self.token_encoder.encode_documents, texts)
+        vectors = self.embedder.embed_documents(texts)
+        return vectors, [pack(m) for m in tokens.result()]
+
+    def reindex(self, batch: int = 256) -> int:
+        """Compute the token vectors that rows written before late interaction (or with it off) lack,
+        for every user and the catalog; returns how many rows got them. Safe to run while serving."""
+        if self.token_encoder is None:
+            raise InvalidInput("late interaction is off (ENGRAM_LATE_INTERACTION=false): nothing to index")
+        done = 0
+        for tenant in [CATALOG, *self.store.tenants()]:
+            while rows := self.store.rows_without_tokens(tenant, batch):
+                encoded = self.token_encoder.encode_documents([search_text_of(r) for r in rows])
+                self.store.set_tokens(tenant, {r.id: pack(m) for r, m in zip(rows, encoded, strict=True)})
+                done += len(rows)
+        return done
+
+    def close(self) -> None:
+        self.use_counts.close()
+        close_all(self._made)
+        self.store.close()
+
+    # -- shared by the handles ------------------------------------------------------------------
+    def _check_text(self, text: object, what: str = "text") -> str:
+        return check_text(text, what, self.settings.max_text_chars)
+
+    def _store_row(self, tenant: Tenant, row: Memory, supersede: Supersession | None = None) -> None:
+        vectors, tokens = self.encode_rows([row])
+        self.store.insert(tenant, [row], vectors, {row.id: supersede} if supersede else None, tokens)

@@ -1,0 +1,354 @@
+"""One user's memory: ``UserMemory`` (sees the user's rows and the catalog, writes the user's rows)
+and ``MemoryReader`` (the same memory, read only).
+
+``list`` methods shadow the builtin inside the class bodies, so annotations there spell it
+``builtins.list``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from engram.errors import InvalidInput, NotFound, PermissionDenied
+from engram.memory.engine import Engine
+from engram.memory.handles import TenantHandle
+from engram.models import (
+    MEMORY_TYPES,
+    Contradiction,
+    EpisodicMemory,
+    FactType,
+    Hit,
+    Memory,
+    MemoryType,
+    ProceduralMemory,
+    SemanticMemory,
+    Step,
+    check_playbook,
+    episode_context,
+    new_id,
+    utcnow,
+)
+from engram.retrieval.config import RetrievalConfig
+from engram.retrieval.pipeline import recall as run_recall
+from engram.storage.base import Supersession
+from engram.validation import aware, build_row, check_types
+
+WRITABLE_TYPES = ("semantic", "procedural")
+SESSION_LOOKBACK = 16  # a new turn's session is looked for among the user's last 16 turns
+
+
+class UserMemory(TenantHandle):
+    """Memory of one user. Sees the user's rows and the catalog; writes only the user's rows."""
+
+    def __init__(self, engram: Engine, user_id: str) -> None:
+        super().__init__(engram)
+        self._tenant = user_id
+        self.user_id = user_id
+
+    def remember_turn(
+        self,
+        text: str,
+        at: datetime | None = None,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> EpisodicMemory:
+        """Store one user turn verbatim (episodic), visible to the very next recall.
+
+        ``metadata["assistant_context"]`` may carry the assistant message this turn replied to:
+        consolidation shows it to the LLM as context, and never lets it become a fact. The turn is
+        searched together with that message, else with the previous turn of its ``session_id``, so an
+        elliptic reply ("yes, twice last week") is found by the words of what it answers.
+        """
+        text = self._engram._check_text(text)
+        meta = dict(metadata or {})
+        context, context_id = episode_context(meta, self._previous_turn(session_id))
+        row = build_row(
+            EpisodicMemory,
+            id=new_id("episodic"),
+            text=text,
+            user_id=self.user_id,
+            created_at=utcnow(),
+            timestamp=aware(at) or utcnow(),
+            session_id=session_id,
+            metadata=meta,
+            context=context,
+            context_id=context_id,
+        )
+        self._engram._store_row(self.user_id, row)
+        return row
+
+    def _previous_turn(self, session_id: str | None) -> EpisodicMemory | None:
+        """The latest turn of the session among the user's most recent turns (sessions interleave
+        little: a turn continues one of the last few), or None."""
+        if session_id is None:
+            return None
+        recent = self._engram.store.list_memories(self.user_id, "episodic", limit=SESSION_LOOKBACK)
+        return next((m for m in recent if isinstance(m, EpisodicMemory) and m.session_id == session_id), None)
+
+    def write(
+        self,
+        text: str,
+        memory_type: MemoryType = "semantic",
+        *,
+        fact_type: FactType = "identity",
+        confidence: float = 1.0,
+        supporting_episode_ids: Sequence[str] = (),
+        supersedes_id: str | None = None,
+        contradiction: Contradiction | None = None,
+        valid_from: datetime | None = None,
+        valid_to: datetime | None = None,
+        name: str | None = None,
+        trigger_text: str = "",
+        description: str = "",
+        steps: Iterable[Step | Mapping[str, Any]] = (),
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+    ) -> SemanticMemory | ProceduralMemory:
+        """Write a fact (semantic) or a playbook (procedural).
+
+        With ``supersedes_id`` the new row replaces that live row of the same type, in one transaction:
+        ``contradiction="natural"`` (default: a routine change) or ``"harsh"`` (the old one was never
+        true: it is marked retracted and the new fact's confidence is lowered by the penalty).
+        ``created_at`` backdates the row for imports.
+        """
+        engram = self._engram
+        if memory_type not in WRITABLE_TYPES:
+            raise InvalidInput(
+                f"memory_type must be one of {WRITABLE_TYPES} (episodes are written with "
+                f"remember_turn, catalog rows by the admin); got {memory_type!r}"
+            )
+        if memory_type == "semantic" or text != "":  # a playbook may carry everything in its fields
+            text = engram._check_text(text)
+        supporting = builtins.list(dict.fromkeys(supporting_episode_ids))
+        if supporting:  # provenance must be this user's own episodes
+            found = {m.id for m in engram.store.fetch(self.user_id, supporting, include_catalog=False)}
+            for episode_id in supporting:
+                if episode_id not in found or not episode_id.startswith("epi_"):
+                    raise NotFound(str(episode_id))
+        now = utcnow()
+        supersede = None
+        if supersedes_id is None:
+            if contradiction is not None:
+                raise InvalidInput("contradiction is only meaningful with supersedes_id")
+        else:
+            contradiction = contradiction or "natural"
+            if contradiction not in ("natural", "harsh"):
+                raise InvalidInput("contradiction must be 'natural' or 'harsh'")
+            supersede = Supersession(old_id=str(supersedes_id), retract=contradiction == "harsh", at=now)
+        common = {
+            "id": new_id(memory_type),
+            "text": text,
+            "user_id": self.user_id,
+            "created_at": aware(created_at) or now,
+            "metadata": dict(metadata or {}),
+            "supersedes": supersede.old_id if supersede else None,
+        }
+        row: SemanticMemory | ProceduralMemory
+        if memory_type == "semantic":
+            if not isinstance(confidence, int | float) or not 0.0 <= confidence <= 1.0:
+                raise InvalidInput("confidence must be a number in [0, 1]")
+            if contradiction == "harsh":
+                confidence = max(0.0, confidence - engram.settings.supersede_penalty)
+            fact = build_row(
+                SemanticMemory,
+                **common,
+                fact_type=fact_type,
+                confidence=confidence,
+                supporting_episode_ids=supporting,
+                contradiction=contradiction if supersede else None,
+                valid_from=aware(valid_from),
+                valid_to=aware(valid_to),
+            )
+            if fact.valid_from and fact.valid_to and fact.valid_from > fact.valid_to:
+                raise InvalidInput("valid_from is after valid_to")
+            row = fact
+        else:
+            if not isinstance(name, str) or not name.strip():
+                raise InvalidInput("a procedural memory needs a non-empty name")
+            row = check_playbook(
+                build_row(
+                    ProceduralMemory,
+                    **common,
+                    name=name,
+                    trigger_text=trigger_text or "",
+                    description=description or "",
+                    steps=[s if isinstance(s, Step) else dict(s) for s in steps],
+                ),
+                engram.settings.max_text_chars,
+            )
+        engram._store_row(self.user_id, row, supersede)
+        return row
+
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        memory_types: Iterable[MemoryType] | None = None,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+        config: RetrievalConfig | None = None,
+        record_use: bool | None = None,
+        as_of: datetime | None = None,
+    ) -> builtins.list[Hit]:
+        """Search all of the user's memory types and the catalog in one call.
+
+        Returned semantic facts get ``use_count + 1`` and ``last_used_at = now`` (atomically); the
+        returned rows show the values after that bump, their explain the values before it. When
+        another writer holds the store (a bulk import), the bump is queued rather than waited for
+        (see engram.use_counts) and the rows show the count read plus one.
+        ``record_use=False`` leaves them untouched (evaluations, previews). ``as_of`` is the present
+        that time decay measures ages from (default: now), for replays, audits and evaluations of
+        recorded conversations; it does not hide rows written after it, and such a recall records no
+        use unless ``record_use=True`` says so (a replay is not a use).
+        """
+        engram = self._engram
+        query = engram._check_text(query, "query")
+        if not isinstance(k, int) or not 1 <= k <= 1000:
+            raise InvalidInput("k must be an integer in [1, 1000]")
+        types = set(MEMORY_TYPES if memory_types is None else check_types(memory_types))
+        if not include_catalog:
+            types.discard("catalog")
+        now = utcnow()
+        with engram._recall_slots:
+            hits = run_recall(
+                engram.store,
+                engram.embedder,
+                engram.reranker,
+                engram.token_encoder,
+                self.user_id,
+                query,
+                k=k,
+                memory_types=frozenset(types),
+                include_superseded=include_superseded,
+                config=config or engram.config,
+                now=aware(as_of) or now,
+                admission=engram.rerank_admission,
+            )
+        if not (record_use if record_use is not None else as_of is None):
+            return hits
+        used = [
+            h.memory.id
+            for h in hits
+            if isinstance(h.memory, SemanticMemory) and h.memory.superseded_by is None
+        ]
+        counts = engram.use_counts.record(self.user_id, used, now) or {}  # None: queued, not applied yet
+        used_set = set(used)
+        return [_used(h, counts, now) if h.memory.id in used_set else h for h in hits]
+
+    def history(self, memory_id: str) -> builtins.list[Memory]:
+        """The supersession chain that contains ``memory_id``, oldest first (forgotten links are gone)."""
+        start = self.get(memory_id)
+        if start.user_id != self.user_id:
+            return [start]  # a catalog row: no chains there
+        chain = [start]
+        seen = {start.id}
+        back, forward = _links(start)
+        while back and back not in seen:
+            rows = self._engram.store.fetch(self._tenant, [back], include_catalog=False)
+            if not rows:
+                break
+            chain.insert(0, rows[0])
+            seen.add(back)
+            back = _links(rows[0])[0]
+        while forward and forward not in seen:
+            rows = self._engram.store.fetch(self._tenant, [forward], include_catalog=False)
+            if not rows:
+                break
+            chain.append(rows[0])
+            seen.add(forward)
+            forward = _links(rows[0])[1]
+        return chain
+
+    def list(
+        self,
+        memory_type: MemoryType,
+        *,
+        include_superseded: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> builtins.list[Memory]:
+        """The user's rows of one type, newest first, paged."""
+        (checked,) = check_types([memory_type])
+        if checked == "catalog":
+            raise InvalidInput("list the catalog through the catalog handle")
+        return self._engram.store.list_memories(
+            self.user_id, checked, include_superseded=include_superseded, limit=limit, offset=offset
+        )
+
+    def import_json(self, document: Mapping[str, Any], *, progress: bool = False) -> dict[str, Any]:
+        """Import a user document (see ``engram.importer``) into this user's memory; a ``user_id`` in
+        it must be this user's. An invalid document writes nothing (ImportFileError)."""
+        return self._engram.import_json(document, user_id=self.user_id, progress=progress)
+
+    def _deny_catalog_write(self, memory_id: str) -> None:
+        if isinstance(memory_id, str) and memory_id.startswith("cat_"):
+            rows = self._engram.store.fetch(self.user_id, [memory_id], include_catalog=True)
+            if rows:
+                raise PermissionDenied("catalog rows can only be changed through the admin handle")
+
+
+class MemoryReader:
+    """One user's memory, read only: list, get, history and a recall that records no use.
+
+    It has no write method, so whoever holds one (the inspector, for the admin key, which reads no
+    user's memories otherwise) can look but never change anything, not even use counts."""
+
+    def __init__(self, engram: Engine, user_id: str) -> None:
+        self._memory = UserMemory(engram, user_id)
+        self._store = engram.store
+        self.user_id = user_id
+
+    def get(self, memory_id: str) -> Memory:
+        return self._memory.get(memory_id)
+
+    def present(self, memory_ids: Iterable[str]) -> set[str]:
+        """Which of these ids are rows this user can still read (their own, or catalog rows)."""
+        return {m.id for m in self._store.fetch(self.user_id, sorted(set(memory_ids)), include_catalog=True)}
+
+    def history(self, memory_id: str) -> builtins.list[Memory]:
+        return self._memory.history(memory_id)
+
+    def list(
+        self, memory_type: MemoryType, *, include_superseded: bool = False, limit: int = 50, offset: int = 0
+    ) -> builtins.list[Memory]:
+        return self._memory.list(
+            memory_type, include_superseded=include_superseded, limit=limit, offset=offset
+        )
+
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        memory_types: Iterable[MemoryType] | None = None,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+    ) -> builtins.list[Hit]:
+        return self._memory.recall(
+            query,
+            k=k,
+            memory_types=memory_types,
+            include_catalog=include_catalog,
+            include_superseded=include_superseded,
+            record_use=False,
+        )
+
+
+def _used(hit: Hit, counts: Mapping[str, int], now: datetime) -> Hit:
+    """The hit with its fact's use recorded: the count the store returned, else the count read + 1."""
+    fact = hit.memory
+    if not isinstance(fact, SemanticMemory):
+        return hit
+    use_count = counts.get(fact.id, fact.use_count + 1)
+    return hit.model_copy(
+        update={"memory": fact.model_copy(update={"use_count": use_count, "last_used_at": now})}
+    )
+
+
+def _links(row: Memory) -> tuple[str | None, str | None]:
+    """(the id the row supersedes, the id that supersedes it); only facts and playbooks have them."""
+    if isinstance(row, SemanticMemory | ProceduralMemory):
+        return row.supersedes, row.superseded_by
+    return None, None
