@@ -48,7 +48,7 @@ def serve(
             raise _fail(exc) from None
     with _engram(store, settings) as eng:
         secret = settings.session_secret.get_secret_value().encode() if settings.session_secret else None
-        keys = ApiKeys(eng.store, session_secret=secret)  # type: ignore[arg-type]
+        keys = ApiKeys(eng.store, session_secret=secret)
         if admin_key:
             revoked = keys.adopt_admin_key(admin_key)
             console.print(
@@ -128,7 +128,7 @@ def keys_create(
     from engram.auth import ApiKeys
 
     with _engram(store, rerank=False) as eng:
-        key, record = ApiKeys(eng.store).create(user, label)  # type: ignore[arg-type]
+        key, record = ApiKeys(eng.store).create(user, label)
     console.print(f"{key}\n[dim]id {record.id} for user {record.user_id}; shown once[/dim]", highlight=False)
 
 
@@ -140,7 +140,7 @@ def keys_list(
     from engram.auth import ApiKeys
 
     with _engram(store, existing=True, rerank=False) as eng:
-        records = ApiKeys(eng.store).list(user)  # type: ignore[arg-type]
+        records = ApiKeys(eng.store).list(user)
     _print_json([r.__dict__ for r in records])
 
 
@@ -150,7 +150,7 @@ def keys_revoke(key_id: str, store: StoreOpt = None) -> None:
     from engram.auth import ApiKeys
 
     with _engram(store, existing=True, rerank=False) as eng:
-        ApiKeys(eng.store).revoke(key_id)  # type: ignore[arg-type]
+        ApiKeys(eng.store).revoke(key_id)
     console.print(f"revoked {key_id}")
 
 
@@ -170,7 +170,7 @@ def mcp(store: StoreOpt = None) -> None:
         why = "ENGRAM_API_KEY cannot be checked against it (is --store right?)"
         with Engram.from_settings(settings, _store_url(store, settings, existing=bool(key), why=why)) as eng:
             if key:
-                principal = ApiKeys(eng.store).resolve(key)  # type: ignore[arg-type]
+                principal = ApiKeys(eng.store).resolve(key)
                 if principal is None or principal.user_id is None:
                     err.print("error: ENGRAM_API_KEY is not a live user key")
                     raise typer.Exit(1)
