@@ -82,3 +82,37 @@ def test_a_validity_period_must_not_end_before_it_starts(eng):
         mem.write("Sarah rents in Leith", valid_from=start, valid_to=end)
     assert written(eng) == []
     assert mem.write("Sarah rents in Leith", valid_from=end, valid_to=start).valid_to == start
+
+
+# -- engram.validation: the checks the facade, auth, the importer and the client share ---------------
+def test_the_shared_page_check_is_the_stores():
+    """The client checks paging with engram.validation (it loads no storage); the stores with their own
+    check. Both must refuse exactly the same pages."""
+    from engram.storage import base
+    from engram.validation import MAX_PAGE_BOUND, check_page
+
+    assert MAX_PAGE_BOUND == base.MAX_PAGE_BOUND
+    for limit, offset in [(0, 0), (1, -1), (MAX_PAGE_BOUND + 1, 0), (1, MAX_PAGE_BOUND + 1)]:
+        with pytest.raises(InvalidInput) as ours:
+            check_page(limit, offset)
+        with pytest.raises(InvalidInput) as stores:
+            base.check_page(limit, offset)
+        assert str(ours.value) == str(stores.value)
+    check_page(MAX_PAGE_BOUND, MAX_PAGE_BOUND)
+
+
+def test_shared_checks():
+    from engram.models import SemanticMemory
+    from engram.validation import aware, build_row, check_types, validate_user_id
+
+    assert aware(datetime(2024, 1, 1)) == datetime(2024, 1, 1, tzinfo=UTC)  # naive is UTC
+    with pytest.raises(InvalidInput, match="out of the representable range"):
+        aware(datetime.fromisoformat("0001-01-01T00:00:00+01:00"))
+    assert check_types("semantic") == ["semantic"]
+    with pytest.raises(InvalidInput, match="unknown memory_type"):
+        check_types(["facts"])
+    assert validate_user_id("sarah@home") == "sarah@home"
+    with pytest.raises(InvalidInput, match="user_id"):
+        validate_user_id("-sarah")
+    with pytest.raises(InvalidInput, match="confidence"):
+        build_row(SemanticMemory, id="x", text="t", user_id="u", created_at=datetime.now(UTC), confidence=[])

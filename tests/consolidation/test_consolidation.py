@@ -494,3 +494,50 @@ def test_a_turn_forgotten_while_the_llm_reads_it_never_becomes_a_fact(eng, fake_
     report = eng.consolidate("sarah", llm=llm_for(fake_llm))
     assert report.status.startswith("stopped: the batch changed") and report.written == []
     assert mem.list("semantic") == []
+
+
+def test_the_worker_needs_only_a_store_and_a_consolidate():
+    """The worker sits below the facade: whatever has a store (tenants, waiting episodes) and a
+    consolidate(user) will do; Engram is one (the tests above)."""
+    from engram.consolidation import ConsolidationReport
+    from engram.consolidation.worker import ConsolidationWorker
+
+    class Waiting:
+        def tenants(self):
+            return ["ann", "bob"]
+
+        def waiting_episodes(self, tenant, limit):
+            return ["turn"] * (3 if tenant == "ann" else 1)
+
+    class Target:
+        def __init__(self):
+            self.store = Waiting()
+            self.calls = []
+
+        def consolidate(self, user_id):
+            self.calls.append(user_id)
+            return ConsolidationReport(user_id=user_id, episodes=3)
+
+    target = Target()
+    reports = ConsolidationWorker(target, every_episodes=2, every_hours=24).tick()
+    assert target.calls == ["ann"] and [r["user_id"] for r in reports] == ["ann"]
+
+
+def test_a_fact_the_facade_would_refuse_is_dropped(eng, fake_llm):
+    """Text that shows nothing (or is too long) is refused by mem.write; consolidation drops it too,
+    with the reason, and writes the rest of the batch."""
+    eng.for_user("sarah").remember_turn("I drive a red Volvo")
+
+    def facts(p):
+        turn = p["episodes"][0]["id"]
+        return {
+            "facts": [
+                {"text": "\u200b\u200b", "confidence": 0.9, "supporting_episode_ids": [turn]},
+                {"text": "Sarah drives a red Volvo", "confidence": 0.9, "supporting_episode_ids": [turn]},
+            ]
+        }
+
+    fake_llm.script(ok(facts))
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.status == "ok" and len(report.written) == 1
+    assert [d["reason"][:13] for d in report.dropped] == ["not storable:"]

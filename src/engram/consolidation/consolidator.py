@@ -30,13 +30,14 @@ from engram.consolidation.prompts import (
     judge_prompt,
 )
 from engram.consolidation.schema import Extraction, JudgeVerdicts, NewFact
-from engram.errors import Conflict, EngramError
+from engram.errors import Conflict, EngramError, InvalidInput
 from engram.models import (
     EpisodicMemory,
     Memory,
     ProceduralMemory,
     SemanticMemory,
     Vectors,
+    check_text,
     new_id,
     search_text_of,
     utcnow,
@@ -44,6 +45,7 @@ from engram.models import (
 from engram.providers.base import Embedder, TokenEncoder
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.pipeline import recall
+from engram.settings import DEFAULT_MAX_TEXT_CHARS
 from engram.storage.base import (
     ConsolidationStore,
     ConsolidationWrite,
@@ -75,6 +77,7 @@ class ConsolidationPolicy:
     judge_similarity: float = 0.75  # cosine in [judge, duplicate): ask the LLM judge
     confidence_floor: float = 0.6  # below: dropped
     supersede_penalty: float = 0.1
+    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # a fact the facade's write would refuse is dropped
 
 
 @dataclass
@@ -237,6 +240,12 @@ class Consolidator:
             if confidence < self.policy.confidence_floor:
                 drop(text, f"confidence {confidence:.2f} below the floor {self.policy.confidence_floor}")
                 return None
+            if facts_only:
+                try:
+                    check_text(text, "text", self.policy.max_text_chars)
+                except InvalidInput as exc:
+                    drop(text, f"not storable: {exc}")
+                    return None
             # Facts are about the user, so only the user's words count. A playbook is often the
             # assistant's procedure that the user confirmed; its provenance check is the citation.
             leaked = (

@@ -81,6 +81,7 @@ class Engram(Engine):
             judge_similarity=s.dedup_judge_similarity,
             confidence_floor=s.confidence_floor,
             supersede_penalty=s.supersede_penalty,
+            max_text_chars=s.max_text_chars,
         )
         consolidator = Consolidator(
             self.store,
