@@ -1,7 +1,8 @@
 """Consolidation: an LLM turns episodes into facts and playbooks, with dedup guards and feedback."""
 
-from engram.consolidation.consolidator import ConsolidationPolicy, ConsolidationReport, Consolidator
+from engram.consolidation.consolidator import Consolidator
 from engram.consolidation.llm import LLMClient, LLMError, LLMOutputError
+from engram.consolidation.policy import ConsolidationPolicy, ConsolidationReport
 
 __all__ = [
     "ConsolidationPolicy",

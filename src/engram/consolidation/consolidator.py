@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from engram.consolidation import guards
 from engram.consolidation.llm import LLMClient, LLMError, LLMOutputError
+from engram.consolidation.policy import ConsolidationPolicy, ConsolidationReport
 from engram.consolidation.prompts import (
     ASSISTANT_CONTEXT_KEY,
     EXTRACT_SYSTEM,
@@ -45,7 +45,6 @@ from engram.models import (
 from engram.providers.base import Embedder, TokenEncoder
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.pipeline import recall
-from engram.settings import DEFAULT_MAX_TEXT_CHARS
 from engram.storage.base import (
     ConsolidationStore,
     ConsolidationWrite,
@@ -55,6 +54,8 @@ from engram.storage.base import (
     Supersession,
     episode_marks,
 )
+
+__all__ = ["ConsolidationPolicy", "ConsolidationReport", "Consolidator", "ConsolidatorStore", "RowEncoder"]
 
 log = logging.getLogger(__name__)
 NEIGHBOURS = 5  # hybrid top-k existing facts each candidate is compared with
@@ -68,33 +69,6 @@ RowEncoder = Callable[[Sequence[Memory]], tuple[Vectors, list[bytes] | None]]
 class ConsolidatorStore(MemoryStore, ConsolidationStore, Protocol):
     """The store roles a run uses: the waiting episodes and the one-transaction write, the user's
     facts and playbooks, and the hybrid search that finds a candidate's neighbours."""
-
-
-@dataclass(frozen=True)
-class ConsolidationPolicy:
-    batch_size: int = 40
-    duplicate_similarity: float = 0.90  # cosine at or above: the same fact, merge provenance
-    judge_similarity: float = 0.75  # cosine in [judge, duplicate): ask the LLM judge
-    confidence_floor: float = 0.6  # below: dropped
-    supersede_penalty: float = 0.1
-    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # a fact the facade's write would refuse is dropped
-
-
-@dataclass
-class ConsolidationReport:
-    user_id: str
-    status: str = "ok"
-    batches: int = 0
-    episodes: int = 0
-    written: list[str] = field(default_factory=list)
-    merged: list[str] = field(default_factory=list)
-    superseded: list[str] = field(default_factory=list)
-    feedback: list[str] = field(default_factory=list)
-    dropped: list[dict[str, str]] = field(default_factory=list)
-    skipped_episodes: list[str] = field(default_factory=list)  # ids the LLM could not read
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 class Consolidator:

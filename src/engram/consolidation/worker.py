@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from engram.consolidation.consolidator import ConsolidationReport
+from engram.consolidation.policy import ConsolidationReport
 from engram.storage.base import ConsolidationStore
 
 log = logging.getLogger(__name__)
