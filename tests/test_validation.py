@@ -85,22 +85,6 @@ def test_a_validity_period_must_not_end_before_it_starts(eng):
 
 
 # -- engram.validation: the checks the facade, auth, the importer and the client share ---------------
-def test_the_shared_page_check_is_the_stores():
-    """The client checks paging with engram.validation (it loads no storage); the stores with their own
-    check. Both must refuse exactly the same pages."""
-    from engram.storage import base
-    from engram.validation import MAX_PAGE_BOUND, check_page
-
-    assert MAX_PAGE_BOUND == base.MAX_PAGE_BOUND
-    for limit, offset in [(0, 0), (1, -1), (MAX_PAGE_BOUND + 1, 0), (1, MAX_PAGE_BOUND + 1)]:
-        with pytest.raises(InvalidInput) as ours:
-            check_page(limit, offset)
-        with pytest.raises(InvalidInput) as stores:
-            base.check_page(limit, offset)
-        assert str(ours.value) == str(stores.value)
-    check_page(MAX_PAGE_BOUND, MAX_PAGE_BOUND)
-
-
 def test_shared_checks():
     from engram.models import SemanticMemory
     from engram.validation import aware, build_row, check_types, validate_user_id

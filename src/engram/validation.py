@@ -17,7 +17,9 @@ from pydantic import BaseModel, ValidationError
 from engram.errors import InvalidInput
 from engram.models import MEMORY_TYPES, MemoryType
 
-_USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+\-]{0,127}$")
+# Also the REST schema's pattern, so the OpenAPI document shows it.
+USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@:+\-]{0,127}$"
+_USER_ID = re.compile(USER_ID_PATTERN)
 MAX_PAGE_BOUND = 1_000_000_000  # limit/offset past this are nonsense and overflow some engines' integers
 
 RowT = TypeVar("RowT", bound=BaseModel)

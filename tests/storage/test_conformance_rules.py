@@ -135,3 +135,33 @@ def test_a_consolidation_batch_can_supersede_a_fact(store, embedder):
     empty = ConsolidationWrite([], np.zeros((0, embedder.dim), np.float32), {}, [], [], [turn.id], at)
     with pytest.raises(Conflict):  # already consolidated: compare-and-set refuses the batch
         store.apply_consolidation("sarah", empty)
+
+
+def test_a_consolidation_batch_is_checked_like_an_insert(store, embedder):
+    """A batch with another tenant's row, or a supersession naming no row of the batch, is refused as
+    bad input and writes nothing: its episodes still wait."""
+    from engram.models import EpisodicMemory
+
+    turn = EpisodicMemory(id=new_id("episodic"), text="hi", user_id="sarah", created_at=T0, timestamp=T0)
+    put(store, embedder, "sarah", turn)
+    (old,) = put(store, embedder, "sarah", fact("sarah", "Sarah likes tea"))
+    mine, theirs = fact("sarah", "Sarah likes coffee"), fact("bob", "Bob likes coffee")
+    at = T0 + timedelta(days=1)
+    bad_writes = [
+        ([theirs], {}),
+        ([mine], {new_id("semantic"): Supersession(old.id, retract=False, at=at)}),
+    ]
+    for rows, supersede in bad_writes:
+        write = ConsolidationWrite(
+            rows=rows,
+            vectors=embedder.embed_documents([r.text for r in rows]),
+            supersede=supersede,
+            merges=[],
+            feedback=[],
+            episode_ids=[turn.id],
+            at=at,
+        )
+        with pytest.raises(InvalidInput):
+            store.apply_consolidation("sarah", write)
+    assert [e.id for e in store.waiting_episodes("sarah", 10)] == [turn.id]
+    assert store.fetch("sarah", [mine.id]) == [] and store.fetch("bob", [theirs.id]) == []

@@ -42,13 +42,13 @@ from engram.storage.base import (
     Tenant,
     check_insert,
     check_model,
-    check_page,
     check_supersession,
     model_keys,
     owner_of,
     read_owners,
     wanted_ids,
 )
+from engram.validation import check_page
 
 
 class StoreRules(abc.ABC, Generic[K]):
@@ -173,6 +173,7 @@ class StoreRules(abc.ABC, Generic[K]):
         return [row for row in rows if isinstance(row, EpisodicMemory)]
 
     def apply_consolidation(self, tenant: str, write: ConsolidationWrite) -> None:
+        check_insert(owner_of(tenant), write.rows, write.vectors, write.supersede, write.tokens)
         with self._tenant_statements(tenant, write=True) as statements:
             if statements.claim_waiting(write.episode_ids) != len(set(write.episode_ids)):
                 raise Conflict(BATCH_CHANGED)

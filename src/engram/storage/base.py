@@ -25,7 +25,7 @@ from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone, V
 CATALOG: None = None  # the API's tenant of catalog rows: "no user", so no user id can ever mean it
 CATALOG_OWNER = ""  # the owner column of catalog rows: NOT NULL for indexes and =, and no user id is empty
 # PostgreSQL's RLS session value for catalog writes: not '', which is what an unset setting reads as (a
-# transaction that bound nothing must not write the catalog); '*' is in no user id (memory._USER_ID).
+# transaction that bound nothing must not write the catalog); '*' is in no user id (engram.validation).
 CATALOG_SESSION = "*catalog*"
 Tenant = str | None
 
@@ -250,15 +250,6 @@ def check_insert(
     for row in rows:
         if (row.user_id or "") != owner:
             raise InvalidInput(f"row {row.id} does not belong to this tenant")
-
-
-MAX_PAGE_BOUND = 1_000_000_000  # limit/offset past this are nonsense and overflow some engines' integers
-
-
-def check_page(limit: int, offset: int) -> None:
-    """``Store.list`` paging every backend enforces: 1 <= limit and 0 <= offset, both <= 10^9."""
-    if not (1 <= limit <= MAX_PAGE_BOUND and 0 <= offset <= MAX_PAGE_BOUND):
-        raise InvalidInput(f"limit must be in [1, {MAX_PAGE_BOUND}] and offset in [0, {MAX_PAGE_BOUND}]")
 
 
 def check_supersession(spec: Supersession, new: Memory, old_type: str, superseded_by: str | None) -> None:

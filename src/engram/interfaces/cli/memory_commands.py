@@ -56,7 +56,7 @@ def import_(
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        console.print(f"[red]error:[/red] {file} is not valid JSON: {exc}")
+        console.print(f"[red]error:[/red] {file} is not valid JSON: {exc}", soft_wrap=True)
         raise typer.Exit(1) from None
     with _engram(store) as eng:
         if isinstance(document, list) and user:
