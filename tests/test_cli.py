@@ -1,25 +1,48 @@
-"""The `engram` command, run as a real subprocess."""
+"""The `engram` command: in process through Typer's CliRunner (models load once per test session),
+and as a real subprocess where the process itself is under test (the entry point, the stdio server)."""
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from typer.testing import CliRunner
+
+from engram.interfaces.cli import app
 
 ENGRAM = [sys.executable, "-m", "engram"]
 
 
-def run(*args, env_home, check=True, cwd=None):
-    env = dict(os.environ, ENGRAM_HOME=str(env_home))
-    proc = subprocess.run([*ENGRAM, *args], capture_output=True, text=True, env=env, timeout=120, cwd=cwd)
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run(*args, env_home, check=True, cwd=None, env=None):
+    """`engram ARGS` in this process with ENGRAM_HOME (and ``env``) set; a crash is re-raised (not taken
+    for a clean exit 1) so a traceback fails the test."""
+    with contextlib.chdir(cwd or os.getcwd()):
+        result = CliRunner().invoke(app, list(args), env={"ENGRAM_HOME": str(env_home), **(env or {})})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    ran = Ran(result.exit_code, result.stdout, result.stderr)
     if check:
-        assert proc.returncode == 0, proc.stderr + proc.stdout
-    return proc
+        assert ran.returncode == 0, ran.stderr + ran.stdout
+    return ran
 
 
 def test_demo_runs_and_explains(tmp_path):
-    out = run("demo", env_home=tmp_path).stdout
+    """Through the installed entry point (`python -m engram`), as a user runs it."""
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
+    proc = subprocess.run([*ENGRAM, "demo"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
     assert "loaded demo_sarah.json" in out and "rrf=" in out and "decay=" in out
     assert "(superseded)" in out  # the include_superseded recall shows the old fact
     assert (tmp_path / "demo.db").is_file()
@@ -117,16 +140,9 @@ def test_demo_suggests_commands_that_reach_its_data(tmp_path):
 def test_store_that_is_not_a_url_or_path_is_refused(tmp_path):
     """Issue 12 #19: a libpq keyword string is not taken for a SQLite file name."""
     for bad in ("host=localhost dbname=x", "dbname=engram", "mysql://localhost/x", "sqlite:x.db"):
-        proc = subprocess.run(
-            [*ENGRAM, "remember", "hi", "--user", "sarah", "--store", bad],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=dict(os.environ, ENGRAM_HOME=str(tmp_path / "home")),
-            timeout=120,
-        )
+        args = ("remember-turn", "hi", "--user", "sarah", "--store", bad)
+        proc = run(*args, env_home=tmp_path / "home", cwd=tmp_path, check=False)
         assert proc.returncode == 1 and "unsupported store URL" in proc.stdout, proc.stdout + proc.stderr
-        assert "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []  # no file created, not even the home
 
 
@@ -199,15 +215,9 @@ def test_engram_mcp_with_a_key_refuses_a_missing_store(tmp_path):
 
 def test_consolidate_without_llm_says_it_is_disabled(tmp_path):
     """Issue 12 #26: no LLM configured: a clear message and exit code 1, not `[]`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_LLM_")}
+    no_llm = {k: None for k in os.environ if k.startswith("ENGRAM_LLM_")}  # None: unset while it runs
     for args in (["--all"], ["--user", "sarah"]):
-        proc = subprocess.run(
-            [*ENGRAM, "consolidate", *args],
-            capture_output=True,
-            text=True,
-            env=dict(env, ENGRAM_HOME=str(tmp_path)),
-            timeout=120,
-        )
+        proc = run("consolidate", *args, env_home=tmp_path, env=no_llm, check=False)
         assert proc.returncode == 1, proc.stdout
         assert "consolidation is disabled: no LLM configured" in proc.stdout
         assert "ENGRAM_LLM_BASE_URL" in proc.stdout and "[]" not in proc.stdout
