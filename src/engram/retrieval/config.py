@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from engram import settings as s
 
@@ -30,9 +30,9 @@ class RetrievalConfig:
         False  # success_prior: off, it cost MRR on the eval corpus (docs/benchmarks.md)
     )
 
-    def but(self, **changes: object) -> RetrievalConfig:
+    def but(self, **changes: Any) -> RetrievalConfig:
         """A copy with some fields changed (the preset itself stays as it was)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
+        return replace(self, **changes)
 
     @classmethod
     def from_settings(cls, settings: s.EngramSettings) -> RetrievalConfig:

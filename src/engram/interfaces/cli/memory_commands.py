@@ -24,6 +24,8 @@ from engram.interfaces.cli.common import (
     console,
     print_hits,
 )
+from engram.models import Contradiction, FactType, MemoryType
+from engram.validation import check_types
 
 
 @app.command()
@@ -118,7 +120,7 @@ def recall(
         hits = eng.for_user(user).recall(
             query,
             k=k,
-            memory_types=memory_type or None,  # type: ignore[arg-type]
+            memory_types=check_types(memory_type) if memory_type else None,
             include_catalog=not no_catalog,
             include_superseded=include_superseded,
         )
@@ -154,13 +156,17 @@ app.command("remember", hidden=True, help="Old name of `remember-turn`.")(rememb
 def write(
     text: str,
     user: UserOpt,
-    memory_type: Annotated[str, typer.Option("--type", "-t", help="semantic or procedural")] = "semantic",
-    fact_type: Annotated[str, typer.Option(help="identity, preference, constraint or world")] = "identity",
+    memory_type: Annotated[
+        MemoryType, typer.Option("--type", "-t", help="semantic or procedural")
+    ] = "semantic",
+    fact_type: Annotated[
+        FactType, typer.Option(help="identity, preference, constraint or world")
+    ] = "identity",
     confidence: float = 1.0,
     supersedes: Annotated[
         str | None, typer.Option("--supersedes-id", "--supersedes", help="id of the fact this one replaces")
     ] = None,
-    contradiction: Annotated[str | None, typer.Option(help="natural or harsh")] = None,
+    contradiction: Annotated[Contradiction | None, typer.Option(help="natural or harsh")] = None,
     name: Annotated[str | None, typer.Option(help="playbook name (procedural)")] = None,
     trigger: Annotated[
         str, typer.Option("--trigger-text", "--trigger", help="when the playbook applies (procedural)")
@@ -172,11 +178,11 @@ def write(
     with _engram(store) as eng:
         row = eng.for_user(user).write(
             text,
-            memory_type=memory_type,  # type: ignore[arg-type]
-            fact_type=fact_type,  # type: ignore[arg-type]
+            memory_type=memory_type,
+            fact_type=fact_type,
             confidence=confidence,
             supersedes_id=supersedes,
-            contradiction=contradiction,  # type: ignore[arg-type]
+            contradiction=contradiction,
             name=name,
             trigger_text=trigger,
             steps=[{"order": i, "instruction": s} for i, s in enumerate(step or [], start=1)],
@@ -209,7 +215,7 @@ def forget(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
 def list_(
     user: UserOpt,
     memory_type: Annotated[
-        str, typer.Option("--type", "-t", help="episodic, semantic or procedural")
+        MemoryType, typer.Option("--type", "-t", help="episodic, semantic or procedural")
     ] = "semantic",
     include_superseded: bool = False,
     limit: int = 50,
@@ -221,7 +227,7 @@ def list_(
         raise _fail("the catalog is not a user's memory: list it with `engram catalog list`")
     with _engram(store, existing=True) as eng:
         rows = eng.for_user(user).list(
-            memory_type,  # type: ignore[arg-type]
+            memory_type,
             include_superseded=include_superseded,
             limit=limit,
             offset=offset,

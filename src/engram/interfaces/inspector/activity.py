@@ -24,10 +24,22 @@ from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from engram.memory import Engram, UserMemory
-from engram.models import EpisodicMemory, Hit, Memory, ProceduralMemory, SemanticMemory, Tombstone, utcnow
+from engram.models import (
+    EpisodicMemory,
+    Hit,
+    Memory,
+    ProceduralMemory,
+    SemanticMemory,
+    Tombstone,
+    utcnow,
+)
+
+MemoryT = TypeVar("MemoryT", bound=BaseModel)  # a row (or a union of rows) keeps its type through slim()
 
 TURNS_KEPT = 5  # the current turn and a few before it
 EVENTS_PER_TURN = 50  # an agent turn makes a handful; a runaway loop is cut here (and counted)
@@ -36,7 +48,7 @@ USERS_KEPT = 200  # least recently active users are dropped first: the inspector
 TEXT_KEPT = 300  # characters of a row's text (and of a query) the log keeps
 
 
-def slim(memory: Memory) -> Memory:
+def slim(memory: MemoryT) -> MemoryT:
     """What the log keeps of a row: its text and a few long fields cut to TEXT_KEPT, no metadata, at most
     ten steps (a row can carry a megabyte of metadata; the view shows none of it)."""
     update: dict[str, Any] = {"metadata": {}}
@@ -235,7 +247,7 @@ class RecordingMemory(UserMemory):
 
     def remember_turn(self, *args: Any, **kwargs: Any) -> EpisodicMemory:
         row = super().remember_turn(*args, **kwargs)
-        self._activity.start_turn(self.user_id, slim(row))  # type: ignore[arg-type]
+        self._activity.start_turn(self.user_id, slim(row))
         return row
 
     def write(self, *args: Any, **kwargs: Any) -> SemanticMemory | ProceduralMemory:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -15,11 +15,11 @@ _bearer = HTTPBearer(auto_error=False, description="an Engram API key")
 
 
 def get_engram(request: Request) -> Engram:
-    return request.app.state.engram  # type: ignore[no-any-return]
+    return cast(Engram, request.app.state.engram)  # app.state is untyped: create_app sets it
 
 
 def get_keys(request: Request) -> ApiKeys:
-    return request.app.state.keys  # type: ignore[no-any-return]
+    return cast(ApiKeys, request.app.state.keys)
 
 
 def get_principal(
