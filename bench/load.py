@@ -196,6 +196,9 @@ def main() -> None:
     parser.add_argument("--pid", type=int, help="with --url: the server's pid, for CPU use")
     parser.add_argument("--workers", type=int, default=1, help="server processes of the started server")
     parser.add_argument("--rerank-queue", type=int, help="ENGRAM_RERANK_QUEUE of the started server")
+    parser.add_argument(
+        "--recall-concurrency", type=int, help="ENGRAM_RECALL_CONCURRENCY of the started server"
+    )
     args = parser.parse_args()
     proc = None
     if args.url:
@@ -203,13 +206,24 @@ def main() -> None:
             parser.error("--url needs --admin-key")
         url, admin_key, pid = args.url, args.admin_key, args.pid
     else:
-        env = {} if args.rerank_queue is None else {"ENGRAM_RERANK_QUEUE": str(args.rerank_queue)}
+        env = {
+            name: str(value)
+            for name, value in [
+                ("ENGRAM_RERANK_QUEUE", args.rerank_queue),
+                ("ENGRAM_RECALL_CONCURRENCY", args.recall_concurrency),
+            ]
+            if value is not None
+        }
         proc, url, admin_key = start_server(env, workers=args.workers)
         pid = proc.pid
     try:
         for n in args.clients:
             report = asyncio.run(run(url, admin_key, n, args.seconds, pid, tag=f"{n}-{int(time.time())}"))
-            report["server"] = {"workers": args.workers, "rerank_queue": args.rerank_queue}
+            report["server"] = {
+                "workers": args.workers,
+                "rerank_queue": args.rerank_queue,
+                "recall_concurrency": args.recall_concurrency,
+            }
             print(json.dumps(report), flush=True)
     finally:
         if proc is not None:

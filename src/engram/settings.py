@@ -94,10 +94,16 @@ class EngramSettings(BaseSettings):
     rerank: bool = Field(default=True, description="use the cross-encoder at all")
     rerank_window: int = Field(default=DEFAULT_RERANK_WINDOW, ge=0, le=1000)
     recall_concurrency: int = Field(
-        default=0, ge=0, description="recalls computed at once; the rest wait (writes go first); 0: no limit"
+        default=0,
+        ge=0,
+        description="full recalls computed at once; up to rerank_queue more wait for a slot, the rest run "
+        "at once without the cross-encoder (writes never wait); 0: no limit",
     )
     rerank_queue: int = Field(
-        default=DEFAULT_RERANK_QUEUE, ge=0, description="0: never shed the rerank stage under load"
+        default=DEFAULT_RERANK_QUEUE,
+        ge=0,
+        description="recalls that may wait for the cross-encoder (or, with recall_concurrency, for a "
+        "slot) before one is shed; 0: never shed",
     )
     decay_offset_days: float = Field(default=DEFAULT_DECAY_OFFSET_DAYS, ge=0)
     decay_scale_days: float = Field(default=DEFAULT_DECAY_SCALE_DAYS, gt=0)

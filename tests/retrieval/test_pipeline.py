@@ -208,3 +208,30 @@ def test_admission_counts_who_is_inside():
         assert again  # the slot was given back
     with Admission(0).slot() as unbounded:
         assert unbounded
+    with Admission.closed().slot() as refused:
+        assert not refused
+
+
+def test_recall_gate_holds_slots_bounds_the_queue_and_sheds_past_it():
+    import threading
+
+    from engram.retrieval.admission import RecallGate
+
+    gate = RecallGate(slots=1, waiting=1)
+    entered = threading.Event()
+
+    def queued() -> None:
+        with gate.enter() as full:
+            assert full
+            entered.set()
+
+    with gate.enter() as first:
+        waiter = threading.Thread(target=queued)
+        waiter.start()
+        assert not entered.wait(0.3)  # it waits for the one slot
+        with gate.enter() as third:  # the queue is full: shed at once
+            assert (first, third, gate.shed) == (True, False, 1)
+    waiter.join(10)
+    assert entered.is_set()
+    with RecallGate(slots=0, waiting=0).enter() as ungated:
+        assert ungated

@@ -7,8 +7,6 @@ handles (engram.memory.handles) are given the Engine, so they never import the f
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,7 +15,7 @@ from engram.errors import InvalidInput
 from engram.importer import UserDocument, import_document
 from engram.models import Memory, Vectors, check_text, search_text_of
 from engram.providers.base import Embedder, Reranker, TokenEncoder
-from engram.retrieval.admission import Admission
+from engram.retrieval.admission import Admission, RecallGate
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.late_interaction import pack
 from engram.settings import EngramSettings
@@ -55,12 +53,9 @@ class Engine:
         self.token_encoder = token_encoder  # late interaction; None: recall skips that stage
         self.config = config or RetrievalConfig.from_settings(self.settings)
         self.use_counts = UseRecorder(store, self.settings.use_wait_ms / 1000)
-        self.rerank_admission = Admission(self.settings.rerank_queue)  # sheds the cross-encoder under load
-        # Recalls past this many wait their turn, leaving CPU to writes (the hot path an agent waits on).
-        n = self.settings.recall_concurrency
-        self._recall_slots: contextlib.AbstractContextManager[object] = (
-            threading.BoundedSemaphore(n) if n else contextlib.nullcontext()
-        )
+        # Under load: a few full recalls at once, a bounded queue, the rest shed the cross-encoder.
+        self.recall_gate = RecallGate(self.settings.recall_concurrency, self.settings.rerank_queue)
+        self.rerank_admission = Admission(self.settings.rerank_queue)  # the bound when the gate is off
         self._made: list[object] = []  # providers Engram.from_settings made: close() closes them too
         store.ensure_model(embedder.name, embedder.dim)
         if token_encoder is not None:

@@ -212,7 +212,7 @@ class UserMemory(TenantHandle):
         if not include_catalog:
             types.discard("catalog")
         now = utcnow()
-        with engram._recall_slots:
+        with engram.recall_gate.enter() as full:
             hits = run_recall(
                 engram.store,
                 engram.embedder,
@@ -226,6 +226,7 @@ class UserMemory(TenantHandle):
                 config=config or engram.config,
                 now=aware(as_of) or now,
                 admission=engram.rerank_admission,
+                shed_rerank=not full,
             )
         if not (record_use if record_use is not None else as_of is None):
             return hits

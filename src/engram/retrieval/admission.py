@@ -22,15 +22,23 @@ class Admission:
         if limit < 0:
             raise ValueError("limit must be >= 0 (0: never shed)")
         self.limit = limit
+        self._closed = False
         self._inside = 0
         self._lock = threading.Lock()
         self.shed = 0  # how many were turned away, for logs and benchmarks
+
+    @classmethod
+    def closed(cls) -> Admission:
+        """A gate that admits nobody: for a recall the RecallGate already shed."""
+        gate = cls(0)
+        gate._closed = True
+        return gate
 
     @contextmanager
     def slot(self) -> Iterator[bool]:
         """True when admitted (leave the stage by leaving the block); False when full."""
         with self._lock:
-            admitted = self.limit == 0 or self._inside < self.limit
+            admitted = not self._closed and (self.limit == 0 or self._inside < self.limit)
             if admitted:
                 self._inside += 1
             else:
@@ -41,3 +49,45 @@ class Admission:
             if admitted:
                 with self._lock:
                     self._inside -= 1
+
+
+class RecallGate:
+    """At most ``slots`` recalls computed at once and at most ``waiting`` more waiting for a slot; a
+    recall past both runs at once without the cross-encoder (shed) instead of queueing.
+
+    Bounding the recalls computed at once leaves the cores to writes (the hot path an agent waits on);
+    bounding the wait keeps recall's tail latency bounded too. ``slots`` 0: no gate (every recall runs
+    at once); ``waiting`` 0: wait without bound (never shed here).
+    """
+
+    def __init__(self, slots: int, waiting: int) -> None:
+        if slots < 0 or waiting < 0:
+            raise ValueError("slots and waiting must be >= 0")
+        self.slots, self.waiting = slots, waiting
+        self._running = 0
+        self._queued = 0
+        self._free = threading.Condition()
+        self.shed = 0  # how many ran without the cross-encoder, for logs and benchmarks
+
+    @contextmanager
+    def enter(self) -> Iterator[bool]:
+        """True: a full recall (holding a slot until the block ends); False: shed, run at once."""
+        if self.slots == 0:
+            yield True
+            return
+        with self._free:
+            full = self._running < self.slots or self.waiting == 0 or self._queued < self.waiting
+            if full:
+                self._queued += 1
+                self._free.wait_for(lambda: self._running < self.slots)
+                self._queued -= 1
+                self._running += 1
+            else:
+                self.shed += 1
+        try:
+            yield full
+        finally:
+            if full:
+                with self._free:
+                    self._running -= 1
+                    self._free.notify()

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 MAX_ENCODED_AT_RECALL = 8
 _LEG_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-leg")
 _ADMIT_ALL = Admission(0)
+_SHED_ALL = Admission.closed()
 
 
 @dataclass
@@ -103,6 +104,7 @@ def recall(
     config: RetrievalConfig,
     now: datetime,
     admission: Admission | None = None,
+    shed_rerank: bool = False,
 ) -> list[Hit]:
     where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded)
     late = token_encoder is not None and config.late_interaction and config.late_window > 0
@@ -150,7 +152,7 @@ def recall(
         else:
             errors["late_interaction"] = late_error
     if config.rerank and reranker is not None and config.rerank_window > 0 and candidates:
-        with (admission or _ADMIT_ALL).slot() as admitted:
+        with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
             window = candidates[: config.rerank_window]
             rerank_error = apply_rerank(reranker, query, window) if admitted else None
         if not admitted:
