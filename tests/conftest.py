@@ -14,6 +14,9 @@ from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncod
 from engram.settings import EngramSettings
 from engram.storage.base import Store
 from engram.storage.sqlite import SQLiteStore
+from tests.opensearch_node.node import USERS as OS_USERS
+from tests.opensearch_node.node import OpenSearchNode, start_node
+from tests.opensearch_node.pool import PrefixPool
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +42,7 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.delenv("ENGRAM_CONFIG", raising=False)
 
 
-STORE_KINDS = ["sqlite", "postgres"]
+STORE_KINDS = ["sqlite", "postgres", "opensearch"]
 
 
 @pytest.fixture(scope="session")
@@ -72,9 +75,53 @@ def pg_urls(pg_server_url: str) -> Iterator[tuple[str, str]]:
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def opensearch_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenSearchNode]:
+    """A real OpenSearch 2.19 (security plugin, HTTPS on 127.0.0.1) for the session: jars from Maven
+    Central (tests/opensearch_node); a missing java/mvn/openssl fails with what to install."""
+    node = start_node(tmp_path_factory.mktemp("opensearch"))
+    yield node
+    node.stop()
+
+
+@pytest.fixture(scope="session")
+def os_pool(opensearch_node: OpenSearchNode) -> PrefixPool:
+    return PrefixPool(opensearch_node)
+
+
+@pytest.fixture
+def os_prefixes(os_pool: PrefixPool) -> Iterator[Callable[[], str]]:
+    """Fresh index prefixes for this test's stores, their indices deleted after it."""
+    with os_pool.prefixes() as taken:
+
+        def take() -> str:
+            taken.append(os_pool.acquire())
+            return taken[-1]
+
+        yield take
+
+
+def opensearch_options(node: OpenSearchNode, prefix: str) -> dict[str, object]:
+    """The settings an Engram on the test node uses (the service account, the node's CA, one copy)."""
+    return {
+        "os_user": "svc",
+        "os_password": OS_USERS["svc"][0],
+        "os_ca_certs": str(node.ca),
+        "os_index_prefix": prefix,
+        "os_replicas": 0,
+    }
+
+
 def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
     if kind == "sqlite":
         return SQLiteStore(tmp_path / "engram.db")
+    if kind == "opensearch":
+        from engram.storage.opensearch import OpenSearchOptions, OpenSearchStore
+
+        node: OpenSearchNode = request.getfixturevalue("opensearch_node")
+        prefix = request.getfixturevalue("os_prefixes")()
+        options = {k.removeprefix("os_"): v for k, v in opensearch_options(node, prefix).items()}
+        return OpenSearchStore(f"opensearchs://{node.address}", OpenSearchOptions(**options))  # type: ignore[arg-type]
     from engram.storage.postgres import PostgresStore
 
     admin, runtime = request.getfixturevalue("pg_urls")

@@ -13,7 +13,7 @@ import os
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -54,6 +54,14 @@ DEFAULT_MODEL_THREADS = 1
 DEFAULT_IMPORT_CHUNK = 256  # rows per import transaction: the longest a bulk import holds the write lock
 DEFAULT_USE_WAIT_MS = 100  # recall waits this long for the write lock to bump use counts, then queues it
 DEFAULT_ANN_MIN_ROWS = 5000  # SQLite: own HNSW index past this: wins by >2 ms from here (docs/benchmarks.md)
+# --- OpenSearch (engram.storage.opensearch) -------------------------------------------------------
+DEFAULT_OS_INDEX_PREFIX = "engram-"  # every index, alias and role of the store starts with it
+DEFAULT_OS_SHARDS = 1  # a tenant's recall reads every shard: one until an index outgrows ~30 GB
+DEFAULT_OS_REPLICAS = 1  # one more copy on another node; a single node runs yellow, which writes accept
+# A write refreshes the shards it touched before it answers, so the next recall sees it: "true" measured
+# p50 40 ms a write on the test node, "wait_for" (the next periodic refresh, 1 s) 1016 ms.
+OsRefresh = Literal["true", "wait_for"]
+DEFAULT_OS_REFRESH: OsRefresh = "true"
 
 
 def default_home() -> Path:
@@ -72,6 +80,26 @@ class EngramSettings(BaseSettings):
     pg_admin_url: str | None = Field(
         default=None,
         description="PostgreSQL URL of the schema owner: migrations run with it; recall never does",
+    )
+    os_user: str | None = Field(
+        default=None,
+        description="OpenSearch service account (or in the URL): it acts as each tenant by impersonation",
+    )
+    os_password: SecretStr | None = Field(
+        default=None, description="the OpenSearch service account's password"
+    )
+    os_ca_certs: Path | None = Field(
+        default=None, description="CA bundle that signed the cluster's certificate (opensearchs://)"
+    )
+    os_index_prefix: str = Field(
+        default=DEFAULT_OS_INDEX_PREFIX,
+        pattern=r"^[a-z0-9][a-z0-9_.\-]{0,40}$",
+        description="names this store's indices and tenant role: several stores share a cluster",
+    )
+    os_shards: int = Field(default=DEFAULT_OS_SHARDS, ge=1, le=1024, description="shards of a new index")
+    os_replicas: int = Field(default=DEFAULT_OS_REPLICAS, ge=0, le=16, description="replicas of a new index")
+    os_refresh: OsRefresh = Field(
+        default=DEFAULT_OS_REFRESH, description="how a write waits until recall sees it (see the default)"
     )
     admin_key: SecretStr | None = Field(
         default=None,

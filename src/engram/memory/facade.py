@@ -30,7 +30,9 @@ class Engram(Engine):
 
     @classmethod
     def from_settings(cls, settings: EngramSettings, url: str | None = None) -> Engram:
-        store = open_store(url or settings.store_url(), settings.pg_admin_url, settings.ann_min_rows)
+        store = open_store(
+            url or settings.store_url(), settings.pg_admin_url, settings.ann_min_rows, settings
+        )
         made: list[object] = []
         try:
             embedder = default_embedder(settings)

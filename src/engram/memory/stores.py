@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from engram.errors import ConfigError
-from engram.settings import DEFAULT_ANN_MIN_ROWS
+from engram.settings import DEFAULT_ANN_MIN_ROWS, EngramSettings
 from engram.storage.base import Store
 from engram.storage.sqlite import SQLiteStore
 
@@ -15,26 +15,38 @@ from engram.storage.sqlite import SQLiteStore
 _NOT_A_PATH = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:|(^|\s)[A-Za-z_]+\s*=")
 
 
+_SERVERS = ("postgresql://", "postgres://", "opensearch://", "opensearchs://")
+
+
 def sqlite_path(url: str) -> Path | None:
-    """The file of a SQLite store URL (``sqlite:///path.db`` or a plain path); None for PostgreSQL.
-    Anything else is refused rather than taken for a file name (ConfigError)."""
-    if url.startswith(("postgresql://", "postgres://")):
+    """The file of a SQLite store URL (``sqlite:///path.db`` or a plain path); None for a server
+    (PostgreSQL, OpenSearch). Anything else is refused rather than taken for a file name (ConfigError)."""
+    if url.startswith(_SERVERS):
         return None
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")  # sqlite:///rel.db, sqlite:////abs/path.db
     elif not url.strip() or _NOT_A_PATH.search(url):
         raise ConfigError(
-            f"unsupported store URL {url!r}: expected sqlite:///PATH, postgresql://USER@HOST/DB or a file "
-            "path (a libpq keyword string is not accepted; write it as a postgresql:// URL)"
+            f"unsupported store URL {url!r}: expected sqlite:///PATH, postgresql://USER@HOST/DB, "
+            "opensearch(s)://HOST:PORT or a file path (a libpq keyword string is not accepted; write it "
+            "as a postgresql:// URL)"
         )
     else:
         path = url
     return Path(path).expanduser()
 
 
-def open_store(url: str, pg_admin_url: str | None = None, ann_min_rows: int = DEFAULT_ANN_MIN_ROWS) -> Store:
-    """Open a store from a URL: ``sqlite:///path.db`` (or a bare path), or ``postgresql://...``
-    (migrated first with ``pg_admin_url`` when given)."""
+def open_store(
+    url: str,
+    pg_admin_url: str | None = None,
+    ann_min_rows: int = DEFAULT_ANN_MIN_ROWS,
+    settings: EngramSettings | None = None,
+) -> Store:
+    """Open a store from a URL: ``sqlite:///path.db`` (or a bare path), ``postgresql://...``
+    (migrated first with ``pg_admin_url`` when given), or ``opensearch(s)://HOST:PORT`` (configured by
+    the ``os_*`` settings)."""
+    if url.startswith(("opensearch://", "opensearchs://")):
+        return _open_opensearch(url, settings or EngramSettings.defaults())
     path = sqlite_path(url)
     if path is None:
         # Imported only when asked for: PostgreSQL's driver comes with the optional "postgres" extra,
@@ -43,3 +55,23 @@ def open_store(url: str, pg_admin_url: str | None = None, ann_min_rows: int = DE
 
         return PostgresStore(url, admin_url=pg_admin_url)
     return SQLiteStore(path, ann_min_rows=ann_min_rows)
+
+
+def _open_opensearch(url: str, settings: EngramSettings) -> Store:
+    # Imported only when asked for, like PostgreSQL's: opensearch-py comes with the "opensearch" extra.
+    try:
+        from engram.storage.opensearch import OpenSearchOptions, OpenSearchStore
+    except ImportError as exc:
+        raise ConfigError(f"{exc}: install engram-memory[opensearch] for opensearch:// stores") from exc
+
+    password = settings.os_password.get_secret_value() if settings.os_password else None
+    options = OpenSearchOptions(
+        user=settings.os_user,
+        password=password,
+        ca_certs=str(settings.os_ca_certs) if settings.os_ca_certs else None,
+        index_prefix=settings.os_index_prefix,
+        shards=settings.os_shards,
+        replicas=settings.os_replicas,
+        refresh=settings.os_refresh,
+    )
+    return OpenSearchStore(url, options)

@@ -1,0 +1,7 @@
+"""The search-engine backend: OpenSearch with lucene k-NN, BM25 and document-level security (``_store``)."""
+
+from engram.storage.opensearch._client import OpenSearchOptions
+from engram.storage.opensearch._layout import MAPPING_VERSION
+from engram.storage.opensearch._store import OpenSearchStore
+
+__all__ = ["MAPPING_VERSION", "OpenSearchOptions", "OpenSearchStore"]

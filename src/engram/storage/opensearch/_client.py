@@ -1,0 +1,169 @@
+"""Connecting to OpenSearch (opensearch-py), mapping its errors, and the per-tenant write lease.
+
+``opensearch://HOST:PORT`` or ``opensearchs://HOST:PORT`` (TLS); credentials from the URL
+(``opensearchs://USER:PASSWORD@HOST:PORT``) or the options (ENGRAM_OS_USER / ENGRAM_OS_PASSWORD).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from engram.errors import ConfigError, Conflict, StorageError, StoreBusy
+from engram.settings import (
+    DEFAULT_OS_INDEX_PREFIX,
+    DEFAULT_OS_REFRESH,
+    DEFAULT_OS_REPLICAS,
+    DEFAULT_OS_SHARDS,
+    OsRefresh,
+)
+
+if TYPE_CHECKING:  # opensearch-py is an optional dependency (the opensearch extra)
+    from opensearchpy import OpenSearch
+
+Refresh = OsRefresh
+LEASE_TTL_MS = 60_000  # a writer that died holding a tenant's lease blocks its writes this long at most
+DEFAULT_LEASE_WAIT_S = 30.0  # how long a write waits for another writer of the same tenant
+IMPERSONATE = "opendistro_security_impersonate_as"
+
+
+@dataclass(frozen=True)
+class OpenSearchOptions:
+    """How to reach the cluster and lay the store out on it (settings: ENGRAM_OS_*)."""
+
+    user: str | None = None
+    password: str | None = None
+    ca_certs: str | None = None
+    index_prefix: str = DEFAULT_OS_INDEX_PREFIX
+    shards: int = DEFAULT_OS_SHARDS
+    replicas: int = DEFAULT_OS_REPLICAS
+    refresh: Refresh = DEFAULT_OS_REFRESH
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+    tls: bool
+    user: str | None
+    password: str | None
+
+    @property
+    def label(self) -> str:
+        return f"{'opensearchs' if self.tls else 'opensearch'}://{self.host}:{self.port}"
+
+
+def parse_url(url: str, options: OpenSearchOptions) -> Endpoint:
+    """The endpoint of an ``opensearch(s)://`` URL; URL credentials win over the options'."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("opensearch", "opensearchs") or not parts.hostname:
+        raise ConfigError(
+            f"not an OpenSearch URL: expected opensearch(s)://HOST:PORT, got {parts.scheme}://..."
+        )
+    if parts.path not in ("", "/") or parts.query:
+        raise ConfigError("an OpenSearch URL names a host and port only; set ENGRAM_OS_INDEX_PREFIX instead")
+    try:
+        port = parts.port or 9200
+    except ValueError as exc:
+        raise ConfigError(f"bad port in the OpenSearch URL: {exc}") from None
+    user = unquote(parts.username) if parts.username else options.user
+    password = unquote(parts.password) if parts.password else options.password
+    return Endpoint(parts.hostname, port, parts.scheme == "opensearchs", user, password)
+
+
+def connect(endpoint: Endpoint, options: OpenSearchOptions, pool_size: int = 16) -> OpenSearch:
+    from opensearchpy import OpenSearch
+
+    return OpenSearch(
+        hosts=[{"host": endpoint.host, "port": endpoint.port}],
+        http_auth=(endpoint.user, endpoint.password) if endpoint.user else None,
+        use_ssl=endpoint.tls,
+        verify_certs=endpoint.tls,
+        ca_certs=options.ca_certs if endpoint.tls else None,
+        ssl_show_warn=False,
+        timeout=30,
+        maxsize=pool_size,
+    )
+
+
+@contextlib.contextmanager
+def errors() -> Iterator[None]:
+    """Map the driver's errors: a version conflict is Conflict, anything else StorageError."""
+    from opensearchpy import exceptions
+
+    try:
+        yield
+    except exceptions.ConflictError as exc:
+        raise Conflict(f"changed meanwhile or already there: {_reason(exc)}") from exc
+    except exceptions.ConnectionError as exc:
+        raise StorageError(f"cannot reach OpenSearch: {exc.error}") from exc
+    except exceptions.TransportError as exc:
+        raise StorageError(f"OpenSearch error {exc.status_code}: {_reason(exc)}") from exc
+
+
+def _reason(exc: Any) -> str:
+    info = exc.info if isinstance(exc.info, dict) else {}
+    error = info.get("error")
+    return str(error.get("reason") if isinstance(error, dict) else error or exc.error)
+
+
+def as_user(user: str) -> dict[str, str]:
+    """The header that makes the service account's request run as a tenant's user (and its roles)."""
+    return {IMPERSONATE: user}
+
+
+class Leases:
+    """One writer per tenant at a time: a lease document in the store index, created with
+    ``op_type=create`` (the server refuses a second one) and deleted when the write ends. It stands in
+    for the SQL backends' row locks: a rule reads, decides, then writes without another writer of the
+    tenant in between; the writes still carry ``if_seq_no`` against anything else."""
+
+    def __init__(self, client: OpenSearch, index: str) -> None:
+        self.client = client
+        self.index = index
+
+    @contextlib.contextmanager
+    def hold(self, owner: str, max_wait_s: float | None) -> Iterator[None]:
+        doc_id = f"lock:{owner or '*catalog*'}"
+        seq = self._acquire(doc_id, owner, DEFAULT_LEASE_WAIT_S if max_wait_s is None else max_wait_s)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Conflict), errors():  # expired and taken over: not ours to drop
+                self.client.delete(
+                    index=self.index, id=doc_id, if_seq_no=seq[0], if_primary_term=seq[1], refresh="false"
+                )
+
+    def _acquire(self, doc_id: str, owner: str, wait_s: float) -> tuple[int, int]:
+        from opensearchpy import exceptions
+
+        deadline = time.monotonic() + wait_s
+        pause = 0.002
+        while True:
+            now_ms = int(time.time() * 1000)
+            body = {"kind": "lock", "owner": owner, "expires_ms": now_ms + LEASE_TTL_MS}
+            with errors():
+                try:
+                    done = self.client.create(index=self.index, id=doc_id, body=body, refresh="false")
+                    return int(done["_seq_no"]), int(done["_primary_term"])
+                except exceptions.ConflictError:
+                    held = self.client.get(index=self.index, id=doc_id, ignore=404)
+            if held.get("found") and held["_source"]["expires_ms"] < now_ms:  # its writer died: take over
+                with errors(), contextlib.suppress(exceptions.ConflictError):
+                    self.client.delete(
+                        index=self.index,
+                        id=doc_id,
+                        if_seq_no=held["_seq_no"],
+                        if_primary_term=held["_primary_term"],
+                        refresh="false",
+                    )
+                continue
+            if time.monotonic() >= deadline:
+                raise StoreBusy("another writer of this tenant holds its lease")
+            time.sleep(pause * (1 + random.random()))
+            pause = min(pause * 2, 0.05)

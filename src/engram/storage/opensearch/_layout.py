@@ -1,0 +1,163 @@
+"""The OpenSearch store's indices, their versioned mappings, and the tenant role the server enforces.
+
+Three indices per store, each a versioned concrete index behind an alias (``{prefix}memories`` ->
+``{prefix}memories-v1``): a new mapping version is a new index, filled by ``_reindex`` and swapped in
+by one atomic alias change (``migrate``), so readers never see a half-migrated store.
+
+* ``memories``: every memory type and the catalog in one index, ``memory_type`` a keyword field. Recall
+  searches all types at once: one index means one BM25 corpus (as SQLite's and PostgreSQL's one
+  table) and one k-NN search per shard instead of four merged ones.
+* ``tombstones``: what a forget leaves (no text).
+* ``store``: what no tenant owns, by document kind: ``meta`` (models), ``key`` (API keys by hash),
+  ``tenant`` (user ids, for the consolidation worker and exports) and ``lock`` (a tenant's write lease).
+
+Tenants read through the role ``{prefix}tenant``: document-level security shows a tenant's identity
+only documents whose ``owner`` is its own (and the catalog's, owner ''). The role grants no access to
+``store``: only the service account reads keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+MAPPING_VERSION = 1  # the mappings below; a change is a new version, migrated by reindex + alias swap
+KINDS = ("memories", "tombstones", "store")
+TENANT_USER_PREFIXES = ("engram_u_", "engram_h_")  # the service account may impersonate only these
+CATALOG_USER = "engram_catalog"
+_READABLE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+_NOT_INDEXED = {"type": "object", "enabled": False}
+_TIME = {"type": "date_nanos"}  # microseconds survive (date keeps milliseconds): sorts agree with SQL
+
+MEMORY_FIELDS: dict[str, Any] = {
+    "id": {"type": "keyword"},
+    "rid": {"type": "long"},  # write order: the export cursor, and the tie-break of every sort
+    "owner": {"type": "keyword"},
+    "memory_type": {"type": "keyword"},
+    "text": {"type": "text", "index": False},
+    "search_text": {"type": "text", "analyzer": "english"},  # BM25 over the keyword text
+    "created_at": _TIME,
+    "event_at": _TIME,
+    "metadata": _NOT_INDEXED,
+    "attrs": _NOT_INDEXED,
+    "context_id": {"type": "keyword"},  # the turn an episode quotes: forgetting it clears the quote
+    "last_used_at": _TIME,
+    "use_count": {"type": "integer"},
+    "success_count": {"type": "integer"},
+    "failure_count": {"type": "integer"},
+    "last_success_at": _TIME,
+    "supersedes": {"type": "keyword"},
+    "superseded_by": {"type": "keyword"},
+    "superseded_at": _TIME,
+    "retracted": {"type": "integer"},
+    "consolidated": {"type": "byte"},
+    "tokens": {"type": "binary"},  # packed late-interaction vectors, base64 in _source
+    "has_tokens": {"type": "boolean"},  # binary fields are not searchable: rows_without_tokens reads this
+}
+TOMBSTONE_FIELDS: dict[str, Any] = {
+    "id": {"type": "keyword"},
+    "owner": {"type": "keyword"},
+    "memory_type": {"type": "keyword"},
+    "created_at": _TIME,
+    "forgotten_at": _TIME,
+}
+STORE_FIELDS: dict[str, Any] = {
+    "kind": {"type": "keyword"},
+    "key": {"type": "keyword"},
+    "value": {"type": "keyword", "index": False},
+    "id": {"type": "keyword"},
+    "key_hash": {"type": "keyword"},
+    "user_id": {"type": "keyword"},
+    "label": {"type": "keyword", "index": False},
+    "created_at": _TIME,
+    "revoked_at": _TIME,
+    "owner": {"type": "keyword"},
+    "expires_ms": {"type": "long"},
+}
+
+
+class Names:
+    """The aliases and concrete index names of one store (``prefix`` + kind)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.memories = f"{prefix}memories"
+        self.tombstones = f"{prefix}tombstones"
+        self.store = f"{prefix}store"
+        self.role = f"{prefix}tenant"
+
+    def alias(self, kind: str) -> str:
+        return f"{self.prefix}{kind}"
+
+    def concrete(self, kind: str, version: int = MAPPING_VERSION) -> str:
+        return f"{self.prefix}{kind}-v{version}"
+
+
+def index_body(kind: str, dim: int, shards: int, replicas: int) -> dict[str, Any]:
+    """Settings and mapping of one index kind at MAPPING_VERSION (``dim``: the embedding's size)."""
+    fields = {"memories": MEMORY_FIELDS, "tombstones": TOMBSTONE_FIELDS, "store": STORE_FIELDS}[kind]
+    properties = dict(fields)
+    settings: dict[str, Any] = {"number_of_shards": shards, "number_of_replicas": replicas}
+    if kind == "memories":
+        settings["knn"] = True
+        properties["embedding"] = {
+            "type": "knn_vector",
+            "dimension": dim,
+            # lucene: faiss and nmslib need native libraries; cosine as the other backends rank
+            "method": {
+                "name": "hnsw",
+                "engine": "lucene",
+                "space_type": "cosinesimil",
+                "parameters": {"m": 16, "ef_construction": 128},
+            },
+        }
+    return {
+        "settings": {"index": settings},
+        "mappings": {
+            "dynamic": "strict",
+            "_meta": {"engram_mapping_version": MAPPING_VERSION, "kind": kind},
+            "properties": properties,
+        },
+    }
+
+
+def tenant_user(owner: str) -> str:
+    """The internal user a tenant's requests run as (impersonated): readable when the id allows it."""
+    if owner == "":
+        return CATALOG_USER
+    if _READABLE_NAME.match(owner):
+        return TENANT_USER_PREFIXES[0] + owner
+    return TENANT_USER_PREFIXES[1] + hashlib.sha256(owner.encode()).hexdigest()[:40]
+
+
+def tenant_role(names: Names) -> dict[str, Any]:
+    """The role of every tenant user: read and write the memory indices, reads limited by DLS to the
+    user's ``owner`` attribute (and the catalog's rows). DLS does not limit writes: the store reads a
+    document as the tenant before it writes it (see ``_statements``)."""
+    own = "${attr.internal.owner}"
+    return {
+        "description": "Engram tenants: DLS on owner (see engram.storage.opensearch)",
+        "cluster_permissions": [
+            "indices:data/read/msearch",
+            "indices:data/read/mget",
+            "indices:data/write/bulk",
+        ],
+        "index_permissions": [
+            {
+                "index_patterns": [f"{names.memories}*"],
+                "dls": json.dumps({"terms": {"owner": [own, ""]}}),
+                "allowed_actions": ["read", "write"],
+            },
+            {
+                "index_patterns": [f"{names.tombstones}*"],
+                "dls": json.dumps({"term": {"owner": own}}),
+                "allowed_actions": ["read", "write"],
+            },
+        ],
+    }
+
+
+def role_mapping() -> dict[str, Any]:
+    return {"users": [f"{p}*" for p in TENANT_USER_PREFIXES] + [CATALOG_USER]}

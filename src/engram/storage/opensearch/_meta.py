@@ -1,0 +1,129 @@
+"""StoreStatements on OpenSearch: meta records, API keys and the tenant list in the ``store`` index.
+
+They run as the service account itself (no tenant's user may read this index). An API key document's
+id is its hash, so ``find_key`` (every request) is one realtime GET rather than a search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from engram.errors import Conflict
+from engram.storage._statements import KeyLookup
+from engram.storage.base import ApiKeyRecord
+from engram.storage.opensearch._client import Refresh, errors
+from engram.storage.opensearch._statements import iso
+
+if TYPE_CHECKING:
+    from opensearchpy import OpenSearch
+
+_PAGE = 1000
+
+
+class OpenSearchMeta:
+    def __init__(self, client: OpenSearch, index: str, refresh: Refresh) -> None:
+        self.client = client
+        self.index = index
+        self.refresh = refresh
+
+    def _search(self, query: dict[str, Any], sort: list[Any]) -> Iterator[dict[str, Any]]:
+        after: list[Any] | None = None
+        while True:
+            body = {"query": query, "sort": sort, "size": _PAGE, **({"search_after": after} if after else {})}
+            with errors():
+                hits = self.client.search(index=self.index, body=body, seq_no_primary_term=True)["hits"][
+                    "hits"
+                ]
+            yield from hits
+            if len(hits) < _PAGE:
+                return
+            after = hits[-1]["sort"]
+
+    def read_meta(self, keys: Sequence[str]) -> dict[str, str]:
+        with errors():
+            found = self.client.mget(index=self.index, body={"ids": [f"meta:{k}" for k in keys]})
+        return {d["_source"]["key"]: d["_source"]["value"] for d in found["docs"] if d.get("found")}
+
+    def add_meta(self, values: Mapping[str, str]) -> None:
+        lines: list[dict[str, Any]] = []
+        for key, value in values.items():
+            lines += [
+                {"create": {"_index": self.index, "_id": f"meta:{key}"}},
+                {"kind": "meta", "key": key, "value": value},
+            ]
+        with errors():
+            self.client.bulk(body=lines, refresh=self.refresh)  # a key recorded already stays (409 item)
+
+    def insert_key(self, record: ApiKeyRecord, key_hash: str) -> None:
+        if self.get_key(record.id) is not None:
+            raise Conflict(f"duplicate: API key {record.id} exists")
+        doc = {
+            "kind": "key",
+            "id": record.id,
+            "key_hash": key_hash,
+            "user_id": record.user_id,
+            "label": record.label,
+            "created_at": iso(record.created_at),
+            "revoked_at": iso(record.revoked_at) if record.revoked_at else None,
+        }
+        with errors():
+            self.client.create(index=self.index, id=f"key:{key_hash}", body=doc, refresh=self.refresh)
+
+    def get_key(self, key_id: str) -> ApiKeyRecord | None:
+        found = self.select_keys("id", key_id)
+        return found[0][0] if found else None
+
+    def select_keys(self, by: KeyLookup | None, value: str | None) -> list[tuple[ApiKeyRecord, str]]:
+        if by == "key_hash" and value is not None:  # the hot path: a realtime GET, no search
+            with errors():
+                found = self.client.get(index=self.index, id=f"key:{value}", ignore=404)
+            return [(_record(found["_source"]), value)] if found.get("found") else []
+        filters: list[dict[str, Any]] = [{"term": {"kind": "key"}}]
+        if by is not None:
+            filters.append({"term": {by: value}})
+        hits = self._search({"bool": {"filter": filters}}, [{"created_at": "asc"}, {"id": "asc"}])
+        return [(_record(h["_source"]), h["_source"]["key_hash"]) for h in hits]
+
+    def revoke_key(self, key_id: str, at: datetime) -> bool:
+        query = {"bool": {"filter": [{"term": {"kind": "key"}}, {"term": {"id": key_id}}]}}
+        for hit in self._search(query, [{"created_at": "asc"}, {"id": "asc"}]):
+            if hit["_source"].get("revoked_at"):
+                return False
+            source = dict(hit["_source"], revoked_at=iso(at))
+            with errors():
+                self.client.index(
+                    index=self.index,
+                    id=hit["_id"],
+                    body=source,
+                    if_seq_no=hit["_seq_no"],
+                    if_primary_term=hit["_primary_term"],
+                    refresh=self.refresh,
+                )
+            return True
+        return False
+
+    def note_tenant(self, owner: str) -> None:
+        """List a user id (ids only) for the consolidation worker and exports."""
+        with errors():
+            self.client.index(
+                index=self.index,
+                id=f"tenant:{owner}",
+                body={"kind": "tenant", "owner": owner},
+                refresh=self.refresh,
+            )
+
+    def tenants(self) -> list[str]:
+        hits = self._search({"term": {"kind": "tenant"}}, [{"owner": "asc"}])
+        return [h["_source"]["owner"] for h in hits]
+
+
+def _record(source: Mapping[str, Any]) -> ApiKeyRecord:
+    return ApiKeyRecord(
+        id=source["id"],
+        user_id=source.get("user_id"),
+        label=source.get("label") or "",
+        created_at=datetime.fromisoformat(source["created_at"]),
+        revoked_at=datetime.fromisoformat(source["revoked_at"]) if source.get("revoked_at") else None,
+    )

@@ -1,0 +1,414 @@
+"""The OpenSearch store's statements for the shared rules (engram.storage._statements).
+
+OpenSearch has no transactions, so ``OpenSearchRows`` is a unit of work: reads go to the server as the
+tenant's user (document-level security shows it nothing else) and are kept; writes change the kept
+documents and are sent when the rule is done (``commit``), each update and delete with the
+``if_seq_no``/``if_primary_term`` it was read at. A rule that raises sends nothing: a failed
+supersession writes nothing, as in the SQL backends. The store holds the tenant's write lease
+(``_client.Leases``) around a write, which stands in for their row locks.
+
+``commit`` sends new documents (rows, tombstones) first, then the updates and deletes; if the second
+bulk is refused (a document changed under a writer that holds no lease), the new documents are taken
+back and the rule fails with Conflict.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from engram.errors import Conflict, StorageError
+from engram.models import Memory, Tombstone, Vectors
+from engram.storage._rows import keyword_text_of, memory_from_row, memory_to_row
+from engram.storage._statements import WAITING, RowState
+from engram.storage.opensearch._client import Refresh, as_user, errors
+from engram.storage.opensearch._layout import Names
+
+if TYPE_CHECKING:
+    from opensearchpy import OpenSearch
+
+ROW_SOURCE: dict[str, Any] = {
+    "excludes": ["embedding", "tokens", "search_text"]
+}  # what a Memory is built from
+PAGE = 1000  # documents a search returns at once when a caller asks for more
+_rid_lock = threading.Lock()
+_last_rid = [0]
+
+
+def next_rid() -> int:
+    """A write-order number: nanoseconds since the epoch, strictly increasing in this process."""
+    with _rid_lock:
+        _last_rid[0] = max(_last_rid[0] + 1, time.time_ns())
+        return _last_rid[0]
+
+
+def iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def memory(source: Mapping[str, Any]) -> Memory:
+    return memory_from_row(dict(source))
+
+
+def document(row: Memory, owner: str, vector: Vectors, tokens: bytes | None) -> dict[str, Any]:
+    """The stored document of a new row (every field present: memory_from_row reads them all)."""
+    values = memory_to_row(row)
+    attrs = json.loads(values["attrs"])
+    doc: dict[str, Any] = {
+        "id": row.id,
+        "rid": next_rid(),
+        "owner": owner,
+        "memory_type": row.memory_type,
+        "text": row.text,
+        "search_text": keyword_text_of(row),
+        "created_at": values["created_at"],
+        "event_at": values.get("event_at"),
+        "metadata": json.loads(values["metadata"]),
+        "attrs": attrs,
+        "context_id": attrs.get("context_id"),
+        "embedding": [float(x) for x in vector],
+        "consolidated": WAITING,
+    }
+    for column in ("last_used_at", "last_success_at", "supersedes", "superseded_by", "superseded_at"):
+        doc[column] = values.get(column)
+    for column in ("use_count", "success_count", "failure_count", "retracted"):
+        doc[column] = values.get(column) or 0
+    doc.update(_tokens(tokens))
+    return doc
+
+
+def _tokens(blob: bytes | None) -> dict[str, Any]:
+    return {
+        "tokens": base64.b64encode(blob).decode() if blob is not None else None,
+        "has_tokens": blob is not None,
+    }
+
+
+@dataclass
+class _Kept:
+    """A document read in this unit of work, and what the rule did to it."""
+
+    source: dict[str, Any]
+    seq: tuple[int, int] | None  # (seq_no, primary_term) as read; None: new in this unit
+    deleted: bool = False
+    changed: bool = False
+
+
+@dataclass
+class OpenSearchRows:
+    """TenantStatements for one owner, run as that owner's user; K is the memory id."""
+
+    client: OpenSearch
+    names: Names
+    owner: str
+    user: str
+    refresh: Refresh
+    kept: dict[str, _Kept] = field(default_factory=dict)
+    new_tombstones: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def _as(self) -> dict[str, Any]:
+        return {"headers": as_user(self.user)}
+
+    # -- reads ---------------------------------------------------------------------------------
+    def _mget(self, ids: Sequence[str], source: Any = True) -> list[dict[str, Any]]:
+        """The documents among ``ids`` the tenant may read; ``source``: True, or a _source filter."""
+        if not ids:
+            return []
+        docs = [{"_id": i, "_source": source} for i in ids]
+        with errors():
+            found = self.client.mget(index=self.names.memories, body={"docs": docs}, **self._as)
+        return [d for d in found["docs"] if d.get("found")]
+
+    def search(
+        self, index: str, body: dict[str, Any], limit: int, offset: int = 0
+    ) -> Iterator[dict[str, Any]]:
+        """Hits of a sorted search, ``offset`` skipped, at most ``limit``, page by page (search_after)."""
+        body = dict(body, track_total_hits=False)
+        after: list[Any] | None = None
+        skip, left = offset, limit
+        while left > 0:
+            size = min(PAGE, skip + left)
+            page = dict(body, size=size, **({"search_after": after} if after else {}))
+            with errors():
+                hits = self.client.search(index=index, body=page, **self._as)["hits"]["hits"]
+            for hit in hits[skip:]:
+                yield hit
+                left -= 1
+                if not left:
+                    return
+            skip = max(0, skip - len(hits))
+            if len(hits) < size:
+                return
+            after = hits[-1]["sort"]
+
+    def _mine(self, *filters: dict[str, Any]) -> dict[str, Any]:
+        return {"bool": {"filter": [{"term": {"owner": self.owner}}, *filters]}}
+
+    def rows_by_id(self, ids: Sequence[str], owners: Sequence[str]) -> list[Memory]:
+        return [memory(d["_source"]) for d in self._mget(ids, ROW_SOURCE) if d["_source"]["owner"] in owners]
+
+    def tokens_by_id(self, ids: Sequence[str], owners: Sequence[str]) -> dict[str, bytes]:
+        docs = self._mget(ids, {"includes": ["owner", "tokens"]})
+        return {
+            d["_id"]: base64.b64decode(d["_source"]["tokens"])
+            for d in docs
+            if d["_source"]["owner"] in owners and d["_source"].get("tokens")
+        }
+
+    def _rows(self, query: dict[str, Any], sort: list[Any], limit: int, offset: int = 0) -> list[Memory]:
+        body = {"query": query, "sort": sort, "_source": ROW_SOURCE}
+        return [memory(h["_source"]) for h in self.search(self.names.memories, body, limit, offset)]
+
+    def page(self, memory_type: str, include_superseded: bool, limit: int, offset: int) -> list[Memory]:
+        query = self._mine({"term": {"memory_type": memory_type}})
+        if not include_superseded:
+            query["bool"]["must_not"] = [{"exists": {"field": "superseded_by"}}]
+        return self._rows(query, [{"created_at": "desc"}, {"rid": "desc"}], limit, offset)
+
+    def waiting(self, limit: int) -> list[Memory]:
+        query = self._mine({"term": {"memory_type": "episodic"}}, {"term": {"consolidated": WAITING}})
+        return self._rows(query, [{"created_at": "asc"}, {"id": "asc"}], limit)
+
+    def without_tokens(self, limit: int) -> list[Memory]:
+        return self._rows(self._mine({"term": {"has_tokens": False}}), [{"rid": "asc"}], limit)
+
+    def scan(self, after: int, limit: int) -> list[tuple[int, Memory, int]]:
+        body = {
+            "query": self._mine({"range": {"rid": {"gt": after}}}),
+            "sort": [{"rid": "asc"}],
+            "_source": {"excludes": ["embedding", "tokens", "search_text"]},
+        }
+        hits = self.search(self.names.memories, body, limit)
+        return [(h["_source"]["rid"], memory(h["_source"]), h["_source"]["consolidated"]) for h in hits]
+
+    def tombstone_rows(self) -> list[tuple[str, str, datetime, datetime]]:
+        body = {"query": self._mine(), "sort": [{"forgotten_at": "asc"}, {"id": "asc"}]}
+        hits = self.search(self.names.tombstones, body, 10**9)
+        return [
+            (
+                s["id"],
+                s["memory_type"],
+                datetime.fromisoformat(s["created_at"]),
+                datetime.fromisoformat(s["forgotten_at"]),
+            )
+            for s in (h["_source"] for h in hits)
+        ]
+
+    # -- the unit of work ------------------------------------------------------------------------
+    def _load(self, ids: Sequence[str]) -> None:
+        """Read the owner's documents among ``ids`` (as the tenant) into the unit, with their versions."""
+        for doc in self._mget([i for i in ids if i not in self.kept]):
+            if doc["_source"]["owner"] == self.owner:  # the catalog's rows are readable, never writable
+                self.kept[doc["_id"]] = _Kept(doc["_source"], (doc["_seq_no"], doc["_primary_term"]))
+
+    def _get(self, memory_id: str) -> _Kept | None:
+        self._load([memory_id])
+        kept = self.kept.get(memory_id)
+        return None if kept is None or kept.deleted else kept
+
+    def _change(self, memory_id: str, **values: Any) -> None:
+        kept = self._get(memory_id)
+        if kept is not None:
+            kept.source.update(values)
+            kept.changed = True
+
+    def commit(self) -> None:
+        """Send the unit's writes: new documents first, then updates and deletes at their versions."""
+        created = [
+            (self.names.memories, i, k.source)
+            for i, k in self.kept.items()
+            if k.seq is None and not k.deleted
+        ]
+        created += [(self.names.tombstones, t["id"], t) for t in self.new_tombstones]
+        changed = [(i, k) for i, k in self.kept.items() if k.seq is not None and (k.changed or k.deleted)]
+        if created:
+            failed = self._bulk(
+                [
+                    line
+                    for index, i, source in created
+                    for line in ({"create": {"_index": index, "_id": i}}, source)
+                ]
+            )
+            if failed:
+                self._take_back([(index, i) for index, i, _ in created if i not in failed])
+                raise Conflict(f"already there: {', '.join(sorted(failed))}")
+        if changed:
+            lines: list[dict[str, Any]] = []
+            for memory_id, kept in changed:
+                assert kept.seq is not None
+                at = {
+                    "_index": self.names.memories,
+                    "_id": memory_id,
+                    "if_seq_no": kept.seq[0],
+                    "if_primary_term": kept.seq[1],
+                }
+                lines += [{"delete": at}] if kept.deleted else [{"index": at}, kept.source]
+            failed = self._bulk(lines)
+            if failed:
+                self._take_back([(index, i) for index, i, _ in created])
+                raise Conflict(f"changed meanwhile by another writer: {', '.join(sorted(failed))}")
+
+    def _bulk(self, lines: list[dict[str, Any]]) -> set[str]:
+        """Run a bulk request (refreshing what it wrote); the ids of the items that failed."""
+        with errors():
+            done = self.client.bulk(body=lines, refresh=self.refresh, **self._as)
+        if not done["errors"]:
+            return set()
+        failures = [item for entry in done["items"] for item in entry.values() if "error" in item]
+        if any(item["status"] != 409 for item in failures):  # not a conflict: the server failed
+            raise StorageError(f"OpenSearch refused a write: {failures[0]['error']}")
+        return {item["_id"] for item in failures}
+
+    def _take_back(self, docs: list[tuple[str, str]]) -> None:
+        if docs:
+            self._bulk([{"delete": {"_index": index, "_id": i}} for index, i in docs])
+
+    # -- inserts and supersession --------------------------------------------------------------
+    def has_row(self, memory_id: str) -> bool:
+        return self._get(memory_id) is not None
+
+    def insert_rows(self, rows: Sequence[Memory], vectors: Vectors, tokens: Sequence[bytes] | None) -> None:
+        blobs: Sequence[bytes | None] = tokens if tokens is not None else [None] * len(rows)
+        for row, vector, blob in zip(rows, vectors, blobs, strict=True):
+            if row.id in self.kept:
+                raise Conflict(f"duplicate: memory {row.id} is written twice")
+            self.kept[row.id] = _Kept(document(row, self.owner, vector, blob), None)
+
+    def set_tokens(self, tokens: Mapping[str, bytes]) -> None:
+        self._load(list(tokens))
+        for memory_id, blob in tokens.items():
+            self._change(memory_id, **_tokens(blob))
+
+    def lock_row(self, memory_id: str) -> RowState[str] | None:
+        kept = self._get(memory_id)
+        return None if kept is None else _state(kept.source)
+
+    def mark_superseded(self, key: str, by: str, at: datetime, retract: bool) -> None:
+        self._change(key, superseded_by=by, superseded_at=iso(at), retracted=int(retract))
+
+    # -- forgetting ----------------------------------------------------------------------------
+    def delete_row(self, memory_id: str) -> RowState[str] | None:
+        kept = self._get(memory_id)
+        if kept is None:
+            return None
+        if kept.seq is None:
+            del self.kept[memory_id]
+        else:
+            kept.deleted = True
+        return _state(kept.source)
+
+    def quoting(self, episode_id: str) -> list[tuple[str, Memory]]:
+        query = self._mine({"term": {"memory_type": "episodic"}}, {"term": {"context_id": episode_id}})
+        body = {"query": query, "sort": [{"rid": "asc"}], "_source": False}
+        ids = [h["_id"] for h in self.search(self.names.memories, body, 10**9)]
+        ids += [i for i, k in self.kept.items() if k.source.get("context_id") == episode_id and i not in ids]
+        self._load(ids)
+        found = ((i, self._get(i)) for i in ids)
+        return [
+            (i, memory(k.source))
+            for i, k in found
+            if k is not None and k.source.get("context_id") == episode_id
+        ]
+
+    def set_context(self, key: str, attrs: str, keyword_text: str) -> None:
+        values = json.loads(attrs)
+        self._change(key, attrs=values, search_text=keyword_text, context_id=values.get("context_id"))
+
+    def revive(self, memory_id: str, superseded_by: str) -> None:
+        kept = self._get(memory_id)
+        if kept is not None and kept.source.get("superseded_by") == superseded_by:
+            self._change(memory_id, superseded_by=None, superseded_at=None, retracted=0)
+
+    def relink(self, memory_id: str, superseded_by: str, to: str) -> bool:
+        kept = self._get(memory_id)
+        if kept is None or kept.source.get("superseded_by") != superseded_by:
+            return False
+        self._change(memory_id, superseded_by=to)
+        return True
+
+    def set_supersedes(self, memory_id: str, supersedes: str) -> None:
+        self._change(memory_id, supersedes=supersedes)
+
+    def add_tombstones(self, tombstones: Sequence[Tombstone]) -> None:
+        for t in tombstones:
+            self.new_tombstones.append(
+                {
+                    "id": t.id,
+                    "owner": self.owner,
+                    "memory_type": t.memory_type,
+                    "created_at": iso(t.created_at),
+                    "forgotten_at": iso(t.forgotten_at),
+                }
+            )
+
+    # -- consolidation -------------------------------------------------------------------------
+    def claim_waiting(self, episode_ids: Sequence[str]) -> int:
+        self._load(list(dict.fromkeys(episode_ids)))
+        found = (self._get(i) for i in dict.fromkeys(episode_ids))
+        return sum(
+            1
+            for k in found
+            if k is not None and k.source["memory_type"] == "episodic" and k.source["consolidated"] == WAITING
+        )
+
+    def lock_typed(self, memory_id: str, memory_type: str) -> tuple[str, Any] | None:
+        kept = self._get(memory_id)
+        if kept is None or kept.source["memory_type"] != memory_type:
+            return None
+        return memory_id, kept.source["attrs"]
+
+    def merge_fact(self, key: str, attrs: str, at: datetime) -> None:
+        kept = self._get(key)
+        if kept is not None:
+            self._change(
+                key, attrs=json.loads(attrs), use_count=kept.source["use_count"] + 1, last_used_at=iso(at)
+            )
+
+    def playbook_succeeded(self, key: str, at: datetime) -> None:
+        kept = self._get(key)
+        if kept is not None:
+            self._change(key, success_count=kept.source["success_count"] + 1, last_success_at=iso(at))
+
+    def playbook_failed(self, key: str, attrs: str) -> None:
+        kept = self._get(key)
+        if kept is not None:
+            self._change(key, failure_count=kept.source["failure_count"] + 1, attrs=json.loads(attrs))
+
+    def record_uses(self, uses: Mapping[str, int], at: str, counts: dict[str, int]) -> None:
+        """Add uses to the owner's facts and move last_used_at up to ``at``; ``counts`` gets each
+        updated fact's use_count (sent by ``commit``)."""
+        self._load(list(uses))
+        for memory_id, n in uses.items():
+            kept = self._get(memory_id)
+            if kept is None or kept.source["memory_type"] != "semantic":
+                continue
+            last = kept.source.get("last_used_at")
+            newer = last is None or datetime.fromisoformat(last) < datetime.fromisoformat(at)
+            self._change(
+                memory_id, use_count=kept.source["use_count"] + n, last_used_at=at if newer else last
+            )
+            counts[memory_id] = kept.source["use_count"]
+
+    def mark_episodes(self, episode_ids: Sequence[str], state: int) -> None:
+        self._load(list(episode_ids))
+        for memory_id in episode_ids:
+            kept = self._get(memory_id)
+            if kept is not None and kept.source["memory_type"] == "episodic":
+                self._change(memory_id, consolidated=state)
+
+
+def _state(source: Mapping[str, Any]) -> RowState[str]:
+    return RowState(
+        source["id"],
+        source["memory_type"],
+        datetime.fromisoformat(source["created_at"]),
+        source.get("supersedes"),
+        source.get("superseded_by"),
+    )

@@ -1,0 +1,313 @@
+"""The search-engine backend: OpenSearch 2.19 (BM25 with the english analyzer, lucene k-NN), with
+tenant isolation enforced by the server.
+
+Isolation: the store runs as one service account (ENGRAM_OS_USER) and sends every tenant-scoped request
+as that tenant's internal user, by impersonation (``opendistro_security_impersonate_as``). The user is
+created on the tenant's first request (a random password nobody keeps; an ``owner`` attribute), and the
+role ``{prefix}tenant`` limits its reads by document-level security to documents whose ``owner`` is
+that attribute, plus the catalog's. Engram still sends its own owner filter (inside the k-NN clause: DLS
+filters after the k nearest are taken). DLS does not cover writes, so every update and delete is of a
+document first read as the tenant, written back with ``if_seq_no``/``if_primary_term``: another
+tenant's id is NotFound and nothing changes (tests/storage/test_opensearch_isolation.py).
+
+Consistency: writes refresh the shards they touched before answering (``refresh=true``, measured
+against ``wait_for``: see ``_client.DEFAULT_REFRESH``), so the next recall sees them. A tenant's writes
+take its lease (``_client.Leases``); rules run as units of work (``_statements``).
+
+Ranking differences from SQLite: the text leg is Lucene's BM25 over the english analyzer (stemmed,
+stopwords dropped), each query word a phrase, as PostgreSQL's. The dense leg is Lucene's HNSW with the
+owner and type filter inside the k-NN clause; Lucene searches exactly when the filter leaves fewer
+documents than it would visit, which is the case for most tenants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from engram.errors import StorageError
+from engram.models import Vectors
+from engram.storage._rules import StoreRules
+from engram.storage.base import CATALOG_OWNER, Candidates, LegHit, SearchFilter, Tenant, owner_of
+from engram.storage.opensearch._client import (
+    Leases,
+    OpenSearchOptions,
+    as_user,
+    connect,
+    errors,
+    parse_url,
+)
+from engram.storage.opensearch._layout import (
+    KINDS,
+    MAPPING_VERSION,
+    Names,
+    index_body,
+    role_mapping,
+    tenant_role,
+    tenant_user,
+)
+from engram.storage.opensearch._meta import OpenSearchMeta
+from engram.storage.opensearch._statements import ROW_SOURCE, OpenSearchRows, iso, memory
+from engram.text import fts_words
+
+if TYPE_CHECKING:
+    from opensearchpy import OpenSearch
+
+_SECURITY = "/_plugins/_security/api"
+# The security plugin adds a tenant's DLS query to its searches as a must clause scored ConstantScore 1.0
+# (explain: "sum of: 1.0 ConstantScore(owner:(sarah)), 0.85 within top k"): taken off both legs' scores.
+# The conformance suite's exact-cosine assertion would catch a plugin that stopped adding it.
+_DLS_SCORE = 1.0
+
+
+class OpenSearchStore(StoreRules[str]):
+    """Store and KeyStore on OpenSearch; see the module docstring."""
+
+    def __init__(self, url: str, options: OpenSearchOptions | None = None) -> None:
+        self.options = options or OpenSearchOptions()
+        self.endpoint = parse_url(url, self.options)
+        self.names = Names(self.options.index_prefix)
+        self._client: OpenSearch = connect(self.endpoint, self.options)
+        self._leases = Leases(self._client, self.names.store)
+        self._users: set[str] = set()
+        self._noted: set[str] = set()
+        self._guard = threading.Lock()
+        try:
+            self._check_security()
+            for kind in KINDS[1:]:
+                self._ensure_index(kind, 0)
+            self._memories_ready = self._index_version("memories") is not None
+        except BaseException:
+            self._client.close()
+            raise
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _admin(self, method: str, path: str, body: Any = None, params: Any = None) -> Any:
+        with errors():
+            return self._client.transport.perform_request(method, path, body=body, params=params)
+
+    def _check_security(self) -> None:
+        """Refuse a cluster without the security plugin (nothing would isolate tenants), and set up the
+        tenants' DLS role once."""
+        from opensearchpy import exceptions
+
+        try:
+            with errors():
+                self._client.transport.perform_request("GET", f"{_SECURITY}/roles/{self.names.role}")
+        except StorageError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, exceptions.NotFoundError) and "NOT_FOUND" in str(cause.info):
+                self._admin("PUT", f"{_SECURITY}/roles/{self.names.role}", tenant_role(self.names))
+                self._admin("PUT", f"{_SECURITY}/rolesmapping/{self.names.role}", role_mapping())
+                return
+            raise StorageError(
+                f"{self._label}: cannot read the security plugin's roles ({exc}); Engram needs the "
+                "security plugin (tenant isolation) and a service account that may manage its role, its "
+                "tenants' users and impersonate them"
+            ) from exc
+
+    def _index_version(self, kind: str) -> int | None:
+        """The mapping version behind a kind's alias, or None if the store has no such index yet."""
+        with errors():
+            found = self._client.indices.get_alias(name=self.names.alias(kind), ignore=404)
+        concrete = [name for name in found if name.startswith(self.names.alias(kind) + "-v")]
+        return int(concrete[0].rsplit("-v", 1)[1]) if concrete else None
+
+    def _ensure_index(self, kind: str, dim: int) -> None:
+        version = self._index_version(kind)
+        if version is None:
+            body = index_body(kind, dim, self.options.shards, self.options.replicas)
+            body["aliases"] = {self.names.alias(kind): {}}
+            with errors():
+                self._client.indices.create(index=self.names.concrete(kind), body=body, ignore=400)
+            version = self._index_version(kind)
+        if version != MAPPING_VERSION:
+            raise StorageError(
+                f"{self._label}: index {self.names.alias(kind)} has mapping version {version}, this Engram "
+                f"uses {MAPPING_VERSION}: migrate it (reindex into -v{MAPPING_VERSION}, then move the alias)"
+            )
+
+    def ensure_model(self, name: str, dim: int, kind: str = "embedding") -> None:
+        super().ensure_model(name, dim, kind)  # ModelError for another model: nothing is created
+        if kind == "embedding" and not self._memories_ready:
+            self._ensure_index("memories", dim)  # the k-NN field needs the dimension
+            self._memories_ready = True
+
+    def _user(self, owner: str) -> str:
+        """The tenant's internal user, created on its first request (impersonated, never logged in as)."""
+        user = tenant_user(owner)
+        if user in self._users:
+            return user
+        with self._guard:
+            if not self._has_user(user):
+                body = {"password": secrets.token_urlsafe(32) + "-A1", "attributes": {"owner": owner}}
+                self._admin("PUT", f"{_SECURITY}/internalusers/{user}", body)
+            self._users.add(user)
+        return user
+
+    def _has_user(self, user: str) -> bool:
+        found = self._admin("GET", f"{_SECURITY}/internalusers/{user}", params={"ignore": 404})
+        return isinstance(found, dict) and user in found
+
+    # -- transactions ---------------------------------------------------------------------------
+    @property
+    def _label(self) -> str:
+        return self.endpoint.label  # never the credentials
+
+    def _rows(self, owner: str) -> OpenSearchRows:
+        return OpenSearchRows(self._client, self.names, owner, self._user(owner), self.options.refresh)
+
+    @contextlib.contextmanager
+    def _tenant_statements(self, tenant: Tenant, *, write: bool) -> Iterator[OpenSearchRows]:
+        owner = owner_of(tenant)
+        rows = self._rows(owner)
+        if not write:
+            yield rows
+            return
+        with self._leases.hold(owner, None):
+            yield rows
+            rows.commit()
+        if owner and owner not in self._noted and (rows.new_tombstones or rows.kept):
+            self._meta().note_tenant(owner)
+            self._noted.add(owner)
+
+    def _meta(self) -> OpenSearchMeta:
+        return OpenSearchMeta(self._client, self.names.store, self.options.refresh)
+
+    @contextlib.contextmanager
+    def _store_statements(self, *, write: bool) -> Iterator[OpenSearchMeta]:
+        yield self._meta()
+
+    # -- search legs ---------------------------------------------------------------------------
+    def _filter(self, tenant: Tenant, where: SearchFilter) -> dict[str, Any]:
+        query: dict[str, Any] = {
+            "filter": [
+                {"terms": {"owner": where.owners(tenant)}},
+                {"terms": {"memory_type": sorted(where.memory_types)}},
+            ]
+        }
+        if not where.include_superseded:
+            query["must_not"] = [{"exists": {"field": "superseded_by"}}]
+        return query
+
+    def _text_body(
+        self, tenant: Tenant, query: str, where: SearchFilter, limit: int
+    ) -> dict[str, Any] | None:
+        words = fts_words(query)
+        if not words or not where.memory_types:
+            return None
+        should = [{"match_phrase": {"search_text": word}} for word in words]
+        bool_query = {"should": should, "minimum_should_match": 1, **self._filter(tenant, where)}
+        return {"size": limit, "query": {"bool": bool_query}}
+
+    def _vector_body(
+        self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int
+    ) -> dict[str, Any]:
+        knn = {
+            "vector": [float(x) for x in vector],
+            "k": limit,
+            "filter": {"bool": self._filter(tenant, where)},
+        }
+        return {"size": limit, "query": {"knn": {"embedding": knn}}}
+
+    def _search(self, tenant: Tenant, body: dict[str, Any]) -> list[dict[str, Any]]:
+        user = self._user(owner_of(tenant))
+        with errors():
+            found = self._client.search(
+                index=self.names.memories, body=body, _source=False, headers=as_user(user)
+            )
+        hits: list[dict[str, Any]] = found["hits"]["hits"]
+        return hits
+
+    def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
+        body = self._text_body(tenant, query, where, limit)
+        return (
+            [] if body is None else [LegHit(h["_id"], _bm25(h["_score"])) for h in self._search(tenant, body)]
+        )
+
+    def search_vector(self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int) -> list[LegHit]:
+        if not where.memory_types:
+            return []
+        hits = self._search(tenant, self._vector_body(tenant, vector, where, limit))
+        return [LegHit(h["_id"], _cosine(h["_score"])) for h in hits]
+
+    def search_candidates(
+        self, tenant: Tenant, query: str, vector: Vectors, where: SearchFilter, limit: int, tokens: bool
+    ) -> Candidates:
+        """Both legs, with their rows (and token vectors), in one ``_msearch``; the token vectors of the
+        turns the rows replied to that are not among them, in one ``_mget`` more."""
+        if not where.memory_types:
+            return Candidates([], [], [], {} if tokens else None)
+        source = {"excludes": ["embedding", "search_text"]} if tokens else ROW_SOURCE
+        text = self._text_body(tenant, query, where, limit)
+        legs = [b for b in (text, self._vector_body(tenant, vector, where, limit)) if b is not None]
+        lines: list[dict[str, Any]] = []
+        for body in legs:
+            lines += [{"index": self.names.memories}, dict(body, _source=source)]
+        owner = owner_of(tenant)
+        with errors():
+            found = self._client.msearch(body=lines, headers=as_user(self._user(owner)))
+        answers = found["responses"]
+        for answer in answers:
+            if "error" in answer:
+                raise StorageError(f"OpenSearch search failed: {answer['error']}")
+        text_hits = answers[0]["hits"]["hits"] if text is not None else []
+        dense_hits = answers[-1]["hits"]["hits"]
+        sources = {h["_id"]: h["_source"] for h in [*text_hits, *dense_hits]}
+        rows = [memory(s) for s in sources.values()]
+        blobs: dict[str, bytes] | None = None
+        if tokens:
+            blobs = {i: _unpack(s["tokens"]) for i, s in sources.items() if s.get("tokens")}
+            context = [c for m in rows if (c := getattr(m, "context_id", None)) and c not in sources]
+            if context:
+                blobs |= self._rows(owner).tokens_by_id(context, where.owners(tenant))
+        return Candidates(
+            [LegHit(h["_id"], _bm25(h["_score"])) for h in text_hits],
+            [LegHit(h["_id"], _cosine(h["_score"])) for h in dense_hits],
+            rows,
+            blobs,
+        )
+
+    # -- what the engine does its own way ------------------------------------------------------
+    def _record_use(
+        self, owner: str, uses: Mapping[str, int], at: datetime, max_wait_s: float | None
+    ) -> dict[str, int]:
+        rows = self._rows(owner)
+        counts: dict[str, int] = {}
+        with self._leases.hold(owner, max_wait_s):
+            rows.record_uses(uses, iso(at), counts)
+            rows.commit()
+        return counts
+
+    def stats(self) -> dict[str, Any]:
+        with errors():
+            found = self._client.search(
+                index=self.names.store, body={"size": 100, "query": {"term": {"kind": "meta"}}}
+            )
+            catalog = self._client.count(
+                index=self.names.memories, body={"query": {"term": {"owner": CATALOG_OWNER}}}, ignore=404
+            )
+        meta = {h["_source"]["key"]: h["_source"]["value"] for h in found["hits"]["hits"]}
+        return {"url": self._label, "counts": {"catalog": catalog.get("count", 0)}, "meta": meta}
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _bm25(score: Any) -> float:
+    return float(score) - _DLS_SCORE
+
+
+def _cosine(score: Any) -> float:
+    """Lucene's cosinesimil score is (1 + cos) / 2; the other backends report the cosine."""
+    return 2.0 * (float(score) - _DLS_SCORE) - 1.0
+
+
+def _unpack(tokens: str) -> bytes:
+    import base64
+
+    return base64.b64decode(tokens)

@@ -1,0 +1,313 @@
+"""A real single-node OpenSearch 2.19 for the test suite, from Maven Central jars (no tarball, no Docker).
+
+``ensure_dist()`` fetches the jars with ``mvn`` (cached in ~/.m2, then copied once into a cache folder)
+and compiles the launcher (``OsNode.java``) with ``javac``; ``start_node()`` writes TLS certificates
+(openssl) and the security plugin's configuration, starts the node on 127.0.0.1 (HTTPS, security on)
+and waits for green, within a deadline. ``python -m tests.opensearch_node.node fetch`` does the fetch
+alone (.ci/run calls it). A missing tool fails with a message naming what to install.
+
+The node's users: ``admin`` (all_access: tests set up and inspect with it) and ``svc``, the service
+account Engram runs as: all_access for its own indices and the security REST API (it provisions the
+tenants' users and its DLS role), and allowed to impersonate only Engram's tenant users
+(``engram_u_*``, ``engram_h_*``, ``engram_catalog``), whose roles (DLS on ``owner``) then apply.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+VERSION = "2.19.4"
+KNN = "org.opensearch.plugin:opensearch-knn:2.19.1.0:zip"
+SECURITY = "org.opensearch.plugin:opensearch-security:2.19.4.0:zip"
+HEAP = "512m"  # the CI machine has 2 shared cores and little memory to spare
+START_DEADLINE_S = 180.0  # a cold JVM on a loaded 2-core machine; typically ~20 s
+TOOLS = {
+    "java": "a Java 17+ runtime (Debian: apt-get install openjdk-17-jdk-headless)",
+    "javac": "a Java 17+ JDK (Debian: apt-get install openjdk-17-jdk-headless)",
+    "mvn": "Apache Maven (Debian: apt-get install maven)",
+    "openssl": "OpenSSL (Debian: apt-get install openssl)",
+}
+# bcrypt hashes made with the security plugin's own Hasher (org.opensearch.security.tools.Hasher)
+USERS = {
+    "admin": ("Admin-pass-1", "$2y$12$yqoJWRuZgm2sBtCMQkfUeefSwXmlkxxu/rfcrRexLTMp9IWMv2JhO"),
+    "svc": ("Svc-pass-1", "$2y$12$FosxtnguFNfFriVOwSOCPeybQkyrkV7pRqI88mEZPd5bZUijPZEgS"),
+}
+
+
+class NodeSetupError(RuntimeError):
+    """The node cannot be built or started here (a tool missing, a fetch failed, a start timed out)."""
+
+
+def missing_tools() -> list[str]:
+    return [f"{tool}: install {what}" for tool, what in TOOLS.items() if shutil.which(tool) is None]
+
+
+def cache_dir() -> Path:
+    """Where the fetched jars and the compiled launcher live, keyed by the pom and the launcher source."""
+    digest = hashlib.sha256((HERE / "pom.xml").read_bytes() + (HERE / "OsNode.java").read_bytes())
+    root = Path(os.environ.get("ENGRAM_TEST_OS_CACHE", Path.home() / ".cache" / "engram-test-opensearch"))
+    return root / f"{VERSION}-{digest.hexdigest()[:12]}"
+
+
+def ensure_dist() -> Path:
+    """The node's jars (lib/, sec/) and launcher, fetched and compiled once; later calls return at once."""
+    missing = missing_tools()
+    if missing:
+        raise NodeSetupError("the OpenSearch tests need: " + "; ".join(missing))
+    dist = cache_dir()
+    if (dist / "complete").exists():
+        return dist
+    dist.mkdir(parents=True, exist_ok=True)
+    with (dist.parent / f"{dist.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two sessions fetching at once: one fetches, one waits
+        if not (dist / "complete").exists():
+            _fetch(dist)
+    return dist
+
+
+def _run(args: list[str], cwd: Path) -> None:
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise NodeSetupError(f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+
+
+def _fetch(dist: Path) -> None:
+    """fetch.sh of the shared recipe: core + modules + k-NN into lib/, the security plugin into sec/."""
+    for sub in ("lib", "sec", "zips", "launcher"):
+        shutil.rmtree(dist / sub, ignore_errors=True)
+        (dist / sub).mkdir()
+    shutil.copy(HERE / "pom.xml", dist / "pom.xml")
+    mvn = ["mvn", "-q", "-B"]
+    _run([*mvn, "dependency:copy-dependencies", "-DoutputDirectory=lib", "-DincludeScope=runtime"], dist)
+    for artifact in (KNN, SECURITY):
+        _run([*mvn, "dependency:copy", f"-Dartifact={artifact}", "-DoutputDirectory=zips"], dist)
+    # the k-NN zip: only its own jar (its bundled dependencies are in the pom)
+    with zipfile.ZipFile(next((dist / "zips").glob("opensearch-knn-*.zip"))) as knn:
+        (jar,) = [n for n in knn.namelist() if re.fullmatch(r"opensearch-knn-[0-9.]+\.jar", n)]
+        (dist / "lib" / jar).write_bytes(knn.read(jar))
+    with zipfile.ZipFile(next((dist / "zips").glob("opensearch-security-*.zip"))) as security:
+        security.extractall(dist / "zips" / "security")
+    have = {_artifact(p.name) for p in (dist / "lib").glob("*.jar")}
+    for jar in (dist / "zips" / "security").glob("*.jar"):
+        if _artifact(jar.name) not in have:
+            shutil.copy(jar, dist / "sec" / jar.name)
+    shutil.copytree(dist / "zips" / "security" / "config", dist / "sec" / "config-templates")
+    shutil.rmtree(dist / "zips")
+    _run(["javac", "-cp", str(dist / "lib") + "/*", "-d", "launcher", str(HERE / "OsNode.java")], dist)
+    (dist / "complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+
+
+def _artifact(jar: str) -> str:
+    """A jar's artifact name without its version: guava-33.4.0-jre.jar -> guava."""
+    parts = jar.removesuffix(".jar").split("-")
+    for i, part in enumerate(parts):
+        if part[:1].isdigit():
+            return "-".join(parts[:i])
+    return "-".join(parts)
+
+
+@dataclass
+class OpenSearchNode:
+    """A running node: its HTTPS address, CA certificate, and raw JSON requests for tests."""
+
+    proc: subprocess.Popen[bytes]
+    home: Path
+    port: int
+    ca: Path
+    startup_s: float
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        user: str = "admin",
+        password: str | None = None,
+        impersonate: str | None = None,
+        ndjson: bool = False,
+    ) -> tuple[int, Any]:
+        """(status, decoded JSON body) of one raw HTTPS request, as ``user`` (an impersonation with svc)."""
+        headers = {
+            "Authorization": "Basic "
+            + base64.b64encode(f"{user}:{password or USERS[user][0]}".encode()).decode()
+        }
+        if impersonate:
+            headers["opendistro_security_impersonate_as"] = impersonate
+        data = None
+        if body is not None:
+            if ndjson:
+                data = ("\n".join(json.dumps(x) for x in body) + "\n").encode()
+                headers["Content-Type"] = "application/x-ndjson"
+            else:
+                data = json.dumps(body).encode()
+                headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(
+            f"https://{self.address}{path}", data=data, method=method, headers=headers
+        )
+        context = ssl.create_default_context(cafile=str(self.ca))
+        try:
+            with urllib.request.urlopen(request, timeout=60, context=context) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        try:
+            return status, json.loads(raw or b"null")
+        except json.JSONDecodeError:
+            return status, raw.decode(errors="replace")
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # the shutdown hook closes the node cleanly
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdin:
+            self.proc.stdin.close()
+
+
+_CERTS = """
+set -e
+openssl genrsa -out root-ca-key.pem 2048 2>/dev/null
+openssl req -new -x509 -sha256 -key root-ca-key.pem -subj "/C=XX/O=Test/OU=Test/CN=test-root-ca" \
+    -out root-ca.pem -days 3650
+openssl genrsa -out node-key-tmp.pem 2048 2>/dev/null
+openssl pkcs8 -inform PEM -outform PEM -in node-key-tmp.pem -topk8 -nocrypt -out node-key.pem
+openssl req -new -key node-key.pem -subj "/C=XX/O=Test/OU=Test/CN=node-0" -out node.csr
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > node.ext
+openssl x509 -req -in node.csr -CA root-ca.pem -CAkey root-ca-key.pem -CAcreateserial -sha256 \
+    -out node.pem -days 3650 -extfile node.ext 2>/dev/null
+rm -f node-key-tmp.pem node.csr node.ext root-ca.srl
+"""
+
+_NODE_SETTINGS = """
+plugins.security.ssl.transport.pemcert_filepath: node.pem
+plugins.security.ssl.transport.pemkey_filepath: node-key.pem
+plugins.security.ssl.transport.pemtrustedcas_filepath: root-ca.pem
+plugins.security.ssl.transport.enforce_hostname_verification: false
+plugins.security.ssl.http.enabled: true
+plugins.security.ssl.http.pemcert_filepath: node.pem
+plugins.security.ssl.http.pemkey_filepath: node-key.pem
+plugins.security.ssl.http.pemtrustedcas_filepath: root-ca.pem
+plugins.security.allow_default_init_securityindex: true
+plugins.security.authcz.admin_dn: ["CN=admin,OU=Test,O=Test,C=XX"]
+plugins.security.nodes_dn: ["CN=node-0,OU=Test,O=Test,C=XX"]
+plugins.security.audit.type: noop
+plugins.security.restapi.roles_enabled: ["all_access"]
+plugins.security.system_indices.enabled: true
+plugins.security.authcz.rest_impersonation_user:
+  svc: ["engram_u_*", "engram_h_*", "engram_catalog"]
+"""
+
+_AUTH = """
+_meta: {type: "config", config_version: 2}
+config:
+  dynamic:
+    http: {anonymous_auth_enabled: false}
+    authc:
+      basic_internal_auth_domain:
+        http_enabled: true
+        transport_enabled: true
+        order: 0
+        http_authenticator: {type: basic, challenge: true}
+        authentication_backend: {type: intern}
+"""
+
+
+def _write_config(dist: Path, config: Path) -> None:
+    subprocess.run(["sh", "-c", _CERTS], cwd=config, check=True)
+    (config / "opensearch.yml").write_text(textwrap.dedent(_NODE_SETTINGS))
+    security = config / "opensearch-security"
+    security.mkdir(exist_ok=True)
+    templates = dist / "sec" / "config-templates"
+    for name in ("action_groups.yml", "tenants.yml", "nodes_dn.yml", "allowlist.yml", "audit.yml"):
+        shutil.copy(templates / name, security / name)
+    (security / "config.yml").write_text(_AUTH)
+    users = ['_meta: {type: "internalusers", config_version: 2}']
+    users += [
+        f'{name}:\n  hash: "{hashed}"\n  backend_roles: ["admin"]' for name, (_, hashed) in USERS.items()
+    ]
+    (security / "internal_users.yml").write_text("\n".join(users) + "\n")
+    (security / "roles.yml").write_text('_meta: {type: "roles", config_version: 2}\n')
+    (security / "roles_mapping.yml").write_text(
+        '_meta: {type: "rolesmapping", config_version: 2}\nall_access: {backend_roles: ["admin"]}\n'
+    )
+
+
+def start_node(home: Path, deadline_s: float = START_DEADLINE_S) -> OpenSearchNode:
+    """Start a node with security and HTTPS in ``home`` and wait until it is green (NodeSetupError past
+    ``deadline_s``). The node also stops when this process dies (its stdin closes)."""
+    dist = ensure_dist()
+    start = time.monotonic()
+    config = home / "config"
+    config.mkdir(parents=True, exist_ok=True)
+    _write_config(dist, config)
+    jvm = [f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dos.loglevel=warn"]
+    classpath = f"{dist}/lib/*:{dist}/sec/*:{dist}/launcher"
+    log = home / "node.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["java", *jvm, "-Dos.security=true", "-cp", classpath, "OsNode", str(home), "0", "0"],
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    ready = home / "ready"
+    try:
+        while not ready.exists():
+            if proc.poll() is not None:
+                raise NodeSetupError(f"OpenSearch exited with {proc.returncode}; see {log}")
+            _check_deadline(start, deadline_s, log)
+            time.sleep(0.2)
+        node = OpenSearchNode(proc, home, int(ready.read_text()), config / "root-ca.pem", 0.0)
+        while True:  # green, and the security index initialised (admin can log in)
+            with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError):
+                status, body = node.request("GET", "/_cluster/health?wait_for_status=green&timeout=5s")
+                if status == 200 and body.get("status") == "green":
+                    break
+            _check_deadline(start, deadline_s, log)
+            time.sleep(0.3)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    node.startup_s = time.monotonic() - start
+    return node
+
+
+def _check_deadline(start: float, deadline_s: float, log: Path) -> None:
+    if time.monotonic() - start > deadline_s:
+        raise NodeSetupError(f"OpenSearch not up after {deadline_s:.0f} s; see {log}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["fetch"]:
+        sys.exit("usage: python -m tests.opensearch_node.node fetch")
+    t0 = time.monotonic()
+    print(f"OpenSearch test node ready in {ensure_dist()} ({time.monotonic() - t0:.1f} s)")
