@@ -165,3 +165,26 @@ def test_a_consolidation_batch_is_checked_like_an_insert(store, embedder):
             store.apply_consolidation("sarah", write)
     assert [e.id for e in store.waiting_episodes("sarah", 10)] == [turn.id]
     assert store.fetch("sarah", [mine.id]) == [] and store.fetch("bob", [theirs.id]) == []
+
+
+def test_the_empty_tenant_is_not_the_catalog(store, embedder):
+    """'' is the catalog's owner value, not a tenant: every backend refuses it (SQLite, which has no
+    row-level security behind its owner conditions, once let it forget and write catalog rows)."""
+    from engram.models import CatalogItem
+
+    item = CatalogItem(
+        id=new_id("catalog"), user_id=None, title="Hub", text="The hub has Zigbee radios", created_at=T0
+    )
+    put(store, embedder, CATALOG, item)
+    with pytest.raises(InvalidInput):
+        store.forget("", item.id, T0)
+    with pytest.raises(InvalidInput):
+        put(
+            store,
+            embedder,
+            "",
+            CatalogItem(id=new_id("catalog"), user_id=None, title="x", text="y", created_at=T0),
+        )
+    with pytest.raises(InvalidInput):
+        store.fetch("", [item.id])
+    assert store.fetch(CATALOG, [item.id]) == [item]

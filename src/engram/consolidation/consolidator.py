@@ -54,6 +54,7 @@ from engram.storage.base import (
     Supersession,
     episode_marks,
 )
+from engram.validation import validate_user_id
 
 __all__ = ["ConsolidationPolicy", "ConsolidationReport", "Consolidator", "ConsolidatorStore", "RowEncoder"]
 
@@ -93,7 +94,8 @@ class Consolidator:
         self.policy = policy or ConsolidationPolicy()
 
     def run(self, user: str) -> ConsolidationReport:
-        """Consolidate the waiting episodes of ``user`` (a valid user id: the facade checks it)."""
+        """Consolidate the waiting episodes of ``user`` (InvalidInput if it is not a valid user id)."""
+        validate_user_id(user)  # a public entry point beside the facade: never a catalog or '' tenant
         store = self.store
         report = ConsolidationReport(user_id=user)
         unreadable: list[tuple[EpisodicMemory, str]] = []

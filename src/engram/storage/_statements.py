@@ -8,6 +8,8 @@ other backends would have to make again. A new backend (OpenSearch) implements t
 
 ``TenantStatements`` work inside one open transaction (or one read snapshot) bound to one owner: every
 statement filters by that owner, so a row of another owner is absent, exactly like a missing one.
+(SQLite's FTS rows have no owner column: they are reached only by a row key the same transaction read
+under the owner.)
 """
 
 from __future__ import annotations

@@ -31,7 +31,10 @@ Tenant = str | None
 
 
 def owner_of(tenant: Tenant) -> str:
-    """The owner column value of a tenant's rows."""
+    """The owner column value of a tenant's rows. The empty string is refused: it is the catalog's
+    owner value, so a tenant '' would reach catalog rows on a backend without row-level security."""
+    if tenant == CATALOG_OWNER:
+        raise InvalidInput("a tenant is a user id or the catalog (None), never an empty string")
     return CATALOG_OWNER if tenant is None else tenant
 
 

@@ -50,7 +50,7 @@ def consolidate(
             "set ENGRAM_LLM_BASE_URL (e.g. http://localhost:11434/v1) and ENGRAM_LLM_MODEL"
         )
     with _engram(store, settings, existing=True) as eng:
-        users = eng.store.tenants() if user is None else [user]
+        users = eng.store.tenants() if all_users or user is None else [user]
         reports = [eng.consolidate(u).as_dict() for u in users]
     if not users:
         Console(stderr=True).print("no users with memories in this store: nothing to consolidate")

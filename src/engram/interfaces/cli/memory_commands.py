@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -157,7 +157,7 @@ def write(
     text: str,
     user: UserOpt,
     memory_type: Annotated[
-        MemoryType, typer.Option("--type", "-t", help="semantic or procedural")
+        Literal["semantic", "procedural"], typer.Option("--type", "-t", help="a fact or a playbook")
     ] = "semantic",
     fact_type: Annotated[
         FactType, typer.Option(help="identity, preference, constraint or world")

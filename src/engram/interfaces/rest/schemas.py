@@ -28,10 +28,10 @@ from engram.models import (
     Tombstone,
 )
 from engram.settings import DEFAULT_MAX_TEXT_CHARS
-from engram.validation import USER_ID_PATTERN
+from engram.validation import MAX_PAGE_BOUND, USER_ID_PATTERN
 
 MAX_QUERY_CHARS = 4_000  # a recall query is a question, not a document
-MAX_OFFSET = 1_000_000_000  # far past any tenant's rows; keeps OFFSET inside every backend's integers
+MAX_OFFSET = MAX_PAGE_BOUND  # far past any tenant's rows; keeps OFFSET inside every backend's integers
 VISIBLE = "must contain at least one visible character (letter, digit, punctuation or symbol)"
 
 

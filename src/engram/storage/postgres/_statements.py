@@ -106,8 +106,9 @@ class PostgresRows:
 
     def mark_superseded(self, key: int, by: str, at: datetime, retract: bool) -> None:
         self.conn.execute(
-            "UPDATE memories SET superseded_by = %s, superseded_at = %s, retracted = %s WHERE rid = %s",
-            (by, at, int(retract), key),
+            "UPDATE memories SET superseded_by = %s, superseded_at = %s, retracted = %s "
+            "WHERE rid = %s AND owner = %s",
+            (by, at, int(retract), key, self.owner),
         )
 
     # -- forgetting ----------------------------------------------------------------------------
@@ -170,20 +171,22 @@ class PostgresRows:
     def merge_fact(self, key: int, attrs: str, at: datetime) -> None:
         self.conn.execute(
             "UPDATE memories SET attrs = %s::jsonb, use_count = use_count + 1, last_used_at = %s "
-            "WHERE rid = %s",
-            (attrs, at, key),
+            "WHERE rid = %s AND owner = %s",
+            (attrs, at, key, self.owner),
         )
 
     def playbook_succeeded(self, key: int, at: datetime) -> None:
         self.conn.execute(
-            "UPDATE memories SET success_count = success_count + 1, last_success_at = %s WHERE rid = %s",
-            (at, key),
+            "UPDATE memories SET success_count = success_count + 1, last_success_at = %s "
+            "WHERE rid = %s AND owner = %s",
+            (at, key, self.owner),
         )
 
     def playbook_failed(self, key: int, attrs: str) -> None:
         self.conn.execute(
-            "UPDATE memories SET failure_count = failure_count + 1, attrs = %s::jsonb WHERE rid = %s",
-            (attrs, key),
+            "UPDATE memories SET failure_count = failure_count + 1, attrs = %s::jsonb "
+            "WHERE rid = %s AND owner = %s",
+            (attrs, key, self.owner),
         )
 
     def mark_episodes(self, episode_ids: Sequence[str], state: int) -> None:

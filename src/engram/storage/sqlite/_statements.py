@@ -131,8 +131,9 @@ class SQLiteRows:
 
     def mark_superseded(self, key: int, by: str, at: datetime, retract: bool) -> None:
         self.conn.execute(
-            "UPDATE memories SET superseded_by = ?, superseded_at = ?, retracted = ? WHERE rid = ?",
-            (by, timestamp(at), int(retract), key),
+            "UPDATE memories SET superseded_by = ?, superseded_at = ?, retracted = ? "
+            "WHERE rid = ? AND owner = ?",
+            (by, timestamp(at), int(retract), key, self.owner),
         )
         self.conn.execute("UPDATE memory_vec SET live = 0 WHERE owner = ? AND rid = ?", (self.owner, key))
 
@@ -145,7 +146,7 @@ class SQLiteRows:
             self.conn.execute(
                 "DELETE FROM memory_tokens WHERE owner = ? AND rid = ?", (self.owner, state.key)
             )
-            self.conn.execute("DELETE FROM memories WHERE rid = ?", (state.key,))
+            self.conn.execute("DELETE FROM memories WHERE rid = ? AND owner = ?", (state.key, self.owner))
         return state
 
     def quoting(self, episode_id: str) -> list[tuple[int, Memory]]:
@@ -155,7 +156,9 @@ class SQLiteRows:
         return [(r[0], memory_from_row(dict(zip(MEMORY_COLUMNS, r[1:], strict=True)))) for r in rows]
 
     def set_context(self, key: int, attrs: str, keyword_text: str) -> None:
-        self.conn.execute("UPDATE memories SET attrs = ? WHERE rid = ?", (attrs, key))
+        self.conn.execute(
+            "UPDATE memories SET attrs = ? WHERE rid = ? AND owner = ?", (attrs, key, self.owner)
+        )
         self.conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (key,))
         self.conn.execute(
             "INSERT INTO memory_fts (rowid, body) VALUES (?, ?)", (key, index_text(self.owner, keyword_text))
@@ -207,19 +210,22 @@ class SQLiteRows:
 
     def merge_fact(self, key: int, attrs: str, at: datetime) -> None:
         self.conn.execute(
-            "UPDATE memories SET attrs = ?, use_count = use_count + 1, last_used_at = ? WHERE rid = ?",
-            (attrs, timestamp(at), key),
+            "UPDATE memories SET attrs = ?, use_count = use_count + 1, last_used_at = ? "
+            "WHERE rid = ? AND owner = ?",
+            (attrs, timestamp(at), key, self.owner),
         )
 
     def playbook_succeeded(self, key: int, at: datetime) -> None:
         self.conn.execute(
-            "UPDATE memories SET success_count = success_count + 1, last_success_at = ? WHERE rid = ?",
-            (timestamp(at), key),
+            "UPDATE memories SET success_count = success_count + 1, last_success_at = ? "
+            "WHERE rid = ? AND owner = ?",
+            (timestamp(at), key, self.owner),
         )
 
     def playbook_failed(self, key: int, attrs: str) -> None:
         self.conn.execute(
-            "UPDATE memories SET failure_count = failure_count + 1, attrs = ? WHERE rid = ?", (attrs, key)
+            "UPDATE memories SET failure_count = failure_count + 1, attrs = ? WHERE rid = ? AND owner = ?",
+            (attrs, key, self.owner),
         )
 
     def mark_episodes(self, episode_ids: Sequence[str], state: int) -> None:
