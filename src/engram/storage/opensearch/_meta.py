@@ -14,7 +14,7 @@ from engram.errors import Conflict
 from engram.storage._statements import KeyLookup
 from engram.storage.base import ApiKeyRecord
 from engram.storage.opensearch._client import Refresh, errors
-from engram.storage.opensearch._statements import iso
+from engram.storage.opensearch._documents import iso
 
 if TYPE_CHECKING:
     from opensearchpy import OpenSearch

@@ -41,6 +41,7 @@ from engram.storage.opensearch._client import (
     errors,
     parse_url,
 )
+from engram.storage.opensearch._documents import ROW_SOURCE, iso, memory
 from engram.storage.opensearch._layout import (
     KINDS,
     MAPPING_VERSION,
@@ -51,7 +52,7 @@ from engram.storage.opensearch._layout import (
     tenant_user,
 )
 from engram.storage.opensearch._meta import OpenSearchMeta
-from engram.storage.opensearch._statements import ROW_SOURCE, OpenSearchRows, iso, memory
+from engram.storage.opensearch._statements import OpenSearchRows
 from engram.text import fts_words
 
 if TYPE_CHECKING:
@@ -276,7 +277,7 @@ class OpenSearchStore(StoreRules[str]):
     def _record_use(
         self, owner: str, uses: Mapping[str, int], at: datetime, max_wait_s: float | None
     ) -> dict[str, int]:
-        rows = self._rows(owner)
+        rows = self._rows(owner_of(owner))  # '' is refused: it is the catalog's owner value
         counts: dict[str, int] = {}
         with self._leases.hold(owner, max_wait_s):
             rows.record_uses(uses, iso(at), counts)
