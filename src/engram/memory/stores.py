@@ -9,7 +9,6 @@ from pathlib import Path
 from engram.errors import ConfigError
 from engram.settings import DEFAULT_ANN_MIN_ROWS, EngramSettings
 from engram.storage.base import Store
-from engram.storage.sqlite import SQLiteStore
 
 # "scheme:" (two letters at least, so C:\\ stays a path) or "keyword=" as in a libpq string "host=x dbname=y"
 _NOT_A_PATH = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:|(^|\s)[A-Za-z_]+\s*=")
@@ -54,6 +53,10 @@ def open_store(
         from engram.storage.postgres import PostgresStore
 
         return PostgresStore(url, admin_url=pg_admin_url)
+    # Imported here too: the engine (apsw, sqlite-vec, usearch, onnxruntime) costs ~50 ms at import, which
+    # `import engram` for the REST Client alone should not pay.
+    from engram.storage.sqlite import SQLiteStore
+
     return SQLiteStore(path, ann_min_rows=ann_min_rows)
 
 
