@@ -1,9 +1,12 @@
-"""A real single-node OpenSearch 2.19 for the test suite, from Maven Central jars (no tarball, no Docker).
+"""A real OpenSearch 2.19 for the test suite, from Maven Central jars (no tarball, no Docker): one node
+for the suite, or a cluster of several on 127.0.0.1 for the fault benchmark (bench/os_fault.py).
 
 ``ensure_dist()`` fetches the jars with ``mvn`` (cached in ~/.m2, then copied once into a cache folder)
 and compiles the launcher (``OsNode.java``) with ``javac``; ``start_node()`` writes TLS certificates
 (openssl) and the security plugin's configuration, starts the node on 127.0.0.1 (HTTPS, security on)
-and waits for green, within a deadline. ``python -m tests.opensearch_node.node fetch`` does the fetch
+and waits for green, within a deadline. ``start_cluster()`` starts N such nodes (one JVM each, the same
+certificates and security configuration, discovery by seed hosts instead of single-node) and waits until
+all have joined and the cluster is green. ``python -m tests.opensearch_node.node fetch`` does the fetch
 alone (.ci/run calls it). A missing tool fails with a message naming what to install.
 
 The node's users: ``admin`` (all_access: tests set up and inspect with it) and ``svc``, the service
@@ -23,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -40,6 +44,7 @@ VERSION = "2.19.4"
 KNN = "org.opensearch.plugin:opensearch-knn:2.19.1.0:zip"
 SECURITY = "org.opensearch.plugin:opensearch-security:2.19.4.0:zip"
 HEAP = "512m"  # the CI machine has 2 shared cores and little memory to spare
+CLUSTER_HEAP = "384m"  # each node of a cluster (three JVMs on the same small machine)
 START_DEADLINE_S = 180.0  # a cold JVM on a loaded 2-core machine; typically ~20 s
 TOOLS = {
     "java": "a Java 17+ runtime (Debian: apt-get install openjdk-17-jdk-headless)",
@@ -191,6 +196,56 @@ class OpenSearchNode:
         if self.proc.stdin:
             self.proc.stdin.close()
 
+    def kill(self) -> None:
+        """SIGKILL: the node dies at once, nothing closed cleanly (a crashed machine, to its peers)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdin:
+            self.proc.stdin.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@dataclass
+class OpenSearchCluster:
+    """Nodes started by ``start_cluster``: one JVM each on 127.0.0.1, one cluster."""
+
+    nodes: list[OpenSearchNode]
+    startup_s: float
+
+    @property
+    def ca(self) -> Path:
+        return self.nodes[0].ca
+
+    def live(self) -> list[OpenSearchNode]:
+        return [n for n in self.nodes if n.alive]
+
+    def url(self, scheme: str = "opensearchs") -> str:
+        """An Engram store URL naming every node: ``opensearchs://127.0.0.1:P0,127.0.0.1:P1,...``."""
+        return f"{scheme}://" + ",".join(n.address for n in self.nodes)
+
+    def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> tuple[int, Any]:
+        """A raw request through the first node still running."""
+        live = self.live()
+        if not live:
+            raise NodeSetupError("no node of the cluster is running")
+        return live[0].request(method, path, body, **kwargs)
+
+    def health(self, wait_for: str | None = None, timeout_s: int = 5, nodes: int | None = None) -> Any:
+        params = [f"timeout={timeout_s}s"]
+        if wait_for:
+            params.append(f"wait_for_status={wait_for}")
+        if nodes is not None:
+            params.append(f"wait_for_nodes={nodes}")
+        return self.request("GET", "/_cluster/health?" + "&".join(params))[1]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
 
 _CERTS = """
 set -e
@@ -240,9 +295,19 @@ config:
 """
 
 
-def _write_config(dist: Path, config: Path) -> None:
-    subprocess.run(["sh", "-c", _CERTS], cwd=config, check=True)
-    (config / "opensearch.yml").write_text(textwrap.dedent(_NODE_SETTINGS))
+_CERT_FILES = ("root-ca.pem", "root-ca-key.pem", "node.pem", "node-key.pem")
+
+
+def _write_config(dist: Path, config: Path, certs_from: Path | None = None, cluster: str = "") -> None:
+    """A node's config folder: new TLS certificates (or a copy of ``certs_from``'s: every node of a
+    cluster trusts the same CA and presents the same node certificate), the node settings (plus
+    ``cluster``'s discovery settings) and the security plugin's configuration."""
+    if certs_from is None:
+        subprocess.run(["sh", "-c", _CERTS], cwd=config, check=True)
+    else:
+        for name in _CERT_FILES:
+            shutil.copy(certs_from / name, config / name)
+    (config / "opensearch.yml").write_text(textwrap.dedent(_NODE_SETTINGS) + cluster)
     security = config / "opensearch-security"
     security.mkdir(exist_ok=True)
     templates = dist / "sec" / "config-templates"
@@ -260,7 +325,7 @@ def _write_config(dist: Path, config: Path) -> None:
     )
 
 
-def start_node(home: Path, deadline_s: float = START_DEADLINE_S) -> OpenSearchNode:
+def start_node(home: Path, deadline_s: float = START_DEADLINE_S, heap: str = HEAP) -> OpenSearchNode:
     """Start a node with security and HTTPS in ``home`` and wait until it is green (NodeSetupError past
     ``deadline_s``). The node also stops when this process dies (its stdin closes)."""
     dist = ensure_dist()
@@ -268,37 +333,104 @@ def start_node(home: Path, deadline_s: float = START_DEADLINE_S) -> OpenSearchNo
     config = home / "config"
     config.mkdir(parents=True, exist_ok=True)
     _write_config(dist, config)
-    jvm = [f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dos.loglevel=warn"]
-    classpath = f"{dist}/lib/*:{dist}/sec/*:{dist}/launcher"
-    log = home / "node.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["java", *jvm, "-Dos.security=true", "-cp", classpath, "OsNode", str(home), "0", "0"],
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    ready = home / "ready"
+    proc = _launch(dist, home, heap, [], 0)
     try:
-        while not ready.exists():
-            if proc.poll() is not None:
-                raise NodeSetupError(f"OpenSearch exited with {proc.returncode}; see {log}")
-            _check_deadline(start, deadline_s, log)
-            time.sleep(0.2)
-        node = OpenSearchNode(proc, home, int(ready.read_text()), config / "root-ca.pem", 0.0)
-        while True:  # green, and the security index initialised (admin can log in)
-            with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError):
-                status, body = node.request("GET", "/_cluster/health?wait_for_status=green&timeout=5s")
-                if status == 200 and body.get("status") == "green":
-                    break
-            _check_deadline(start, deadline_s, log)
-            time.sleep(0.3)
+        node = _await_ready(proc, home, start, deadline_s)
+        _await_health(node, "wait_for_status=green", start, deadline_s)
     except BaseException:
         proc.kill()
         proc.wait()
         raise
     node.startup_s = time.monotonic() - start
     return node
+
+
+def start_cluster(
+    home: Path, size: int = 3, deadline_s: float = 2 * START_DEADLINE_S, heap: str = CLUSTER_HEAP
+) -> OpenSearchCluster:
+    """Start ``size`` nodes (``home``/node-0 ...) that form one cluster on 127.0.0.1: fixed transport
+    ports, each node seeded with all of them, all of them cluster-manager eligible (and data nodes);
+    waits until every node has joined and the cluster is green. The same security setup as
+    ``start_node`` (the same users; the security index is replicated to every node)."""
+    dist = ensure_dist()
+    start = time.monotonic()
+    ports = _free_ports(size)
+    names = [f"node-{i}" for i in range(size)]
+    discovery = (
+        f"discovery.seed_hosts: {json.dumps([f'127.0.0.1:{p}' for p in ports])}\n"
+        f"cluster.initial_cluster_manager_nodes: {json.dumps(names)}\n"
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for i, name in enumerate(names):
+            config = home / name / "config"
+            config.mkdir(parents=True, exist_ok=True)
+            _write_config(dist, config, None if i == 0 else home / names[0] / "config", discovery)
+            extra = [f"-Dos.setting.node.name={name}", "-Dos.setting.discovery.type=zen"]
+            procs.append(_launch(dist, home / name, heap, extra, ports[i]))
+        nodes = [
+            _await_ready(proc, home / name, start, deadline_s)
+            for proc, name in zip(procs, names, strict=True)
+        ]
+        _await_health(nodes[0], f"wait_for_status=green&wait_for_nodes={size}", start, deadline_s)
+    except BaseException:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        raise
+    for node in nodes:
+        node.startup_s = time.monotonic() - start
+    return OpenSearchCluster(nodes, time.monotonic() - start)
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports free now on 127.0.0.1 (a node binds them a moment later: a race nobody else runs here)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+
+
+def _launch(
+    dist: Path, home: Path, heap: str, extra: list[str], transport_port: int
+) -> subprocess.Popen[bytes]:
+    jvm = [f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dos.loglevel=warn"]
+    classpath = f"{dist}/lib/*:{dist}/sec/*:{dist}/launcher"
+    args = ["java", *jvm, *extra, "-Dos.security=true", "-cp", classpath, "OsNode", str(home), "0"]
+    with (home / "node.log").open("wb") as out:
+        return subprocess.Popen(
+            [*args, str(transport_port)], stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def _await_ready(
+    proc: subprocess.Popen[bytes], home: Path, start: float, deadline_s: float
+) -> OpenSearchNode:
+    """The node once its HTTP port is bound (the launcher writes it to ``home``/ready)."""
+    log = home / "node.log"
+    ready = home / "ready"
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise NodeSetupError(f"OpenSearch exited with {proc.returncode}; see {log}")
+        _check_deadline(start, deadline_s, log)
+        time.sleep(0.2)
+    return OpenSearchNode(proc, home, int(ready.read_text()), home / "config" / "root-ca.pem", 0.0)
+
+
+def _await_health(node: OpenSearchNode, wait: str, start: float, deadline_s: float) -> None:
+    """Until the health request with ``wait`` answers green and the security index is initialised
+    (admin can log in)."""
+    log = node.home / "node.log"
+    while True:
+        if node.proc.poll() is not None:
+            raise NodeSetupError(f"OpenSearch exited with {node.proc.returncode}; see {log}")
+        with contextlib.suppress(urllib.error.URLError, ConnectionError, OSError):
+            status, body = node.request("GET", f"/_cluster/health?{wait}&timeout=5s")
+            if status == 200 and body.get("status") == "green" and not body.get("timed_out"):
+                return
+        _check_deadline(start, deadline_s, log)
+        time.sleep(0.3)
 
 
 def _check_deadline(start: float, deadline_s: float, log: Path) -> None:

@@ -2,6 +2,10 @@
 
 ``opensearch://HOST:PORT`` or ``opensearchs://HOST:PORT`` (TLS); credentials from the URL
 (``opensearchs://USER:PASSWORD@HOST:PORT``) or the options (ENGRAM_OS_USER / ENGRAM_OS_PASSWORD).
+Several nodes, comma-separated (``opensearchs://svc:...@node1:9200,node2:9200,node3:9200``): the client
+spreads requests over them, and a request that cannot reach one node (refused, reset) or gets 502/503/504
+is sent again to another, up to ``MAX_RETRIES`` times; a node that failed is left out for a while
+(opensearch-py's connection pool). Name every node the service may reach, or a load balancer.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ Refresh = OsRefresh
 LEASE_TTL_MS = 60_000  # a writer that died holding a tenant's lease blocks its writes this long at most
 DEFAULT_LEASE_WAIT_S = 30.0  # how long a write waits for another writer of the same tenant
 IMPERSONATE = "opendistro_security_impersonate_as"
+MAX_RETRIES = 3  # another node per retry: a cluster that lost one node of three still answers
 
 
 @dataclass(frozen=True)
@@ -47,40 +52,58 @@ class OpenSearchOptions:
 
 @dataclass(frozen=True)
 class Endpoint:
-    host: str
-    port: int
+    hosts: tuple[tuple[str, int], ...]
     tls: bool
     user: str | None
     password: str | None
 
     @property
+    def host(self) -> str:
+        return self.hosts[0][0]
+
+    @property
+    def port(self) -> int:
+        return self.hosts[0][1]
+
+    @property
     def label(self) -> str:
-        return f"{'opensearchs' if self.tls else 'opensearch'}://{self.host}:{self.port}"
+        named = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.hosts)
+        return f"{'opensearchs' if self.tls else 'opensearch'}://{named}"
 
 
 def parse_url(url: str, options: OpenSearchOptions) -> Endpoint:
-    """The endpoint of an ``opensearch(s)://`` URL; URL credentials win over the options'."""
+    """The endpoint of an ``opensearch(s)://`` URL (one host or several, comma-separated, each with its
+    port or 9200); URL credentials win over the options'."""
     parts = urlsplit(url)
-    if parts.scheme not in ("opensearch", "opensearchs") or not parts.hostname:
+    if parts.scheme not in ("opensearch", "opensearchs") or not parts.netloc.rpartition("@")[2]:
         raise ConfigError(
-            f"not an OpenSearch URL: expected opensearch(s)://HOST:PORT, got {parts.scheme}://..."
+            f"not an OpenSearch URL: expected opensearch(s)://HOST:PORT[,HOST:PORT...], got {parts.scheme}://..."
         )
-    if parts.path not in ("", "/") or parts.query:
-        raise ConfigError("an OpenSearch URL names a host and port only; set ENGRAM_OS_INDEX_PREFIX instead")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ConfigError("an OpenSearch URL names hosts and ports only; set ENGRAM_OS_INDEX_PREFIX instead")
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    hosts = tuple(_host(part) for part in hostlist.split(","))
+    url_user, has_password, url_password = userinfo.partition(":")
+    user = unquote(url_user) if url_user else options.user
+    password = unquote(url_password) if has_password and url_password else options.password
+    return Endpoint(hosts, parts.scheme == "opensearchs", user, password)
+
+
+def _host(part: str) -> tuple[str, int]:
+    one = urlsplit(f"//{part.strip()}")
+    if not one.hostname or one.username is not None:
+        raise ConfigError(f"bad host in the OpenSearch URL: {part.strip()!r} (expected HOST or HOST:PORT)")
     try:
-        port = parts.port or 9200
+        return one.hostname, one.port or 9200
     except ValueError as exc:
         raise ConfigError(f"bad port in the OpenSearch URL: {exc}") from None
-    user = unquote(parts.username) if parts.username else options.user
-    password = unquote(parts.password) if parts.password else options.password
-    return Endpoint(parts.hostname, port, parts.scheme == "opensearchs", user, password)
 
 
 def connect(endpoint: Endpoint, options: OpenSearchOptions, pool_size: int = 16) -> OpenSearch:
     from opensearchpy import OpenSearch
 
     return OpenSearch(
-        hosts=[{"host": endpoint.host, "port": endpoint.port}],
+        hosts=[{"host": host, "port": port} for host, port in endpoint.hosts],
         http_auth=(endpoint.user, endpoint.password) if endpoint.user else None,
         use_ssl=endpoint.tls,
         verify_certs=endpoint.tls,
@@ -88,6 +111,7 @@ def connect(endpoint: Endpoint, options: OpenSearchOptions, pool_size: int = 16)
         ssl_show_warn=False,
         timeout=30,
         maxsize=pool_size,
+        max_retries=MAX_RETRIES,
     )
 
 
