@@ -5,7 +5,7 @@ R@5 >= 0.80, 0 leaks (the reference design gated at 0.85 / 0.75)."""
 import pytest
 
 from engram import Engram
-from engram.eval.runner import DEFAULT_EVAL_DIR, evaluate_corpus
+from engram.eval.runner import DEFAULT_EVAL_DIR, evaluate_corpus, import_eval_corpus
 from engram.settings import EngramSettings
 from engram.storage.sqlite import SQLiteStore
 
@@ -17,21 +17,25 @@ AGENT_R_AT_5_GATE = 0.75
 
 @pytest.fixture(scope="module")
 def evaluate(tmp_path_factory, embedder, reranker, token_encoder):
-    """Run the held-out split of one question set on a fresh store with the default pipeline."""
+    """Run the held-out split of one question set with the default pipeline, on one fresh store that
+    holds the corpus (imported once: evaluation recalls record no use, so the sets cannot disturb
+    each other)."""
+    eng = Engram(
+        SQLiteStore(tmp_path_factory.mktemp("eval") / "eval.db"),
+        embedder,
+        reranker,
+        token_encoder=token_encoder,
+        settings=EngramSettings(),
+    )
+    imported = import_eval_corpus(eng, DEFAULT_EVAL_DIR)
 
     def run(question_set: str, rest: bool) -> dict:
-        with Engram(
-            SQLiteStore(tmp_path_factory.mktemp("eval") / "eval.db"),
-            embedder,
-            reranker,
-            token_encoder=token_encoder,
-            settings=EngramSettings(),
-        ) as eng:
-            return evaluate_corpus(
-                eng, DEFAULT_EVAL_DIR, split="heldout", question_set=question_set, rest=rest
-            )
+        return evaluate_corpus(
+            eng, DEFAULT_EVAL_DIR, split="heldout", question_set=question_set, rest=rest, imported=imported
+        )
 
-    return run
+    yield run
+    eng.close()
 
 
 @pytest.fixture(scope="module")

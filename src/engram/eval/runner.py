@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,12 +52,8 @@ class EvalQuestion:
 QUESTION_SETS = {"own": "questions.json", "agent": "questions_agent.json"}
 
 
-def load_eval_corpus(
-    eng: Engram, directory: Path, progress: bool = False, question_set: str = "own"
-) -> tuple[list[EvalQuestion], dict[str, str]]:
-    """Import the catalog and every user; resolve the questions' gold keys to ids."""
-    if question_set not in QUESTION_SETS:
-        raise ValueError(f"unknown question set {question_set!r}; expected one of {sorted(QUESTION_SETS)}")
+def import_eval_corpus(eng: Engram, directory: Path, progress: bool = False) -> dict[str, str]:
+    """Import the catalog and every user of the corpus; returns each record's key -> its new id."""
     corpus = directory / "corpus"
     ids: dict[str, str] = {}
     ids.update(
@@ -66,6 +62,17 @@ def load_eval_corpus(
     for path in sorted(corpus.glob("*.json")):
         if path.name != "catalog.json":
             ids.update(eng.import_json(json.loads(path.read_text()), progress=progress)["ids"])
+    return ids
+
+
+def _check_question_set(question_set: str) -> None:
+    if question_set not in QUESTION_SETS:
+        raise ValueError(f"unknown question set {question_set!r}; expected one of {sorted(QUESTION_SETS)}")
+
+
+def read_questions(directory: Path, question_set: str, ids: Mapping[str, str]) -> list[EvalQuestion]:
+    """One question set, its gold keys resolved to the ids the corpus import gave."""
+    _check_question_set(question_set)
     questions = []
     for q in json.loads((directory / QUESTION_SETS[question_set]).read_text()):
         gold = frozenset(ids[k] for k in q["gold"])
@@ -73,7 +80,7 @@ def load_eval_corpus(
         questions.append(
             EvalQuestion(q["id"], q["user"], q["q"], gold, type_of(primary), q["kind"], q["split"])
         )
-    return questions, ids
+    return questions
 
 
 def _metrics(ranks: Sequence[int | None]) -> dict[str, float]:
@@ -195,9 +202,14 @@ def evaluate_corpus(
     configs: dict[str, RetrievalConfig] | None = None,
     rest: bool = True,
     progress: bool = False,
+    imported: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Load, ask, probe. With ``configs`` (an ablation), every config answers the same questions."""
-    questions, _ = load_eval_corpus(eng, directory, progress=progress, question_set=question_set)
+    """Load, ask, probe. With ``configs`` (an ablation), every config answers the same questions.
+    ``imported``: the ids of a corpus already imported into ``eng`` (evaluation recalls record no
+    use, so one import can answer several question sets)."""
+    _check_question_set(question_set)  # before the import, which takes a while
+    ids = imported if imported is not None else import_eval_corpus(eng, directory, progress=progress)
+    questions = read_questions(directory, question_set, ids)
     chosen = [q for q in questions if split == "all" or q.split == split]
     if not chosen:
         raise ValueError(f"no questions in split {split!r}")
