@@ -8,8 +8,13 @@ take ~9 minutes here. Then, through the public API with the real models:
   * recall with no model stage (fused legs), with late interaction but no cross-encoder, and the
     default pipeline (late interaction + rerank window), p50/p95
 
-    python bench/bench_engine.py [--sizes 10000 100000] [--users 1000] [--store sqlite|postgres]
-                                 [--pg-url ADMIN_URL] [--json bench/results/engine.json]
+    python bench/bench_engine.py [--sizes 10000 100000] [--users 1000] [--store sqlite|postgres|opensearch]
+                                 [--pg-url ADMIN_URL] [--os-url URL] [--json bench/results/engine.json]
+
+--store opensearch starts a single OpenSearch 2.19 node from Maven Central jars like the test suite
+(tests/opensearch_node: java 17, mvn, openssl; --os-heap, default 1g) with one shard and no replica, or
+uses the cluster at --os-url (service account and CA from ENGRAM_OS_USER / ENGRAM_OS_PASSWORD /
+ENGRAM_OS_CA_CERTS; indices under the prefix engrambench-, deleted afterwards).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ import json
 import os
 import random
 import resource
+import secrets
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -133,11 +140,18 @@ def pct(values: list[float], q: float) -> float:
 
 
 @contextlib.contextmanager
-def open_engram(backend: str, tmp: str, pg_url: str | None) -> Iterator[Engram]:
-    """A fresh store: a SQLite file in ``tmp``, or a new database on the PostgreSQL server at ``pg_url``
-    (default: a bundled pgserver instance started in ``tmp``)."""
+def open_engram(
+    backend: str, tmp: str, pg_url: str | None, os_url: str | None = None, os_heap: str = "1g"
+) -> Iterator[Engram]:
+    """A fresh store: a SQLite file in ``tmp``, a new database on the PostgreSQL server at ``pg_url``
+    (default: a bundled pgserver instance started in ``tmp``), or a new index prefix on OpenSearch at
+    ``os_url`` (default: a test node started in ``tmp``)."""
     if backend == "sqlite":
         with Engram.open(f"sqlite:///{tmp}/bench.db") as eng:
+            yield eng
+        return
+    if backend == "opensearch":
+        with open_opensearch(tmp, os_url, os_heap) as eng:
             yield eng
         return
     import psycopg
@@ -173,7 +187,105 @@ def open_engram(backend: str, tmp: str, pg_url: str | None) -> Iterator[Engram]:
             server.cleanup()
 
 
+OS_PREFIX = "engrambench-"
+_tenant_hash: list[str] = []  # a bcrypt hash for the bench's tenant users on the test node (see below)
+
+
+@contextlib.contextmanager
+def open_opensearch(tmp: str, url: str | None, heap: str) -> Iterator[Engram]:
+    from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
+    from engram.settings import load_settings
+    from engram.storage.opensearch import OpenSearchOptions, OpenSearchStore
+
+    node = None
+    if url is None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.opensearch_node.node import USERS, start_node
+
+        node = start_node(Path(tmp) / "os", heap=heap)
+        _tenant_hash[:] = [bcrypt_hash(secrets.token_urlsafe(24) + "-A1")]
+        print(f"OpenSearch test node up in {node.startup_s:.1f} s (heap {heap})", flush=True)
+        url = f"opensearchs://{node.address}"
+        options = OpenSearchOptions(
+            user="svc", password=USERS["svc"][0], ca_certs=str(node.ca), index_prefix=OS_PREFIX, replicas=0
+        )
+    else:
+        settings = load_settings()
+        options = OpenSearchOptions(
+            user=settings.os_user,
+            password=settings.os_password.get_secret_value() if settings.os_password else None,
+            ca_certs=str(settings.os_ca_certs) if settings.os_ca_certs else None,
+            index_prefix=OS_PREFIX,
+            shards=settings.os_shards,
+            replicas=settings.os_replicas,
+            refresh=settings.os_refresh,
+        )
+    try:
+        store = OpenSearchStore(url, options)
+        try:
+            with Engram(
+                store,
+                OnnxEmbedder.packaged(),
+                OnnxCrossEncoder.packaged(),
+                token_encoder=OnnxTokenEncoder.packaged(),
+            ) as eng:
+                yield eng
+        finally:
+            if node is None:  # a cluster of someone's: take the bench's indices away
+                cleanup = OpenSearchStore(url, options)
+                cleanup._client.indices.delete(index=f"{OS_PREFIX}*", expand_wildcards="all", ignore=404)
+                cleanup.close()
+    finally:
+        if node is not None:
+            node.stop()
+
+
+def bcrypt_hash(password: str) -> str:
+    """A bcrypt hash made by the security plugin's own Hasher (in the test node's jars)."""
+    import subprocess
+
+    from tests.opensearch_node.node import ensure_dist
+
+    dist = ensure_dist()
+    cp = f"{dist}/sec/*:{dist}/lib/*"
+    done = subprocess.run(
+        ["java", "-cp", cp, "org.opensearch.security.tools.Hasher", "-p", password],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+def create_tenant_users(eng: Engram, users: int) -> float:
+    """OpenSearch test node: the bench's tenants' internal users in one security-API PATCH, with one
+    bcrypt hash (of a random password nobody keeps) for all. The store makes a tenant's user on its
+    first request with a password the server hashes (bcrypt, cost 12) and one security-config update:
+    ~0.7 s a new tenant here, 12 minutes of a 10k load over 1,000 users. Made here, the store finds the
+    users and only looks them up. On a cluster of --os-url the store makes them (timed in the load)."""
+    from engram.storage.opensearch._layout import tenant_user
+
+    if not _tenant_hash:
+        return 0.0
+    start = time.perf_counter()
+    ops = [
+        {
+            "op": "add",
+            "path": f"/{tenant_user(f'user{u:04d}')}",
+            "value": {"hash": _tenant_hash[0], "attributes": {"owner": f"user{u:04d}"}},
+        }
+        for u in range(users)
+    ]
+    eng.store._admin("PATCH", "/_plugins/_security/api/internalusers", ops)  # type: ignore[attr-defined]
+    return time.perf_counter() - start
+
+
 def disk_mb(eng: Engram, tmp: str) -> float:
+    if type(eng.store).__name__ == "OpenSearchStore":  # primaries, after a flush (translog excluded)
+        client = eng.store._client  # type: ignore[attr-defined]
+        client.indices.flush(index=f"{OS_PREFIX}*")
+        found = client.indices.stats(index=f"{OS_PREFIX}*", metric="store")
+        return round(found["_all"]["primaries"]["store"]["size_in_bytes"] / 2**20, 1)
     if hasattr(eng.store, "url"):
         import psycopg
 
@@ -182,12 +294,23 @@ def disk_mb(eng: Engram, tmp: str) -> float:
     return round(sum(os.path.getsize(p) for p in Path(tmp).glob("bench.db*")) / 2**20, 1)
 
 
-def run_size(total: int, users: int, samples: int, backend: str, pg_url: str | None) -> dict:
+def run_size(
+    total: int,
+    users: int,
+    samples: int,
+    backend: str,
+    pg_url: str | None,
+    os_url: str | None = None,
+    os_heap: str = "1g",
+) -> dict:
     gen = TextGen(random.Random(total))
     rng = random.Random(total + 1)
-    with tempfile.TemporaryDirectory() as tmp, open_engram(backend, tmp, pg_url) as eng:
+    with tempfile.TemporaryDirectory() as tmp, open_engram(backend, tmp, pg_url, os_url, os_heap) as eng:
         eng.import_json([{"title": gen.sentence(2, 4), "text": gen.sentence(8, 20)} for _ in range(200)])
+        if backend == "opensearch":
+            result_users_s = create_tenant_users(eng, users)
         load_s = bulk_load(eng, gen, random.Random(total), total, users)
+        print(f"{total} rows loaded in {load_s:.1f} s", flush=True)
         sizes = {f"user{u:04d}": n for u, n in enumerate(user_sizes(random.Random(total), users, total))}
         heavy, light = max(sizes, key=sizes.__getitem__), min(sizes, key=sizes.__getitem__)
         pick = [f"user{rng.randrange(users):04d}" for _ in range(samples)]
@@ -203,6 +326,7 @@ def run_size(total: int, users: int, samples: int, backend: str, pg_url: str | N
             "rows": total,
             "users": users,
             "bulk_load_s": round(load_s, 1),
+            **({"tenant_users_s": round(result_users_s, 1)} if backend == "opensearch" else {}),
             "write_p50_ms": pct(writes, 50),
             "write_p95_ms": pct(writes, 95),
         }
@@ -239,13 +363,15 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--users", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=200)
-    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--store", choices=["sqlite", "postgres", "opensearch"], default="sqlite")
     parser.add_argument("--pg-url", help="admin URL of a PostgreSQL server (default: start pgserver)")
+    parser.add_argument("--os-url", help="an OpenSearch cluster (default: start a test node)")
+    parser.add_argument("--os-heap", default="1g", help="the test node's heap (default 1g)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = []
     for size in args.sizes:
-        r = run_size(size, args.users, args.samples, args.store, args.pg_url)
+        r = run_size(size, args.users, args.samples, args.store, args.pg_url, args.os_url, args.os_heap)
         results.append(r)
         print(json.dumps(r))
     keys = [
