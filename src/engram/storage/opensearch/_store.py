@@ -81,7 +81,10 @@ class OpenSearchStore(StoreRules[str]):
             self._check_security()
             for kind in KINDS[1:]:
                 self._ensure_index(kind, 0)
-            self._memories_ready = self._index_version("memories") is not None
+            memories = self._index_version("memories")
+            self._memories_ready = memories is not None
+            if memories is not None:
+                self._check_version("memories", memories)
         except BaseException:
             self._client.close()
             raise
@@ -126,11 +129,20 @@ class OpenSearchStore(StoreRules[str]):
             with errors():
                 self._client.indices.create(index=self.names.concrete(kind), body=body, ignore=400)
             version = self._index_version(kind)
-        if version != MAPPING_VERSION:
-            raise StorageError(
-                f"{self._label}: index {self.names.alias(kind)} has mapping version {version}, this Engram "
-                f"uses {MAPPING_VERSION}: migrate it (reindex into -v{MAPPING_VERSION}, then move the alias)"
-            )
+        self._check_version(kind, version)
+
+    def _check_version(self, kind: str, version: int | None) -> None:
+        if version == MAPPING_VERSION:
+            return
+        found = f"{self._label}: index {self.names.alias(kind)} has mapping version {version}"
+        if version is not None and version > MAPPING_VERSION:
+            raise StorageError(f"{found}, newer than this Engram's {MAPPING_VERSION}: upgrade Engram")
+        # The exact call: the URL without its credentials, which migrate reads from ENGRAM_OS_*.
+        call = f"migrate({self._label!r}, index_prefix={self.names.prefix!r})"
+        raise StorageError(
+            f"{found}, this Engram uses {MAPPING_VERSION}: stop the store's writers and migrate it: "
+            f'python -c "from engram.storage.opensearch import migrate; print({call})"'
+        )
 
     def ensure_model(self, name: str, dim: int, kind: str = "embedding") -> None:
         super().ensure_model(name, dim, kind)  # ModelError for another model: nothing is created
