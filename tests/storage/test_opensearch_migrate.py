@@ -206,8 +206,9 @@ def test_a_step_script_runs_in_the_copy_and_writes_meanwhile_are_refused(
         return copy(self, plan)
 
     monkeypatch.setattr(_migrate._Migration, "_copy", copy_with_a_write)
-    done = migrate(f"opensearchs://{node.address}", options_for(node, prefix))
-    assert [(m.kind, m.documents) for m in done] == [("memories", 2)]
+    done = migrate(f"opensearchs://{node.address}", options_for(node, prefix), delete_old=True)
+    assert [(m.kind, m.documents, m.old_deleted) for m in done] == [("memories", 2, True)]
+    assert aliased(node, prefix) == {f"{prefix}memories-v1": [f"{prefix}memories"]}  # v0 deleted
     assert during[0][0] == 403 and "cluster_block_exception" in str(during[0][1])  # refused, not lost
     for doc_id, has in (("a", True), ("b", False)):
         assert ok(node.request("GET", f"/{prefix}memories/_doc/{doc_id}"))["_source"]["has_tokens"] is has

@@ -2,7 +2,8 @@
 
 Three indices per store, each a versioned concrete index behind an alias (``{prefix}memories`` ->
 ``{prefix}memories-v1``): a new mapping version is a new index, filled by ``_reindex`` and swapped in
-by one atomic alias change (``migrate``), so readers never see a half-migrated store.
+by one atomic alias change (``_migrate``: ``engram.storage.opensearch.migrate``), so readers never see
+a half-migrated store.
 
 * ``memories``: every memory type and the catalog in one index, ``memory_type`` a keyword field. Recall
   searches all types at once: one index means one BM25 corpus (as SQLite's and PostgreSQL's one
