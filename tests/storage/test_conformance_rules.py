@@ -17,6 +17,7 @@ from engram.storage.base import (
     CATALOG_SESSION,
     ApiKeyRecord,
     ConsolidationWrite,
+    SearchFilter,
     Supersession,
     read_owners,
 )
@@ -188,3 +189,18 @@ def test_the_empty_tenant_is_not_the_catalog(store, embedder):
     with pytest.raises(InvalidInput):
         store.fetch("", [item.id])
     assert store.fetch(CATALOG, [item.id]) == [item]
+
+
+def test_a_tenant_is_a_valid_user_id_on_every_backend(store, embedder):
+    """Not only the facade checks user ids: OpenSearch's document-level security pastes the owner into
+    its query as text, so a quote in a tenant id (`mallory","bob`) would widen the rule to bob."""
+    (bobs,) = put(store, embedder, "bob", fact("bob", "Bob's safe code is 1234"))
+    everything = SearchFilter(frozenset({"episodic", "semantic", "procedural", "catalog"}))
+    for bad in ['mallory","bob', "bob*", " bob", "a" * 200]:
+        with pytest.raises(InvalidInput):
+            store.search_text(bad, "safe code", everything, 10)
+        with pytest.raises(InvalidInput):
+            store.fetch(bad, [bobs.id])
+        with pytest.raises(InvalidInput):
+            store.forget(bad, bobs.id, T0)
+    assert store.fetch("bob", [bobs.id]) == [bobs]

@@ -20,6 +20,7 @@ import numpy as np
 
 from engram.errors import Conflict, InvalidInput, ModelError
 from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone, Vectors, is_well_formed_id
+from engram.validation import validate_user_id
 
 # The catalog has one name per layer, all defined here:
 CATALOG: None = None  # the API's tenant of catalog rows: "no user", so no user id can ever mean it
@@ -31,11 +32,11 @@ Tenant = str | None
 
 
 def owner_of(tenant: Tenant) -> str:
-    """The owner column value of a tenant's rows. The empty string is refused: it is the catalog's
-    owner value, so a tenant '' would reach catalog rows on a backend without row-level security."""
-    if tenant == CATALOG_OWNER:
-        raise InvalidInput("a tenant is a user id or the catalog (None), never an empty string")
-    return CATALOG_OWNER if tenant is None else tenant
+    """The owner column value of a tenant's rows: a valid user id (``engram.validation``), or the
+    catalog's ''. Checked here, under every backend, and not only by the facade: '' would reach catalog
+    rows where no row-level security stands behind the owner conditions, and OpenSearch's document-level
+    security pastes the owner into its query as text (a quote in it would widen the rule)."""
+    return CATALOG_OWNER if tenant is None else validate_user_id(tenant)
 
 
 def read_owners(tenant: Tenant, include_catalog: bool) -> list[str]:
