@@ -3,15 +3,23 @@
 ``opensearch://HOST:PORT`` or ``opensearchs://HOST:PORT`` (TLS); credentials from the URL
 (``opensearchs://USER:PASSWORD@HOST:PORT``) or the options (ENGRAM_OS_USER / ENGRAM_OS_PASSWORD).
 Several nodes, comma-separated (``opensearchs://svc:...@node1:9200,node2:9200,node3:9200``): the client
-spreads requests over them, and a request that cannot reach one node (refused, reset) or gets 502/503/504
+spreads requests over them, and a read that cannot reach one node (refused, reset) or gets 502/503/504
 is sent again to another, up to ``MAX_RETRIES`` times; a node that failed is left out for a while
 (opensearch-py's connection pool). Name every node the service may reach, or a load balancer.
+
+A write (``_bulk``, a document's index/create/update/delete) is sent once, never again by the client:
+a 502 from a proxy may come after the node applied it, and a resent ``create`` or ``if_seq_no`` write
+would then fail with 409 for what the first send did (``_ReadRetryTransport``). Its failure reaches the
+unit of work, which settles what landed (``_statements.OpenSearchRows.commit``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import random
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +42,9 @@ Refresh = OsRefresh
 LEASE_TTL_MS = 60_000  # a writer that died holding a tenant's lease blocks its writes this long at most
 DEFAULT_LEASE_WAIT_S = 30.0  # how long a write waits for another writer of the same tenant
 IMPERSONATE = "opendistro_security_impersonate_as"
-MAX_RETRIES = 3  # another node per retry: a cluster that lost one node of three still answers
+MAX_RETRIES = 3  # reads only: another node per retry, a cluster that lost one node of three still answers
+_READS = ("/_search", "/_msearch", "/_mget", "/_count")  # POSTed, yet safe to send again
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -99,10 +109,47 @@ def _host(part: str) -> tuple[str, int]:
         raise ConfigError(f"bad port in the OpenSearch URL: {exc}") from None
 
 
+def is_write(method: str, url: str) -> bool:
+    """Whether a request may change something: anything but GET/HEAD and the POSTed reads."""
+    if method in ("GET", "HEAD"):
+        return False
+    return not (method == "POST" and url.split("?", 1)[0].endswith(_READS))
+
+
+@functools.cache
+def _transport_class() -> type:
+    from opensearchpy import Transport
+
+    class ReadRetryTransport(Transport):
+        """opensearch-py's transport, resending reads only (``max_retries`` reads 0 during a write)."""
+
+        _once = threading.local()
+
+        @property
+        def max_retries(self) -> int:
+            return 0 if getattr(self._once, "on", False) else self._max_retries
+
+        @max_retries.setter
+        def max_retries(self, value: int) -> None:
+            self._max_retries = value
+
+        def perform_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+            if not is_write(method, url):
+                return super().perform_request(method, url, *args, **kwargs)
+            self._once.on = True
+            try:
+                return super().perform_request(method, url, *args, **kwargs)
+            finally:
+                self._once.on = False
+
+    return ReadRetryTransport
+
+
 def connect(endpoint: Endpoint, options: OpenSearchOptions, pool_size: int = 16) -> OpenSearch:
     from opensearchpy import OpenSearch
 
     return OpenSearch(
+        transport_class=_transport_class(),
         hosts=[{"host": host, "port": port} for host, port in endpoint.hosts],
         http_auth=(endpoint.user, endpoint.password) if endpoint.user else None,
         use_ssl=endpoint.tls,
@@ -127,6 +174,8 @@ def errors() -> Iterator[None]:
     except exceptions.ConnectionError as exc:
         raise StorageError(f"cannot reach OpenSearch: {exc.error}") from exc
     except exceptions.TransportError as exc:
+        if exc.status_code == 429:
+            raise StoreBusy(f"OpenSearch is busy (429): {_reason(exc)}") from exc
         raise StorageError(f"OpenSearch error {exc.status_code}: {_reason(exc)}") from exc
 
 
@@ -141,27 +190,97 @@ def as_user(user: str) -> dict[str, str]:
     return {IMPERSONATE: user}
 
 
+class Lease:
+    """A held lease: its document's version, re-stamped by ``confirm``."""
+
+    def __init__(self, leases: Leases, doc_id: str, seq: tuple[int, int], owner: str) -> None:
+        self.leases = leases
+        self.doc_id = doc_id
+        self.seq = seq
+        self.owner = owner
+        self.stamped = time.monotonic()
+
+    @property
+    def age_ms(self) -> float:
+        return (time.monotonic() - self.stamped) * 1000
+
+    def confirm(self) -> None:
+        """Check the lease is still ours and stamp it again (a new ``expires_ms``), in one write at its
+        version; Conflict if it expired and another writer took it (or dropped it) meanwhile."""
+        from opensearchpy import exceptions
+
+        body = {"kind": "lock", "owner": self.owner, "expires_ms": int(time.time() * 1000) + LEASE_TTL_MS}
+        try:
+            with errors():
+                done = self.leases.client.index(
+                    index=self.leases.index,
+                    id=self.doc_id,
+                    body=body,
+                    if_seq_no=self.seq[0],
+                    if_primary_term=self.seq[1],
+                    refresh="false",
+                )
+        except Conflict as exc:
+            if isinstance(exc.__cause__, exceptions.ConflictError):
+                raise Conflict("this write outlived its lease and another writer took it") from exc
+            raise
+        self.seq = int(done["_seq_no"]), int(done["_primary_term"])
+        self.stamped = time.monotonic()
+
+    def renew_if_old(self) -> None:
+        """``confirm`` once half the lease's time has gone (a unit of work that runs long)."""
+        if self.age_ms > LEASE_TTL_MS / 2:
+            self.confirm()
+
+
 class Leases:
     """One writer per tenant at a time: a lease document in the store index, created with
     ``op_type=create`` (the server refuses a second one) and deleted when the write ends. It stands in
     for the SQL backends' row locks: a rule reads, decides, then writes without another writer of the
-    tenant in between; the writes still carry ``if_seq_no`` against anything else."""
+    tenant in between; the writes still carry ``if_seq_no`` against anything else.
+
+    A lease expires ``LEASE_TTL_MS`` after it was stamped (wall clock): a unit of work stamps it again
+    (``Lease.confirm``) before its second bulk, and before its first once half that time has gone, and
+    gives up with Conflict if another writer took it over. A release that fails (the connection dropped)
+    is tried once more, then logged, never raised over the write's result; this store then takes that
+    lease back at its next write of the tenant rather than wait for it to expire.
+    """
 
     def __init__(self, client: OpenSearch, index: str) -> None:
         self.client = client
         self.index = index
+        self._unreleased: dict[str, tuple[int, int]] = {}  # lease id -> version this store left behind
+        self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def hold(self, owner: str, max_wait_s: float | None) -> Iterator[None]:
+    def hold(self, owner: str, max_wait_s: float | None) -> Iterator[Lease]:
         doc_id = f"lock:{owner or '*catalog*'}"
         seq = self._acquire(doc_id, owner, DEFAULT_LEASE_WAIT_S if max_wait_s is None else max_wait_s)
+        lease = Lease(self, doc_id, seq, owner)
         try:
-            yield
+            yield lease
         finally:
-            with contextlib.suppress(Conflict), errors():  # expired and taken over: not ours to drop
-                self.client.delete(
-                    index=self.index, id=doc_id, if_seq_no=seq[0], if_primary_term=seq[1], refresh="false"
-                )
+            self._release(lease)
+
+    def _release(self, lease: Lease) -> None:
+        for attempt in (1, 2):
+            try:
+                with contextlib.suppress(Conflict), errors():  # expired and taken over: not ours to drop
+                    self.client.delete(
+                        index=self.index,
+                        id=lease.doc_id,
+                        if_seq_no=lease.seq[0],
+                        if_primary_term=lease.seq[1],
+                        refresh="false",
+                    )
+                return
+            except Exception as exc:  # the write is done; its lease only delays others
+                if attempt == 2:
+                    _log.warning(
+                        "could not release the write lease %s (%s): taken back later", lease.doc_id, exc
+                    )
+        with self._lock:
+            self._unreleased[lease.doc_id] = lease.seq
 
     def _acquire(self, doc_id: str, owner: str, wait_s: float) -> tuple[int, int]:
         from opensearchpy import exceptions
@@ -174,16 +293,23 @@ class Leases:
             with errors():
                 try:
                     done = self.client.create(index=self.index, id=doc_id, body=body, refresh="false")
+                    with self._lock:
+                        self._unreleased.pop(doc_id, None)
                     return int(done["_seq_no"]), int(done["_primary_term"])
                 except exceptions.ConflictError:
                     held = self.client.get(index=self.index, id=doc_id, ignore=404)
-            if held.get("found") and held["_source"]["expires_ms"] < now_ms:  # its writer died: take over
-                with errors(), contextlib.suppress(exceptions.ConflictError):
+            if not held.get("found"):
+                continue
+            version = (held["_seq_no"], held["_primary_term"])
+            with self._lock:
+                ours = self._unreleased.get(doc_id) == version  # a release of ours that failed
+            if ours or held["_source"]["expires_ms"] < now_ms:  # its writer died or it is ours: take over
+                with errors(), contextlib.suppress(exceptions.ConflictError, exceptions.NotFoundError):
                     self.client.delete(
                         index=self.index,
                         id=doc_id,
-                        if_seq_no=held["_seq_no"],
-                        if_primary_term=held["_primary_term"],
+                        if_seq_no=version[0],
+                        if_primary_term=version[1],
                         refresh="false",
                     )
                 continue

@@ -138,7 +138,9 @@ def tenant_user(owner: str) -> str:
 def tenant_role(names: Names) -> dict[str, Any]:
     """The role of every tenant user: read and write the memory indices, reads limited by DLS to the
     user's ``owner`` attribute (and the catalog's rows). DLS does not limit writes: the store reads a
-    document as the tenant before it writes it (see ``_statements``)."""
+    document as the tenant before it writes it (see ``_statements``). The patterns name this store's
+    versioned indices exactly (``{prefix}memories-v*``): ``{prefix}memories*`` would also grant the
+    indices of another store whose prefix begins with ``{prefix}memories``."""
     own = "${attr.internal.owner}"
     return {
         "description": "Engram tenants: DLS on owner (see engram.storage.opensearch)",
@@ -149,12 +151,12 @@ def tenant_role(names: Names) -> dict[str, Any]:
         ],
         "index_permissions": [
             {
-                "index_patterns": [f"{names.memories}*"],
+                "index_patterns": [f"{names.memories}-v*"],
                 "dls": json.dumps({"terms": {"owner": [own, ""]}}),
                 "allowed_actions": ["read", "write"],
             },
             {
-                "index_patterns": [f"{names.tombstones}*"],
+                "index_patterns": [f"{names.tombstones}-v*"],
                 "dls": json.dumps({"term": {"owner": own}}),
                 "allowed_actions": ["read", "write"],
             },

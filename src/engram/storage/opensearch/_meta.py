@@ -92,15 +92,18 @@ class OpenSearchMeta:
             if hit["_source"].get("revoked_at"):
                 return False
             source = dict(hit["_source"], revoked_at=iso(at))
-            with errors():
-                self.client.index(
-                    index=self.index,
-                    id=hit["_id"],
-                    body=source,
-                    if_seq_no=hit["_seq_no"],
-                    if_primary_term=hit["_primary_term"],
-                    refresh=self.refresh,
-                )
+            try:
+                with errors():
+                    self.client.index(
+                        index=self.index,
+                        id=hit["_id"],
+                        body=source,
+                        if_seq_no=hit["_seq_no"],
+                        if_primary_term=hit["_primary_term"],
+                        refresh=self.refresh,
+                    )
+            except Conflict:  # revoked meanwhile by another caller: this one revoked nothing
+                return False
             return True
         return False
 

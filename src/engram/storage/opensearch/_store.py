@@ -11,8 +11,13 @@ document first read as the tenant, written back with ``if_seq_no``/``if_primary_
 tenant's id is NotFound and nothing changes (tests/storage/test_opensearch_isolation.py).
 
 Consistency: writes refresh the shards they touched before answering (``refresh=true``, measured
-against ``wait_for``: see ``_client.DEFAULT_REFRESH``), so the next recall sees them. A tenant's writes
-take its lease (``_client.Leases``); rules run as units of work (``_statements``).
+against ``wait_for``: see ``engram.settings.DEFAULT_OS_REFRESH``), so the next recall sees them. This is
+also what makes the units of work correct, not only recall: a unit reads the documents it will write by
+``_mget`` as the tenant, and the security plugin serves a DLS user's get/mget from the last refresh, not
+realtime; a write left unrefreshed would be read at its old version and the next write refused (or
+worse, decided on stale content). So every write refreshes, and the settings allow no ``false``
+(``OsRefresh``: ``true`` or ``wait_for``). A tenant's writes take its lease (``_client.Leases``); rules
+run as units of work (``_statements``), the tenant listed (``note_tenant``) before its first commit.
 
 Ranking differences from SQLite: the text leg is Lucene's BM25 over the english analyzer (stemmed,
 stopwords dropped), each query word a phrase, as PostgreSQL's. The dense leg is Lucene's HNSW with the
@@ -32,7 +37,16 @@ from typing import TYPE_CHECKING, Any
 from engram.errors import StorageError
 from engram.models import Vectors
 from engram.storage._rules import StoreRules
-from engram.storage.base import CATALOG_OWNER, Candidates, LegHit, SearchFilter, Tenant, owner_of
+from engram.storage.base import (
+    CATALOG_OWNER,
+    Candidates,
+    LegHit,
+    SearchFilter,
+    Tenant,
+    check_model,
+    model_keys,
+    owner_of,
+)
 from engram.storage.opensearch._client import (
     Leases,
     OpenSearchOptions,
@@ -95,24 +109,39 @@ class OpenSearchStore(StoreRules[str]):
             return self._client.transport.perform_request(method, path, body=body, params=params)
 
     def _check_security(self) -> None:
-        """Refuse a cluster without the security plugin (nothing would isolate tenants), and set up the
-        tenants' DLS role once."""
+        """Refuse a cluster without the security plugin (nothing would isolate tenants), and make the
+        tenants' DLS role and its mapping what this Engram sets (put again where missing or different:
+        a role without its mapping, after a crash between the two or an admin's cleanup, would answer
+        every tenant's request with 403)."""
         from opensearchpy import exceptions
 
+        role = tenant_role(self.names)
         try:
             with errors():
-                self._client.transport.perform_request("GET", f"{_SECURITY}/roles/{self.names.role}")
+                found = self._client.transport.perform_request(
+                    "GET", f"{_SECURITY}/roles/{self.names.role}", params={"ignore": 404}
+                )
         except StorageError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, exceptions.NotFoundError) and "NOT_FOUND" in str(cause.info):
-                self._admin("PUT", f"{_SECURITY}/roles/{self.names.role}", tenant_role(self.names))
-                self._admin("PUT", f"{_SECURITY}/rolesmapping/{self.names.role}", role_mapping())
-                return
+            found = exc
+        there = isinstance(found, dict) and self.names.role in found
+        if not there and not (isinstance(found, dict) and found.get("status") == "NOT_FOUND"):
             raise StorageError(
-                f"{self._label}: cannot read the security plugin's roles ({exc}); Engram needs the "
+                f"{self._label}: cannot read the security plugin's roles ({found}); Engram needs the "
                 "security plugin (tenant isolation) and a service account that may manage its role, its "
                 "tenants' users and impersonate them"
-            ) from exc
+            ) from (found if isinstance(found, StorageError) else None)
+        if not there or not _same_role(found[self.names.role], role):
+            self._admin("PUT", f"{_SECURITY}/roles/{self.names.role}", role)
+        mapping = role_mapping()
+        try:
+            found = self._admin("GET", f"{_SECURITY}/rolesmapping/{self.names.role}")
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, exceptions.NotFoundError):
+                raise
+            found = {}
+        mapped = found.get(self.names.role) if isinstance(found, dict) else None
+        if not isinstance(mapped, dict) or sorted(mapped.get("users", [])) != sorted(mapping["users"]):
+            self._admin("PUT", f"{_SECURITY}/rolesmapping/{self.names.role}", mapping)
 
     def _index_version(self, kind: str) -> int | None:
         """The mapping version behind a kind's alias, or None if the store has no such index yet."""
@@ -126,8 +155,12 @@ class OpenSearchStore(StoreRules[str]):
         if version is None:
             body = index_body(kind, dim, self.options.shards, self.options.replicas)
             body["aliases"] = {self.names.alias(kind): {}}
-            with errors():
-                self._client.indices.create(index=self.names.concrete(kind), body=body, ignore=400)
+            try:
+                with errors():
+                    self._client.indices.create(index=self.names.concrete(kind), body=body)
+            except StorageError as exc:  # another process created it first: fine; anything else is not
+                if "resource_already_exists_exception" not in str(getattr(exc.__cause__, "error", "")):
+                    raise
             version = self._index_version(kind)
         self._check_version(kind, version)
 
@@ -146,6 +179,9 @@ class OpenSearchStore(StoreRules[str]):
 
     def ensure_model(self, name: str, dim: int, kind: str = "embedding") -> None:
         super().ensure_model(name, dim, kind)  # ModelError for another model: nothing is created
+        # Read back: two first starts may both have read nothing; the one whose create lost (a 409 item
+        # add_meta lets pass) finds the other's model here.
+        check_model(self._meta().read_meta(model_keys(kind)), kind, name, dim, self._label)
         if kind == "embedding" and not self._memories_ready:
             self._ensure_index("memories", dim)  # the k-NN field needs the dimension
             self._memories_ready = True
@@ -181,12 +217,13 @@ class OpenSearchStore(StoreRules[str]):
         if not write:
             yield rows
             return
-        with self._leases.hold(owner, None):
+        with self._leases.hold(owner, None) as lease:
+            rows.lease = lease
             yield rows
+            if owner and owner not in self._noted and rows.pending():
+                self._meta().note_tenant(owner)  # before the commit: a listed tenant may have no rows
+                self._noted.add(owner)
             rows.commit()
-        if owner and owner not in self._noted and (rows.new_tombstones or rows.kept):
-            self._meta().note_tenant(owner)
-            self._noted.add(owner)
 
     def _meta(self) -> OpenSearchMeta:
         return OpenSearchMeta(self._client, self.names.store, self.options.refresh)
@@ -291,7 +328,8 @@ class OpenSearchStore(StoreRules[str]):
     ) -> dict[str, int]:
         rows = self._rows(owner_of(owner))  # '' is refused: it is the catalog's owner value
         counts: dict[str, int] = {}
-        with self._leases.hold(owner, max_wait_s):
+        with self._leases.hold(owner, max_wait_s) as lease:
+            rows.lease = lease
             rows.record_uses(uses, iso(at), counts)
             rows.commit()
         return counts
@@ -309,6 +347,22 @@ class OpenSearchStore(StoreRules[str]):
 
     def close(self) -> None:
         self._client.close()
+
+
+def _same_role(found: Any, wanted: Mapping[str, Any]) -> bool:
+    """Whether the role read back grants what ``tenant_role`` sets (the plugin adds empty fields)."""
+    if not isinstance(found, dict):
+        return False
+    if sorted(found.get("cluster_permissions", [])) != sorted(wanted["cluster_permissions"]):
+        return False
+
+    def grants(perms: Any) -> list[tuple[Any, ...]]:
+        return sorted(
+            (sorted(p.get("index_patterns", [])), p.get("dls"), sorted(p.get("allowed_actions", [])))
+            for p in perms or []
+        )
+
+    return grants(found.get("index_permissions")) == grants(wanted["index_permissions"])
 
 
 def _bm25(score: Any) -> float:
