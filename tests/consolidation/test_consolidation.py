@@ -441,22 +441,18 @@ def test_a_turn_committed_after_a_later_stamped_one_is_still_consolidated(eng, f
     assert "Sarah said: I also have a blue bike" in {f.text for f in mem.list("semantic")}
 
 
-def test_the_worker_goes_on_to_the_next_user_when_one_fails(make_engram, fake_llm, embedder):
+def test_the_worker_goes_on_to_the_next_user_when_one_fails(make_engram, fake_llm):
     from engram.consolidation.worker import ConsolidationWorker
-    from engram.models import EpisodicMemory, new_id, utcnow
 
     eng = make_engram(llm_base_url=fake_llm.url, llm_model="m", llm_max_retries=0)
-    # A tenant whose id this Engram refuses (written by another tool or an older release) fails...
-    odd = EpisodicMemory(
-        id=new_id("episodic"), text="hi", user_id="an odd id!", created_at=utcnow(), timestamp=utcnow()
-    )
-    eng.store.insert("an odd id!", [odd], embedder.embed_documents(["hi"]))
-    # ... and must not stop sarah's consolidation, which comes after it.
+    # alice's consolidation fails (the LLM is down for her request) ...
+    eng.for_user("alice").remember_turn("I ride a green Brompton")
+    # ... and must not stop sarah's, which comes after it.
     eng.for_user("sarah").remember_turn("I drive a red Volvo")
-    fake_llm.script(*[poison_aware] * 2)
+    fake_llm.script(raw(500, "upstream down"), poison_aware)
     worker = ConsolidationWorker(eng, every_episodes=1, every_hours=24)
     reports = worker.tick()
-    assert [(r["user_id"], r["status"][:5]) for r in reports] == [("an odd id!", "error"), ("sarah", "ok")]
+    assert [(r["user_id"], r["status"][:5]) for r in reports] == [("alice", "error"), ("sarah", "ok")]
     assert worker.tick() == []  # the failed user backs off instead of failing on every tick
     assert [f.text for f in eng.for_user("sarah").list("semantic")] == ["Sarah said: I drive a red Volvo"]
 
