@@ -10,7 +10,7 @@ is sent again to another, up to ``MAX_RETRIES`` times; a node that failed is lef
 A write (``_bulk``, a document's index/create/update/delete) is sent once, never again by the client:
 a 502 from a proxy may come after the node applied it, and a resent ``create`` or ``if_seq_no`` write
 would then fail with 409 for what the first send did (``_ReadRetryTransport``). Its failure reaches the
-unit of work, which settles what landed (``_statements.OpenSearchRows.commit``).
+unit of work, which settles what landed (``_unit.UnitOfWork.commit``).
 """
 
 from __future__ import annotations

@@ -10,90 +10,35 @@ the tenant, which the security plugin serves from the last refresh (not realtime
 refreshes (``refresh``: ``true`` or ``wait_for``, never ``false``), or the next unit would read an old
 version.
 
-``commit`` sends new documents (rows, tombstones) first, then the updates and deletes (two bulks):
-
-* a refused or failed first bulk takes back what of it landed (nothing is left);
-* before the second bulk the lease is confirmed still ours (``Lease.confirm``: re-stamped at its
-  version); a unit that outlived it (another writer took the tenant over) takes its new documents back
-  and fails with Conflict. A unit older than half the lease's TTL re-stamps it before its first bulk;
-* a refused second bulk (409: a document changed under a writer that holds no lease) takes the new
-  documents back and fails with Conflict; a second bulk whose answer was lost (a 502, a reset) is read
-  back: all of it landed is success, none of it takes the new documents back and raises;
-* a forget interrupted between its bulks leaves its tombstone and the row; forgetting it again accepts
-  that tombstone (same owner and type, the row still there) and completes.
-
-What can still be left partial, since nothing journals a unit: a process that dies (or a take-back
-that fails) between the two bulks leaves the first bulk's documents without the second's changes
-(a consolidation's new facts with its episodes still waiting, so the next run applies the batch again:
-duplicate facts; a supersession's new row with the old one not marked, so both are live); and a second
-bulk whose items are refused in part (a writer without the lease changed one of them, or a 429 on some
-shards) leaves the items that were applied. The store logs a warning naming the ids when a take-back
-fails. An operator finds the first case as a semantic/procedural row whose ``attrs`` cite episodes
-still waiting (``consolidated`` 0) and, for supersession, a row whose ``supersedes`` names a row with no
-``superseded_by``; tombstones whose id is still a live row are an interrupted forget (forget it again).
+The unit of work these statements read and write through (and what a crash can still leave partial)
+is ``_unit.UnitOfWork``.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from engram.errors import Conflict, StorageError, StoreBusy
+from engram.errors import Conflict
 from engram.models import Memory, Tombstone, Vectors
 from engram.storage._statements import WAITING, RowState
-from engram.storage.opensearch._client import Lease, Refresh, as_user, errors
+from engram.storage.opensearch._client import errors
 from engram.storage.opensearch._documents import PAGE, ROW_SOURCE, document, iso, memory, tokens_field
-from engram.storage.opensearch._layout import Names
+from engram.storage.opensearch._unit import Kept, UnitOfWork
 
 if TYPE_CHECKING:
-    from opensearchpy import OpenSearch
-
-
-_log = logging.getLogger(__name__)
+    pass
 
 
 @dataclass
-class _Kept:
-    """A document read in this unit of work, and what the rule did to it."""
-
-    source: dict[str, Any]
-    seq: tuple[int, int] | None  # (seq_no, primary_term) as read; None: new in this unit
-    deleted: bool = False
-    changed: bool = False
-
-
-@dataclass
-class OpenSearchRows:
+class OpenSearchRows(UnitOfWork):
     """TenantStatements for one owner, run as that owner's user; K is the memory id."""
 
-    client: OpenSearch
-    names: Names
-    owner: str
-    user: str
-    refresh: Refresh
-    lease: Lease | None = None  # the tenant's write lease, held around a unit of work that writes
-    kept: dict[str, _Kept] = field(default_factory=dict)
-    new_tombstones: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def _as(self) -> dict[str, Any]:
-        return {"headers": as_user(self.user)}
-
     # -- reads ---------------------------------------------------------------------------------
-    def _mget(self, ids: Sequence[str], source: Any = True) -> list[dict[str, Any]]:
-        """The documents among ``ids`` the tenant may read; ``source``: True, or a _source filter."""
-        if not ids:
-            return []
-        docs = [{"_id": i, "_source": source} for i in ids]
-        with errors():
-            found = self.client.mget(index=self.names.memories, body={"docs": docs}, **self._as)
-        return [d for d in found["docs"] if d.get("found")]
-
     def search(
         self, index: str, body: dict[str, Any], limit: int, offset: int = 0
     ) -> Iterator[dict[str, Any]]:
@@ -169,157 +114,6 @@ class OpenSearchRows:
             for s in (h["_source"] for h in hits)
         ]
 
-    # -- the unit of work ------------------------------------------------------------------------
-    def _load(self, ids: Sequence[str]) -> None:
-        """Read the owner's documents among ``ids`` (as the tenant) into the unit, with their versions."""
-        for doc in self._mget([i for i in ids if i not in self.kept]):
-            if doc["_source"]["owner"] == self.owner:  # the catalog's rows are readable, never writable
-                self.kept[doc["_id"]] = _Kept(doc["_source"], (doc["_seq_no"], doc["_primary_term"]))
-
-    def _get(self, memory_id: str) -> _Kept | None:
-        self._load([memory_id])
-        kept = self.kept.get(memory_id)
-        return None if kept is None or kept.deleted else kept
-
-    def _change(self, memory_id: str, **values: Any) -> None:
-        kept = self._get(memory_id)
-        if kept is not None:
-            kept.source.update(values)
-            kept.changed = True
-
-    def pending(self) -> bool:
-        """Whether ``commit`` has anything to send."""
-        return bool(self.new_tombstones) or any(
-            (k.seq is None and not k.deleted) or (k.seq is not None and (k.changed or k.deleted))
-            for k in self.kept.values()
-        )
-
-    def commit(self) -> None:
-        """Send the unit's writes: new documents first, then updates and deletes at their versions."""
-        created = [
-            (self.names.memories, i, k.source)
-            for i, k in self.kept.items()
-            if k.seq is None and not k.deleted
-        ]
-        created += [(self.names.tombstones, t["id"], t) for t in self.new_tombstones]
-        changed = [(i, k) for i, k in self.kept.items() if k.seq is not None and (k.changed or k.deleted)]
-        if not created and not changed:
-            return
-        if self.lease is not None:
-            self.lease.renew_if_old()
-        made = self._create(created) if created else []
-        if not changed:
-            return
-        lines: list[dict[str, Any]] = []
-        for memory_id, kept in changed:
-            assert kept.seq is not None
-            at = {
-                "_index": self.names.memories,
-                "_id": memory_id,
-                "if_seq_no": kept.seq[0],
-                "if_primary_term": kept.seq[1],
-            }
-            lines += [{"delete": at}] if kept.deleted else [{"index": at}, kept.source]
-        try:
-            if made and self.lease is not None:
-                self.lease.confirm()  # still ours: nobody wrote the tenant since the first bulk
-            failed = self._bulk(lines)
-        except Conflict:
-            self._take_back(made)
-            raise
-        except Exception:
-            if self._landed(changed) == len(changed):
-                return  # the answer was lost, the write was not
-            self._take_back(made)
-            raise
-        if failed:
-            self._take_back(made)
-            _raise_failed(
-                [changed[n][0] for n, _ in failed],
-                [item for _, item in failed],
-                "changed meanwhile by another writer",
-            )
-
-    def _create(self, created: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str]]:
-        """Create the new documents, all or none; the ones this unit made (to take back)."""
-        lines = [
-            line for index, i, source in created for line in ({"create": {"_index": index, "_id": i}}, source)
-        ]
-        try:
-            failed = self._bulk(lines)
-        except Exception:
-            self._take_back(self._as_sent(created))  # whatever of it landed
-            raise
-        refused = {n: item for n, item in failed if not self._left_by_an_earlier_forget(created[n], item)}
-        made = [(index, i) for n, (index, i, _) in enumerate(created) if n not in refused]
-        if refused:
-            self._take_back(made)
-            _raise_failed([created[n][1] for n in refused], list(refused.values()), "already there")
-        return made
-
-    def _left_by_an_earlier_forget(self, doc: tuple[str, str, dict[str, Any]], item: dict[str, Any]) -> bool:
-        """Whether a refused tombstone is the one a forget of this same row left when it was interrupted
-        between its two bulks (the row is still there, read at its version in this unit): a retry then
-        completes that forget rather than failing on it forever."""
-        index, memory_id, source = doc
-        kept = self.kept.get(memory_id)
-        if index != self.names.tombstones or item.get("status") != 409 or kept is None:
-            return False
-        if kept.seq is None or not kept.deleted:
-            return False
-        with errors():
-            found = self.client.get(index=self.names.tombstones, id=memory_id, ignore=404)
-        there: dict[str, Any] = found.get("_source") or {} if found.get("found") else {}
-        return bool(there) and all(there.get(k) == source[k] for k in ("owner", "memory_type"))
-
-    def _as_sent(self, created: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str]]:
-        """The new documents of a bulk whose answer was lost that are there as this unit sent them
-        (read back, realtime, as the service account; a row's ``rid`` is unique to its write): a
-        document of that id that was there before is not this unit's to take back."""
-        docs = [{"_index": index, "_id": i} for index, i, _ in created]
-        try:
-            with errors():
-                found = self.client.mget(body={"docs": docs})["docs"]
-        except Exception:
-            return []
-        return [
-            (index, i)
-            for (index, i, source), doc in zip(created, found, strict=True)
-            if doc.get("found") and _same(doc["_source"], source)
-        ]
-
-    def _landed(self, changed: list[tuple[str, _Kept]]) -> int:
-        """How many of a failed second bulk's writes landed after all (read back, realtime, as the
-        service account): -1 if that cannot be told."""
-        try:
-            with errors():
-                found = self.client.mget(
-                    index=self.names.memories,
-                    body={"docs": [{"_id": i, "_source": False} for i, _ in changed]},
-                )
-        except Exception:  # the write's own error is what the caller gets
-            return -1
-        now = {d["_id"]: (d["_seq_no"], d["_primary_term"]) for d in found["docs"] if d.get("found")}
-        return sum(1 for i, k in changed if ((i not in now) if k.deleted else now.get(i, k.seq) != k.seq))
-
-    def _bulk(self, lines: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
-        """Run a bulk request (refreshing what it wrote); the items that failed, by position."""
-        with errors():
-            done = self.client.bulk(body=lines, refresh=self.refresh, **self._as)
-        if not done["errors"]:
-            return []
-        items = [item for entry in done["items"] for item in entry.values()]
-        return [(n, item) for n, item in enumerate(items) if "error" in item]
-
-    def _take_back(self, docs: list[tuple[str, str]]) -> None:
-        """Delete what this unit created (best effort: the unit's own error is the one raised)."""
-        if not docs:
-            return
-        try:
-            self._bulk([{"delete": {"_index": index, "_id": i}} for index, i in docs])
-        except Exception as exc:
-            _log.warning("could not take back %s after a failed write: %s", [i for _, i in docs], exc)
-
     # -- inserts and supersession --------------------------------------------------------------
     def has_row(self, memory_id: str) -> bool:
         return self._get(memory_id) is not None
@@ -329,7 +123,7 @@ class OpenSearchRows:
         for row, vector, blob in zip(rows, vectors, blobs, strict=True):
             if row.id in self.kept:
                 raise Conflict(f"duplicate: memory {row.id} is written twice")
-            self.kept[row.id] = _Kept(document(row, self.owner, vector, blob), None)
+            self.kept[row.id] = Kept(document(row, self.owner, vector, blob), None)
 
     def set_tokens(self, tokens: Mapping[str, bytes]) -> None:
         self._load(list(tokens))
@@ -456,23 +250,6 @@ class OpenSearchRows:
             kept = self._get(memory_id)
             if kept is not None and kept.source["memory_type"] == "episodic":
                 self._change(memory_id, consolidated=state)
-
-
-def _same(stored: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
-    """Whether a stored document is the one sent: a row by its write-order number, a tombstone whole."""
-    return stored.get("rid") == sent["rid"] if "rid" in sent else dict(stored) == dict(sent)
-
-
-def _raise_failed(ids: list[str], items: list[dict[str, Any]], conflict: str) -> None:
-    """The error of a bulk's refused items: Conflict for 409s, StoreBusy for 429s (the node's queue is
-    full: try again later), StorageError for anything else."""
-    statuses = {item.get("status") for item in items}
-    if statuses == {409}:
-        raise Conflict(f"{conflict}: {', '.join(sorted(ids))}")
-    if statuses <= {409, 429}:
-        raise StoreBusy(f"OpenSearch is busy (429) and refused a write of {', '.join(sorted(ids))}")
-    other = next(item for item in items if item.get("status") not in (409, 429))
-    raise StorageError(f"OpenSearch refused a write: {other.get('error')}")
 
 
 def _state(source: Mapping[str, Any]) -> RowState[str]:
