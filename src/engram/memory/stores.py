@@ -67,14 +67,4 @@ def _open_opensearch(url: str, settings: EngramSettings) -> Store:
     except ImportError as exc:
         raise ConfigError(f"{exc}: install engram-memory[opensearch] for opensearch:// stores") from exc
 
-    password = settings.os_password.get_secret_value() if settings.os_password else None
-    options = OpenSearchOptions(
-        user=settings.os_user,
-        password=password,
-        ca_certs=str(settings.os_ca_certs) if settings.os_ca_certs else None,
-        index_prefix=settings.os_index_prefix,
-        shards=settings.os_shards,
-        replicas=settings.os_replicas,
-        refresh=settings.os_refresh,
-    )
-    return OpenSearchStore(url, options)
+    return OpenSearchStore(url, OpenSearchOptions.from_settings(settings))

@@ -32,6 +32,7 @@ from engram.settings import (
     DEFAULT_OS_REFRESH,
     DEFAULT_OS_REPLICAS,
     DEFAULT_OS_SHARDS,
+    EngramSettings,
     OsRefresh,
 )
 
@@ -58,6 +59,19 @@ class OpenSearchOptions:
     shards: int = DEFAULT_OS_SHARDS
     replicas: int = DEFAULT_OS_REPLICAS
     refresh: Refresh = DEFAULT_OS_REFRESH
+
+    @classmethod
+    def from_settings(cls, settings: EngramSettings) -> OpenSearchOptions:
+        """The options the ENGRAM_OS_* settings give."""
+        return cls(
+            user=settings.os_user,
+            password=settings.os_password.get_secret_value() if settings.os_password else None,
+            ca_certs=str(settings.os_ca_certs) if settings.os_ca_certs else None,
+            index_prefix=settings.os_index_prefix,
+            shards=settings.os_shards,
+            replicas=settings.os_replicas,
+            refresh=settings.os_refresh,
+        )
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engram.errors import StorageError
+from engram.settings import load_settings
 from engram.storage.opensearch._client import OpenSearchOptions, connect, errors, parse_url
 from engram.storage.opensearch._layout import KINDS, MAPPING_VERSION, Names, index_body
 
@@ -95,7 +96,7 @@ def migrate(
     indices yet). ``delete_old`` deletes the old indices after the swap instead of keeping them,
     read-only, for the operator to delete.
     """
-    options = options or options_from_settings()
+    options = options or OpenSearchOptions.from_settings(load_settings())  # as `engram serve` reads them
     names = Names(options.index_prefix if index_prefix is None else index_prefix)
     if not isinstance(target, str):
         return _Migration(target, names).run(delete_old)
@@ -104,22 +105,6 @@ def migrate(
         return _Migration(client, names).run(delete_old)
     finally:
         client.close()
-
-
-def options_from_settings() -> OpenSearchOptions:
-    """The OpenSearch options of the environment's settings (ENGRAM_OS_*, the config file)."""
-    from engram.settings import EngramSettings
-
-    settings = EngramSettings()
-    return OpenSearchOptions(
-        user=settings.os_user,
-        password=settings.os_password.get_secret_value() if settings.os_password else None,
-        ca_certs=str(settings.os_ca_certs) if settings.os_ca_certs else None,
-        index_prefix=settings.os_index_prefix,
-        shards=settings.os_shards,
-        replicas=settings.os_replicas,
-        refresh=settings.os_refresh,
-    )
 
 
 def step_script(kind: str, from_version: int, to_version: int = MAPPING_VERSION) -> str | None:
