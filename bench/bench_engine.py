@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -210,16 +211,7 @@ def open_opensearch(tmp: str, url: str | None, heap: str) -> Iterator[Engram]:
             user="svc", password=USERS["svc"][0], ca_certs=str(node.ca), index_prefix=OS_PREFIX, replicas=0
         )
     else:
-        settings = load_settings()
-        options = OpenSearchOptions(
-            user=settings.os_user,
-            password=settings.os_password.get_secret_value() if settings.os_password else None,
-            ca_certs=str(settings.os_ca_certs) if settings.os_ca_certs else None,
-            index_prefix=OS_PREFIX,
-            shards=settings.os_shards,
-            replicas=settings.os_replicas,
-            refresh=settings.os_refresh,
-        )
+        options = replace(OpenSearchOptions.from_settings(load_settings()), index_prefix=OS_PREFIX)
     try:
         store = OpenSearchStore(url, options)
         try:

@@ -193,18 +193,12 @@ class Agent:
         consolidation: EmbeddedConsolidation | None = None,
     ) -> Agent:
         """An agent on the configured LLM (ENGRAM_LLM_*); ConfigError when none is configured."""
-        if not (settings.llm_base_url and settings.llm_model):
+        llm = LLMClient.from_settings(settings)
+        if llm is None:
             raise ConfigError(
                 "the agent needs an LLM: set ENGRAM_LLM_BASE_URL (an OpenAI-compatible endpoint with tool "
                 "calling, e.g. http://localhost:11434/v1) and ENGRAM_LLM_MODEL"
             )
-        llm = LLMClient(
-            settings.llm_base_url,
-            settings.llm_model,
-            api_key=settings.llm_api_key,
-            timeout=settings.llm_timeout_s,
-            max_retries=settings.llm_max_retries,
-        )
         return cls(
             memory,
             llm,

@@ -16,6 +16,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from engram.errors import EngramError
+from engram.settings import EngramSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)
@@ -56,6 +57,19 @@ class LLMClient:
         self.model = model
         self.max_retries = max_retries
         self.backoff = backoff
+
+    @classmethod
+    def from_settings(cls, settings: EngramSettings) -> LLMClient | None:
+        """The client of the configured LLM (ENGRAM_LLM_*); None when none is configured."""
+        if not (settings.llm_base_url and settings.llm_model):
+            return None
+        return cls(
+            settings.llm_base_url,
+            settings.llm_model,
+            api_key=settings.llm_api_key,
+            timeout=settings.llm_timeout_s,
+            max_retries=settings.llm_max_retries,
+        )
 
     def complete_json(self, system: str, user: str, schema: type[T]) -> T:
         """One chat call in JSON mode; the reply must validate as ``schema``."""

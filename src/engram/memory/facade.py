@@ -68,15 +68,9 @@ class Engram(Engine):
         s = self.settings
         made_here = llm is None
         if llm is None:
-            if not (s.llm_base_url and s.llm_model):
+            llm = LLMClient.from_settings(s)
+            if llm is None:
                 return ConsolidationReport(user_id=user, status="disabled: no LLM configured")
-            llm = LLMClient(
-                s.llm_base_url,
-                s.llm_model,
-                api_key=s.llm_api_key,
-                timeout=s.llm_timeout_s,
-                max_retries=s.llm_max_retries,
-            )
         policy = ConsolidationPolicy(
             batch_size=s.consolidation_batch,
             duplicate_similarity=s.dedup_similarity,
