@@ -36,6 +36,9 @@ DEFAULT_RERANK_WINDOW = (
 # Recalls in the cross-encoder stage at once; past it one is shed. Measured on 2 cores (bench/load.py):
 # 8 sheds none at 8 clients and keeps recall p95 under 1 s at 32; 4 shed 59% already at 8 clients.
 DEFAULT_RERANK_QUEUE = 8
+# Relevance of a reranked row = w x cross-encoder probability + (1 - w) x late-interaction score: the
+# two models see different things (whole pair vs token matches); w is set from docs/benchmarks.md
+DEFAULT_RERANK_WEIGHT = 1.0
 DEFAULT_LATE_WINDOW = 160  # late interaction scores every fused candidate (2 legs x 80): ~0.1 ms each
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
 DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
@@ -121,6 +124,13 @@ class EngramSettings(BaseSettings):
     late_window: int = Field(default=DEFAULT_LATE_WINDOW, ge=0, le=2000)
     rerank: bool = Field(default=True, description="use the cross-encoder at all")
     rerank_window: int = Field(default=DEFAULT_RERANK_WINDOW, ge=0, le=1000)
+    rerank_weight: float = Field(
+        default=DEFAULT_RERANK_WEIGHT,
+        ge=0,
+        le=1,
+        description="share of the cross-encoder's probability in a reranked row's relevance, the rest "
+        "its late-interaction score; 1: the cross-encoder alone",
+    )
     recall_concurrency: int = Field(
         default=0,
         ge=0,

@@ -2,6 +2,8 @@
 
 from datetime import timedelta
 
+import pytest
+
 from engram.models import utcnow
 
 
@@ -84,6 +86,26 @@ def test_keep_scores_ordered_follows_its_docstring():
     tiers = [tier(0.6, 0.4), tier(0.9, 0.3)]
     keep_scores_ordered(tiers)
     assert [round(c.final, 4) for t in tiers for c in t] == [0.6, 0.4, 0.4, 0.1333]
+
+
+def test_blended_relevance_follows_its_docstring():
+    from engram.retrieval.pipeline import blended
+
+    assert blended(0.9, 0.5, 0.3) == pytest.approx(0.62)
+    assert blended(0.9, None, 0.3) == 0.9  # no late score (stage off or failed): the cross-encoder alone
+    assert blended(0.9, 0.5, 1.0) == 0.9
+
+
+def test_rerank_weight_mixes_the_late_score_into_reranked_hits(eng):
+    mem = eng.for_user("sarah")
+    for text in ["Sarah owns a Lumio Hub v2", "Sarah's dog chews cables", "Sarah lives in Leith"]:
+        mem.write(text)
+    for weight in (1.0, 0.4):
+        hits = mem.recall("what hub does sarah own", config=eng.config.but(rerank_weight=weight))
+        top = hits[0].explain
+        assert top["relevance"] == "rerank"
+        expected = weight * top["rerank"] + (1 - weight) * top["late_interaction"]
+        assert top["final"] == pytest.approx(expected * top["decay"] * top["use_count_boost"])
 
 
 def test_model_stage_failures_fall_back_to_the_previous_order(eng):

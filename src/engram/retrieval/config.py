@@ -19,6 +19,7 @@ class RetrievalConfig:
     late_window: int = s.DEFAULT_LATE_WINDOW
     rerank: bool = True
     rerank_window: int = s.DEFAULT_RERANK_WINDOW
+    rerank_weight: float = s.DEFAULT_RERANK_WEIGHT  # cross-encoder's share of a reranked relevance
     multipliers: bool = True  # decay, use-count boost and catalog prior
     decay_offset_days: float = s.DEFAULT_DECAY_OFFSET_DAYS
     decay_scale_days: float = s.DEFAULT_DECAY_SCALE_DAYS
@@ -43,6 +44,7 @@ class RetrievalConfig:
             late_window=settings.late_window,
             rerank=settings.rerank,
             rerank_window=settings.rerank_window,
+            rerank_weight=settings.rerank_weight,
             decay_offset_days=settings.decay_offset_days,
             decay_scale_days=settings.decay_scale_days,
             decay_value=settings.decay_value,

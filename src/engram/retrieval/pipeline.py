@@ -58,11 +58,12 @@ class Candidate:
     multipliers: dict[str, float] = field(default_factory=dict)
     late: float | None = None
     rerank: float | None = None
+    rerank_weight: float = 1.0
 
     @property
     def relevance(self) -> float:
         if self.rerank is not None:
-            return self.rerank
+            return blended(self.rerank, self.late, self.rerank_weight)
         return self.late if self.late is not None else self.rrf
 
     @property
@@ -154,7 +155,9 @@ def recall(
     if config.rerank and reranker is not None and config.rerank_window > 0 and candidates:
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
             window = candidates[: config.rerank_window]
-            rerank_error = apply_rerank(reranker, query, window) if admitted else None
+            rerank_error = (
+                apply_rerank(reranker, query, window, config.rerank_weight) if admitted else None
+            )
         if not admitted:
             skipped["rerank"] = "skipped: load"
         elif rerank_error is None:
@@ -284,7 +287,20 @@ def normalised(scores: list[float]) -> list[float]:
     return [(s - low) / (high - low) for s in scores]
 
 
-def apply_rerank(reranker: Reranker, query: str, window: list[Candidate]) -> str | None:
+def blended(rerank: float, late: float | None, weight: float) -> float:
+    """A reranked row's relevance: ``w x rerank + (1 - w) x late`` (``rerank`` alone without a late score).
+
+    The cross-encoder reads query and row together; late interaction matches them token by token
+    against the row and the turn it replied to. Each misses what the other sees, so their mix ranks
+    better than either (LoCoMo dev, docs/benchmarks.md). Both are in [0, 1]: a probability and a
+    min-max-scaled MaxSim. Example: rerank 0.9, late 0.5, w 0.3 -> 0.27 + 0.35 = 0.62.
+    """
+    return rerank if late is None else weight * rerank + (1.0 - weight) * late
+
+
+def apply_rerank(
+    reranker: Reranker, query: str, window: list[Candidate], weight: float = 1.0
+) -> str | None:
     """Set each window candidate's rerank probability; return an error text instead of raising."""
     try:
         scores = reranker.score(query, [search_text_of(c.memory) for c in window])
@@ -294,5 +310,5 @@ def apply_rerank(reranker: Reranker, query: str, window: list[Candidate]) -> str
         log.warning("reranker failed, falling back to RRF order: %s", exc)
         return f"{type(exc).__name__}: {exc}"
     for candidate, score in zip(window, scores, strict=True):
-        candidate.rerank = float(score)
+        candidate.rerank, candidate.rerank_weight = float(score), weight
     return None
