@@ -308,28 +308,35 @@ def test_time_window_fields_round_trip(eng):
     assert (got.valid_from, got.valid_to) == (start, start + timedelta(days=700))
 
 
-def test_recalls_past_the_concurrency_limit_wait_their_turn_then_shed(make_engram):
-    """ENGRAM_RECALL_CONCURRENCY leaves CPU to writes under load: a recall past it waits for a slot
-    while the queue (ENGRAM_RERANK_QUEUE) has room, and one past that runs at once without the
-    cross-encoder; writes never wait for either."""
+def test_recalls_past_the_concurrency_limit_wait_their_turn_and_past_the_queue_shed(make_engram):
+    """ENGRAM_RECALL_CONCURRENCY leaves CPU to writes under load: every recall past it waits for a
+    slot; one that finds the queue (ENGRAM_RERANK_QUEUE) full is computed without the cross-encoder
+    when its turn comes; writes never wait for either."""
     import threading
+
+    from tests.polling import until
 
     eng = make_engram(recall_concurrency=1, rerank_queue=1)
     mem = eng.for_user("sarah")
     mem.write("Sarah's dog Rex chews sensor cables")
-    waited: list = []
-    done = threading.Event()
+    results: dict[str, list] = {"waited": [], "shed": []}
+
+    def recall(name: str) -> threading.Thread:
+        worker = threading.Thread(target=lambda: results[name].extend(mem.recall("does my dog chew cables?")))
+        worker.start()
+        return worker
+
     with eng.recall_gate.enter() as full:  # another recall is being computed
         assert full
-        worker = threading.Thread(
-            target=lambda: (waited.extend(mem.recall("does my dog chew cables?")), done.set())
-        )
-        worker.start()
-        assert not done.wait(0.5)  # waiting for the slot
+        waited = recall("waited")
+        assert until(lambda: eng.recall_gate.queued == 1)
+        shed = recall("shed")
+        assert until(lambda: eng.recall_gate.queued == 2)
         mem.remember_turn("a write goes through meanwhile")
-        shed = mem.recall("does my dog chew cables?")  # the queue is full: no waiting, no cross-encoder
-        assert shed[0].explain["rerank"] == "skipped: load" and not done.is_set()
-    assert done.wait(60)
-    worker.join()
-    assert waited[0].explain["relevance"] == "rerank" and waited[0].memory.id == shed[0].memory.id
+        assert results == {"waited": [], "shed": []}  # both recalls still wait for the slot
+    waited.join(60)
+    shed.join(60)
+    assert results["waited"][0].explain["relevance"] == "rerank"
+    assert results["shed"][0].explain["rerank"] == "skipped: load"
+    assert results["waited"][0].memory.id == results["shed"][0].memory.id
     assert eng.recall_gate.shed == 1

@@ -36,6 +36,10 @@ DEFAULT_RERANK_WINDOW = (
 # Recalls in the cross-encoder stage at once; past it one is shed. Measured on 2 cores (bench/load.py):
 # 8 sheds none at 8 clients and keeps recall p95 under 1 s at 32; 4 shed 59% already at 8 clients.
 DEFAULT_RERANK_QUEUE = 8
+# Recalls computed at once (the rest wait): half the cores, so writes always find one. Measured at 32
+# clients on 2 cores: 1 -> remember p95 107 ms, 2 -> 275 ms, no limit -> 361 ms (docs/benchmarks.md).
+DEFAULT_RECALL_CONCURRENCY = max(1, (os.cpu_count() or 2) // 2)
+DEFAULT_RECALL_NICE = 10  # recall's helper threads run at this nice value: writes win the cores
 # Relevance of a reranked row = w x cross-encoder probability + (1 - w) x late-interaction score: the
 # two models see different things (whole pair vs token matches); w is set from docs/benchmarks.md
 DEFAULT_RERANK_WEIGHT = 1.0
@@ -132,16 +136,24 @@ class EngramSettings(BaseSettings):
         "its late-interaction score; 1: the cross-encoder alone",
     )
     recall_concurrency: int = Field(
-        default=0,
+        default=DEFAULT_RECALL_CONCURRENCY,
         ge=0,
-        description="full recalls computed at once; up to rerank_queue more wait for a slot, the rest run "
-        "at once without the cross-encoder (writes never wait); 0: no limit",
+        description="recalls computed at once (default: half the cores); the rest wait for a slot, and "
+        "one that finds rerank_queue already waiting runs without the cross-encoder (writes never "
+        "wait); 0: no limit",
     )
     rerank_queue: int = Field(
         default=DEFAULT_RERANK_QUEUE,
         ge=0,
-        description="recalls that may wait for the cross-encoder (or, with recall_concurrency, for a "
-        "slot) before one is shed; 0: never shed",
+        description="recalls that may wait for a slot (or, without recall_concurrency, for the "
+        "cross-encoder) and keep it; one past that is shed; 0: never shed",
+    )
+    recall_nice: int = Field(
+        default=DEFAULT_RECALL_NICE,
+        ge=0,
+        le=19,
+        description="CPU priority (Linux nice) of recall's helper threads, so writes win the cores "
+        "under load; 0: the same as everything else",
     )
     decay_offset_days: float = Field(default=DEFAULT_DECAY_OFFSET_DAYS, ge=0)
     decay_scale_days: float = Field(default=DEFAULT_DECAY_SCALE_DAYS, gt=0)

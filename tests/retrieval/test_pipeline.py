@@ -234,26 +234,51 @@ def test_admission_counts_who_is_inside():
         assert not refused
 
 
-def test_recall_gate_holds_slots_bounds_the_queue_and_sheds_past_it():
+def test_recall_gate_queues_every_recall_and_sheds_the_cross_encoder_past_the_queue():
     import threading
 
     from engram.retrieval.admission import RecallGate
+    from tests.polling import until
 
     gate = RecallGate(slots=1, waiting=1)
-    entered = threading.Event()
+    order: list[tuple[str, bool]] = []
 
-    def queued() -> None:
+    def recall(name: str) -> None:
         with gate.enter() as full:
-            assert full
-            entered.set()
+            order.append((name, full))
 
     with gate.enter() as first:
-        waiter = threading.Thread(target=queued)
-        waiter.start()
-        assert not entered.wait(0.3)  # it waits for the one slot
-        with gate.enter() as third:  # the queue is full: shed at once
-            assert (first, third, gate.shed) == (True, False, 1)
-    waiter.join(10)
-    assert entered.is_set()
+        queued = threading.Thread(target=recall, args=("queued",))
+        queued.start()
+        assert until(lambda: gate.queued == 1)
+        shed = threading.Thread(target=recall, args=("shed",))  # the queue is full on arrival
+        shed.start()
+        assert until(lambda: gate.queued == 2)
+        assert first and order == []  # both wait for the one slot, the shed one too
+    queued.join(10)
+    shed.join(10)
+    assert order == [("queued", True), ("shed", False)] and gate.shed == 1
     with RecallGate(slots=0, waiting=0).enter() as ungated:
         assert ungated
+
+
+def test_recall_helpers_run_at_the_configured_cpu_priority():
+    import os
+    import threading
+
+    from engram.retrieval.config import RetrievalConfig
+    from engram.retrieval.pipeline import _in_background
+    from engram.threads import lower_priority
+
+    def own_nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before = own_nice()
+    assert _in_background(RetrievalConfig(recall_nice=12), own_nice).result() >= 12
+    assert own_nice() == before  # only the helper thread yields, never the caller
+
+    seen: list[int] = []
+    worker = threading.Thread(target=lambda: (lower_priority(15), lower_priority(3), seen.append(own_nice())))
+    worker.start()
+    worker.join()
+    assert seen == [15]  # it only ever goes up

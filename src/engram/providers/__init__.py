@@ -40,8 +40,13 @@ def default_reranker(settings: EngramSettings) -> Reranker:
 
     if settings.reranker_onnx_dir:
         directory = settings.reranker_onnx_dir
-        return OnnxCrossEncoder(directory, name=f"onnx:{directory.name}", workers=settings.model_threads)
-    return OnnxCrossEncoder.packaged(workers=settings.model_threads)
+        return OnnxCrossEncoder(
+            directory,
+            name=f"onnx:{directory.name}",
+            workers=settings.model_threads,
+            nice=settings.recall_nice,
+        )
+    return OnnxCrossEncoder.packaged(workers=settings.model_threads, nice=settings.recall_nice)
 
 
 def default_token_encoder(settings: EngramSettings) -> TokenEncoder:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import queue
 import threading
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from tokenizers import Encoding, Tokenizer
 
 from engram.errors import ModelError
 from engram.providers.base import Vectors
+from engram.threads import lower_priority
 
 # bge models were trained with this instruction on queries (not on passages).
 BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
@@ -119,6 +121,17 @@ def _load(model_dir: Path, threads: int) -> tuple[Tokenizer, Any]:  # Any: onnxr
     return tokenizer, session
 
 
+def runs_at_once(threads: int) -> int:
+    """How many inferences one session may run side by side: ``max(1, cores // threads)``.
+
+    An onnxruntime session is safe to run from several threads at once, and with one intra-op thread
+    each run computes on its caller's thread, so two runs use two cores. A lock around the session
+    (one run at a time) made each model a single-server queue under load: measured 270 embeddings/s
+    with the lock against 614/s without it from two threads on 2 cores (docs/benchmarks.md).
+    """
+    return max(1, (os.cpu_count() or 1) // max(1, threads))
+
+
 def _pad(encodings: Sequence[Encoding], length: int) -> dict[str, npt.NDArray[np.int64]]:
     """Right-pad token ids to ``length``; returns the three BERT inputs."""
     n = len(encodings)
@@ -158,7 +171,7 @@ class OnnxEmbedder:
         self._query_prefix = query_prefix
         self._batch_size = batch_size
         self._dim = int(self._session.get_outputs()[0].shape[-1])
-        self._lock = threading.Lock()  # one inference at a time: 2 cores are used by one run already
+        self._runs = threading.BoundedSemaphore(runs_at_once(threads))  # never more runs than cores
 
     @classmethod
     def packaged(cls, *, threads: int = 2, batch_size: int = 32) -> OnnxEmbedder:
@@ -189,7 +202,7 @@ class OnnxEmbedder:
             idx = order[start : start + self._batch_size]
             batch = [encodings[i] for i in idx]
             inputs = _pad(batch, max(len(e.ids) for e in batch))
-            with self._lock:
+            with self._runs:
                 hidden = self._session.run(None, inputs)[0]
             cls = hidden[:, 0, :]
             norms = np.linalg.norm(cls, axis=1, keepdims=True)
@@ -211,7 +224,9 @@ class OnnxCrossEncoder:
     pairs in parallel were ~30% faster on 2 cores than one session with 2 intra-op threads.
     """
 
-    def __init__(self, model_dir: Path, *, name: str, max_tokens: int = 256, workers: int = 2) -> None:
+    def __init__(
+        self, model_dir: Path, *, name: str, max_tokens: int = 256, workers: int = 2, nice: int = 0
+    ) -> None:
         self._tokenizer, first = _load(model_dir, threads=1)
         # Cut the longer side first: the passage, unless a query is longer than it (with "only_second"
         # a query past max_tokens made every pair fail and recall fell back to RRF order).
@@ -221,15 +236,22 @@ class OnnxCrossEncoder:
         self._sessions.put(first)
         for _ in range(workers - 1):
             self._sessions.put(_load(model_dir, threads=1)[1])
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engram-rerank")
+        # Its threads only ever rerank, so they may run at a lower CPU priority (``nice``, see
+        # engram.threads) for good.
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers,
+            thread_name_prefix="engram-rerank",
+            initializer=lower_priority,
+            initargs=(nice,),
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
 
     @classmethod
-    def packaged(cls, *, workers: int = 2) -> OnnxCrossEncoder:
+    def packaged(cls, *, workers: int = 2, nice: int = 0) -> OnnxCrossEncoder:
         model_dir = PACKAGED_RERANKER.verified_dir()
-        return cls(model_dir, name=PACKAGED_RERANKER.name, workers=workers)
+        return cls(model_dir, name=PACKAGED_RERANKER.name, workers=workers, nice=nice)
 
     @property
     def name(self) -> str:
@@ -280,7 +302,7 @@ class OnnxTokenEncoder:
             raise ModelError(f"{model_dir}: the tokenizer has no ColBERT marker tokens")
         self._query_marker, self._document_marker = (int(m) for m in markers if m is not None)
         self._dim = int(self._session.get_outputs()[0].shape[-1])
-        self._lock = threading.Lock()
+        self._runs = threading.BoundedSemaphore(runs_at_once(threads))  # never more runs than cores
 
     @classmethod
     def packaged(cls, *, threads: int = 2) -> OnnxTokenEncoder:
@@ -305,7 +327,7 @@ class OnnxTokenEncoder:
             "attention_mask": np.ones_like(tokens),
             "token_type_ids": np.zeros_like(tokens),
         }
-        with self._lock:
+        with self._runs:
             hidden = self._session.run(None, feeds)[0][0]
         norms = np.linalg.norm(hidden, axis=1, keepdims=True)
         matrix: Vectors = (hidden / np.maximum(norms, 1e-12)).astype(np.float32)

@@ -2,9 +2,10 @@
 
 The cross-encoder costs tens of milliseconds of CPU per recall and runs on a few sessions; when more
 recalls want it than it can serve, every request waits behind the others and tail latency grows
-without bound. ``Admission`` lets at most ``limit`` recalls into the stage at once (running or
-waiting for a session); one past that keeps the previous stage's order, and its hits say
-``"rerank": "skipped: load"``. Batching the waiting requests would not help: the INT8 cross-encoder
+without bound. ``RecallGate`` (the default) bounds the recalls computed at once and sheds the
+cross-encoder of those that would wait too long; without it, ``Admission`` lets at most ``limit``
+recalls into the stage at once (running or waiting for a session). A shed recall keeps the previous
+stage's order, and its hits say ``"rerank": "skipped: load"``. Batching the waiting requests would not help: the INT8 cross-encoder
 runs each pair alone (see OnnxCrossEncoder), so its cost is per pair, not per call.
 """
 
@@ -52,12 +53,16 @@ class Admission:
 
 
 class RecallGate:
-    """At most ``slots`` recalls computed at once and at most ``waiting`` more waiting for a slot; a
-    recall past both runs at once without the cross-encoder (shed) instead of queueing.
+    """At most ``slots`` recalls computed at once; the rest wait for a slot in arrival order. A recall
+    that arrives when ``waiting`` are already queued is shed: it still waits its turn, but runs without
+    the cross-encoder, so it holds its slot for a few milliseconds instead of ~100.
 
-    Bounding the recalls computed at once leaves the cores to writes (the hot path an agent waits on);
-    bounding the wait keeps recall's tail latency bounded too. ``slots`` 0: no gate (every recall runs
-    at once); ``waiting`` 0: wait without bound (never shed here).
+    Bounding every recall (shed ones too: without the cross-encoder a recall still encodes the query
+    twice and scores 160 candidates) leaves the other cores to writes, the hot path an agent waits on;
+    shedding keeps the queue short, so recall's tail stays bounded too. Measured at 32 clients on 2
+    cores (bench/load.py): 1 slot gave remember p95 107 ms and recall p95 909 ms, where letting shed
+    recalls run at once gave 182 ms. ``slots`` 0: no gate (every recall runs at once); ``waiting`` 0:
+    never shed here.
     """
 
     def __init__(self, slots: int, waiting: int) -> None:
@@ -69,25 +74,29 @@ class RecallGate:
         self._free = threading.Condition()
         self.shed = 0  # how many ran without the cross-encoder, for logs and benchmarks
 
+    @property
+    def queued(self) -> int:
+        """Recalls waiting for a slot now."""
+        return self._queued
+
     @contextmanager
     def enter(self) -> Iterator[bool]:
-        """True: a full recall (holding a slot until the block ends); False: shed, run at once."""
+        """Wait for a slot, then hold it until the block ends. True: a full recall; False: shed (more
+        than ``waiting`` were already queued on arrival), so it holds its slot only briefly."""
         if self.slots == 0:
             yield True
             return
         with self._free:
-            full = self._running < self.slots or self.waiting == 0 or self._queued < self.waiting
-            if full:
-                self._queued += 1
-                self._free.wait_for(lambda: self._running < self.slots)
-                self._queued -= 1
-                self._running += 1
-            else:
+            full = self.waiting == 0 or self._queued < self.waiting
+            if not full:
                 self.shed += 1
+            self._queued += 1
+            self._free.wait_for(lambda: self._running < self.slots)
+            self._queued -= 1
+            self._running += 1
         try:
             yield full
         finally:
-            if full:
-                with self._free:
-                    self._running -= 1
-                    self._free.notify()
+            with self._free:
+                self._running -= 1
+                self._free.notify()

@@ -21,10 +21,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from engram.models import EpisodicMemory, Hit, Memory, MemoryType, search_text_of
 from engram.providers.base import Embedder, Reranker, TokenEncoder
@@ -35,13 +36,15 @@ from engram.retrieval.late_interaction import Matrix, late_score, pack, token_ma
 from engram.retrieval.scoring import multipliers, product
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
+from engram.threads import lower_priority
 
 log = logging.getLogger(__name__)
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
 # stage is skipped, so a store upgraded from 0.1 keeps 0.1's latency until `engram reindex` has run.
 MAX_ENCODED_AT_RECALL = 8
-_LEG_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-leg")
+_LEG_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-leg")  # recall's work only
 _ADMIT_ALL = Admission(0)
+T = TypeVar("T")
 _SHED_ALL = Admission.closed()
 
 
@@ -110,7 +113,9 @@ def recall(
     where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded)
     late = token_encoder is not None and config.late_interaction and config.late_window > 0
     # The query's token vectors are encoded on a worker while the legs run.
-    query_tokens = _LEG_POOL.submit(token_encoder.encode_query, query) if late and token_encoder else None
+    query_tokens = (
+        _in_background(config, token_encoder.encode_query, query) if late and token_encoder else None
+    )
     if isinstance(store, CandidateSearch) and set(config.legs) == {"bm25", "dense"}:
         # A networked store answers legs, rows and token vectors in one statement: fewer round trips
         # beat running the legs side by side here.
@@ -155,9 +160,7 @@ def recall(
     if config.rerank and reranker is not None and config.rerank_window > 0 and candidates:
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
             window = candidates[: config.rerank_window]
-            rerank_error = (
-                apply_rerank(reranker, query, window, config.rerank_weight) if admitted else None
-            )
+            rerank_error = apply_rerank(reranker, query, window, config.rerank_weight) if admitted else None
         if not admitted:
             skipped["rerank"] = "skipped: load"
         elif rerank_error is None:
@@ -226,6 +229,16 @@ def apply_late_interaction(
     return None
 
 
+def _in_background(config: RetrievalConfig, work: Callable[..., T], *args: Any) -> Future[T]:
+    """Run ``work`` on the leg pool, whose threads run at ``config.recall_nice``."""
+
+    def niced() -> T:
+        lower_priority(config.recall_nice)
+        return work(*args)
+
+    return _LEG_POOL.submit(niced)
+
+
 def _search_legs(
     store: SearchStore,
     embedder: Embedder,
@@ -238,7 +251,7 @@ def _search_legs(
     runs the dense leg (SQLite and onnxruntime both release the GIL, so they overlap)."""
     legs: dict[str, list[tuple[str, float]]] = {}
     text_leg = (
-        _LEG_POOL.submit(store.search_text, tenant, query, where, config.leg_candidates)
+        _in_background(config, store.search_text, tenant, query, where, config.leg_candidates)
         if "bm25" in config.legs
         else None
     )
@@ -298,9 +311,7 @@ def blended(rerank: float, late: float | None, weight: float) -> float:
     return rerank if late is None else weight * rerank + (1.0 - weight) * late
 
 
-def apply_rerank(
-    reranker: Reranker, query: str, window: list[Candidate], weight: float = 1.0
-) -> str | None:
+def apply_rerank(reranker: Reranker, query: str, window: list[Candidate], weight: float = 1.0) -> str | None:
     """Set each window candidate's rerank probability; return an error text instead of raising."""
     try:
         scores = reranker.score(query, [search_text_of(c.memory) for c in window])

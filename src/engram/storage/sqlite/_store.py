@@ -59,6 +59,7 @@ class SQLiteStore(StoreRules[int]):
         self._local = threading.local()
         self._open: dict[int, apsw.Connection] = {}  # every live thread's connection, for close()
         self._lock = threading.Lock()
+        self._writer = threading.Lock()  # this process's writers queue here (see _write)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -88,14 +89,24 @@ class SQLiteStore(StoreRules[int]):
         return connect(self.path)
 
     @contextlib.contextmanager
-    def _write(self, conn: apsw.Connection) -> Iterator[None]:
-        conn.execute("BEGIN IMMEDIATE")
+    def _write(self, conn: apsw.Connection, max_wait_s: float | None = None) -> Iterator[None]:
+        """One write transaction. This process's writers wait for each other on a mutex, which hands
+        over the moment the writer before them commits; only other processes' writers meet SQLite's
+        busy handler, which polls in growing sleeps (up to 100 ms) and stretched the write tail of
+        a loaded server to ~1 s (bench/load.py, docs/benchmarks.md)."""
+        wait = BUSY_TIMEOUT_MS / 1000 if max_wait_s is None else max_wait_s
+        if not self._writer.acquire(timeout=wait):
+            raise apsw.BusyError(f"another thread held the write lock of {self.path} for {wait:g} s")
         try:
-            yield
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            self._writer.release()
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -220,7 +231,7 @@ class SQLiteStore(StoreRules[int]):
             if max_wait_s is not None:
                 conn.set_busy_timeout(round(max_wait_s * 1000))
             try:
-                with self._write(conn):
+                with self._write(conn, max_wait_s):
                     for n, ids in by_increment.items():
                         sql = f"""UPDATE memories SET use_count = use_count + ?,
                                       last_used_at = max(coalesce(last_used_at, ''), ?)
