@@ -41,6 +41,7 @@ from engram import Engram
 from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, new_id, search_text_of, utcnow
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.late_interaction import pack
+from engram.storage.base import Store
 
 
 def vocabulary() -> list[str]:
@@ -158,7 +159,6 @@ def open_engram(
     import psycopg
     from psycopg.conninfo import make_conninfo
 
-    from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
     from engram.storage.postgres import PostgresStore
 
     server = None
@@ -174,12 +174,7 @@ def open_engram(
     admin = make_conninfo(pg_url, dbname=name)
     store = PostgresStore(make_conninfo(admin, user="engram_app"), admin_url=admin)
     try:
-        with Engram(
-            store,
-            OnnxEmbedder.packaged(),
-            OnnxCrossEncoder.packaged(),
-            token_encoder=OnnxTokenEncoder.packaged(),
-        ) as eng:
+        with with_default_models(store) as eng:
             yield eng
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -188,13 +183,28 @@ def open_engram(
             server.cleanup()
 
 
+def with_default_models(store: Store) -> Engram:
+    """The store with the models and settings `Engram.open` would give the embedded store (the same
+    threads per model, cross-encoder sessions and priorities), so the backends are compared alone."""
+    from engram.providers import default_embedder, default_reranker, default_token_encoder
+    from engram.settings import load_settings
+
+    settings = load_settings()
+    return Engram(
+        store,
+        default_embedder(settings),
+        default_reranker(settings),
+        token_encoder=default_token_encoder(settings),
+        settings=settings,
+    )
+
+
 OS_PREFIX = "engrambench-"
 _tenant_hash: list[str] = []  # a bcrypt hash for the bench's tenant users on the test node (see below)
 
 
 @contextlib.contextmanager
 def open_opensearch(tmp: str, url: str | None, heap: str) -> Iterator[Engram]:
-    from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
     from engram.settings import load_settings
     from engram.storage.opensearch import OpenSearchOptions, OpenSearchStore
 
@@ -215,12 +225,7 @@ def open_opensearch(tmp: str, url: str | None, heap: str) -> Iterator[Engram]:
     try:
         store = OpenSearchStore(url, options)
         try:
-            with Engram(
-                store,
-                OnnxEmbedder.packaged(),
-                OnnxCrossEncoder.packaged(),
-                token_encoder=OnnxTokenEncoder.packaged(),
-            ) as eng:
+            with with_default_models(store) as eng:
                 yield eng
         finally:
             if node is None:  # a cluster of someone's: take the bench's indices away

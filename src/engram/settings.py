@@ -26,6 +26,7 @@ from pydantic_settings import (
 )
 
 from engram.errors import ConfigError
+from engram.threads import available_cores
 
 # --- recall (the reference design's values unless said otherwise) ---------------------------------
 DEFAULT_LEG_CANDIDATES = 80  # each leg over-fetches enough that RRF sees both legs' long tails
@@ -38,7 +39,10 @@ DEFAULT_RERANK_WINDOW = (
 DEFAULT_RERANK_QUEUE = 8
 # Recalls computed at once (the rest wait): half the cores, so writes always find one. Measured at 32
 # clients on 2 cores: 1 -> remember p95 107 ms, 2 -> 275 ms, no limit -> 361 ms (docs/benchmarks.md).
-DEFAULT_RECALL_CONCURRENCY = max(1, (os.cpu_count() or 2) // 2)
+DEFAULT_RECALL_CONCURRENCY = max(1, available_cores() // 2)  # per process: `serve --workers N` has N x
+# `engram serve`'s request threads (anyio's default is 40). A recall waiting for a slot holds one, and
+# at most half of them wait (RecallGate): the rest are always free for writes.
+DEFAULT_REQUEST_THREADS = 128
 DEFAULT_RECALL_NICE = 10  # recall's helper threads run at this nice value: writes win the cores
 # Relevance of a reranked row = w x cross-encoder probability + (1 - w) x late-interaction score: the
 # two models see different things (whole pair vs token matches); w is set from docs/benchmarks.md
@@ -147,6 +151,11 @@ class EngramSettings(BaseSettings):
         ge=0,
         description="recalls that may wait for a slot (or, without recall_concurrency, for the "
         "cross-encoder) and keep it; one past that is shed; 0: never shed",
+    )
+    request_threads: int = Field(
+        default=DEFAULT_REQUEST_THREADS,
+        ge=2,
+        description="threads serving requests in `engram serve`; at most half wait for a recall slot",
     )
     recall_nice: int = Field(
         default=DEFAULT_RECALL_NICE,

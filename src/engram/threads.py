@@ -7,6 +7,14 @@ import sys
 import threading
 
 
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's cpuset), not the host's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity call on this platform
+        return max(1, os.cpu_count() or 1)
+
+
 def lower_priority(nice: int) -> None:
     """Raise the calling thread's nice value to at least ``nice`` (Linux; elsewhere nothing happens).
 

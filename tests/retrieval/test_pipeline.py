@@ -1,5 +1,6 @@
 """The pipeline on a real store with the real models."""
 
+import sys
 from datetime import timedelta
 
 import pytest
@@ -258,15 +259,25 @@ def test_recall_gate_queues_every_recall_and_sheds_the_cross_encoder_past_the_qu
     queued.join(10)
     shed.join(10)
     assert order == [("queued", True), ("shed", False)] and gate.shed == 1
+
+    gate = RecallGate(slots=1, waiting=1, max_queued=1)  # past it, a shed recall runs at once
+    with gate.enter():
+        queued = threading.Thread(target=recall, args=("second queued",))
+        queued.start()
+        assert until(lambda: gate.queued == 1)
+        with gate.enter() as past_the_cap:  # would wait forever if it queued behind this block
+            assert not past_the_cap and gate.queued == 1
+    queued.join(10)
+    assert order[-1] == ("second queued", True) and gate.queued == 0
     with RecallGate(slots=0, waiting=0).enter() as ungated:
         assert ungated
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 def test_recall_helpers_run_at_the_configured_cpu_priority():
     import os
     import threading
 
-    from engram.retrieval.config import RetrievalConfig
     from engram.retrieval.pipeline import _in_background
     from engram.threads import lower_priority
 
@@ -274,7 +285,7 @@ def test_recall_helpers_run_at_the_configured_cpu_priority():
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     before = own_nice()
-    assert _in_background(RetrievalConfig(recall_nice=12), own_nice).result() >= 12
+    assert _in_background(12, own_nice).result() >= 12
     assert own_nice() == before  # only the helper thread yields, never the caller
 
     seen: list[int] = []

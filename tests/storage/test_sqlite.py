@@ -108,3 +108,42 @@ def test_a_finished_thread_gives_its_connection_back(tmp_path):
     finally:
         store.close()
     assert _open_connections(store.path) == 0
+
+
+def test_a_writer_of_this_process_bounds_a_use_count_wait_and_nesting_fails_at_once(tmp_path):
+    """This process's writers queue on the store's mutex: the use-count bump still gives up after its
+    own bound (StoreBusy, which recall turns into a queued bump), and a write opened inside a write
+    on the same thread fails at once instead of waiting for itself."""
+    import threading
+    import time
+
+    import pytest
+
+    from engram.errors import StorageError, StoreBusy
+
+    store = SQLiteStore(tmp_path / "x.db")
+    holding, release = threading.Event(), threading.Event()
+
+    def long_write() -> None:
+        with store._tenant_statements("sarah", write=True):
+            holding.set()
+            release.wait(30)
+
+    writer = threading.Thread(target=long_write)
+    writer.start()
+    try:
+        assert holding.wait(30)
+        started = time.monotonic()
+        with pytest.raises(StoreBusy):
+            store.record_use("sarah", {"sem_x": 1}, datetime.now(UTC), max_wait_s=0.2)
+        assert time.monotonic() - started < 5  # its own bound, not the 10 s busy timeout
+    finally:
+        release.set()
+        writer.join(30)
+    assert store.record_use("sarah", {"sem_x": 1}, datetime.now(UTC), max_wait_s=0.2) == {}
+    with store._tenant_statements("sarah", write=True):
+        started = time.monotonic()
+        with pytest.raises(StorageError, match="already open in this thread"):
+            store.record_use("sarah", {"sem_x": 1}, datetime.now(UTC))
+        assert time.monotonic() - started < 1
+    store.close()

@@ -53,8 +53,13 @@ class Engine:
         self.token_encoder = token_encoder  # late interaction; None: recall skips that stage
         self.config = config or RetrievalConfig.from_settings(self.settings)
         self.use_counts = UseRecorder(store, self.settings.use_wait_ms / 1000)
-        # Under load: a few full recalls at once, a bounded queue, the rest shed the cross-encoder.
-        self.recall_gate = RecallGate(self.settings.recall_concurrency, self.settings.rerank_queue)
+        # Under load: a few recalls computed at once, first come first served; past a short queue they
+        # skip the cross-encoder, so writes keep the other cores.
+        self.recall_gate = RecallGate(
+            self.settings.recall_concurrency,
+            self.settings.rerank_queue,
+            max_queued=self.settings.request_threads // 2,  # a waiting recall holds a request thread
+        )
         self.rerank_admission = Admission(self.settings.rerank_queue)  # the bound when the gate is off
         self._made: list[object] = []  # providers Engram.from_settings made: close() closes them too
         store.ensure_model(embedder.name, embedder.dim)

@@ -227,6 +227,7 @@ class UserMemory(TenantHandle):
                 now=aware(as_of) or now,
                 admission=engram.rerank_admission,
                 shed_rerank=not full,
+                helper_nice=engram.settings.recall_nice,
             )
         if not (record_use if record_use is not None else as_of is None):
             return hits

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import queue
 import threading
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from tokenizers import Encoding, Tokenizer
 
 from engram.errors import ModelError
 from engram.providers.base import Vectors
-from engram.threads import lower_priority
+from engram.threads import available_cores, lower_priority
 
 # bge models were trained with this instruction on queries (not on passages).
 BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
@@ -129,7 +128,7 @@ def runs_at_once(threads: int) -> int:
     (one run at a time) made each model a single-server queue under load: measured 270 embeddings/s
     with the lock against 614/s without it from two threads on 2 cores (docs/benchmarks.md).
     """
-    return max(1, (os.cpu_count() or 1) // max(1, threads))
+    return max(1, available_cores() // max(1, threads))
 
 
 def _pad(encodings: Sequence[Encoding], length: int) -> dict[str, npt.NDArray[np.int64]]:
@@ -302,7 +301,10 @@ class OnnxTokenEncoder:
             raise ModelError(f"{model_dir}: the tokenizer has no ColBERT marker tokens")
         self._query_marker, self._document_marker = (int(m) for m in markers if m is not None)
         self._dim = int(self._session.get_outputs()[0].shape[-1])
-        self._runs = threading.BoundedSemaphore(runs_at_once(threads))  # never more runs than cores
+        # Documents (writes) and queries (recall, on threads that may run at a lower priority) take
+        # separate permits, so a write never waits for a deprioritised query encoding.
+        self._document_runs = threading.BoundedSemaphore(runs_at_once(threads))
+        self._query_runs = threading.BoundedSemaphore(runs_at_once(threads))
 
     @classmethod
     def packaged(cls, *, threads: int = 2) -> OnnxTokenEncoder:
@@ -317,7 +319,7 @@ class OnnxTokenEncoder:
     def dim(self) -> int:
         return self._dim
 
-    def _encode(self, text: str, marker: int, max_tokens: int) -> Vectors:
+    def _encode(self, text: str, marker: int, max_tokens: int, runs: threading.BoundedSemaphore) -> Vectors:
         ids = self._tokenizer.encode(text).ids  # [CLS] text [SEP]
         if len(ids) + 1 > max_tokens:  # keep [CLS], the marker, the head of the text and [SEP]
             ids = [*ids[: max_tokens - 2], ids[-1]]
@@ -327,14 +329,17 @@ class OnnxTokenEncoder:
             "attention_mask": np.ones_like(tokens),
             "token_type_ids": np.zeros_like(tokens),
         }
-        with self._runs:
+        with runs:
             hidden = self._session.run(None, feeds)[0][0]
         norms = np.linalg.norm(hidden, axis=1, keepdims=True)
         matrix: Vectors = (hidden / np.maximum(norms, 1e-12)).astype(np.float32)
         return matrix
 
     def encode_documents(self, texts: Sequence[str]) -> list[Vectors]:
-        return [self._encode(t, self._document_marker, self._max_document_tokens) for t in texts]
+        return [
+            self._encode(t, self._document_marker, self._max_document_tokens, self._document_runs)
+            for t in texts
+        ]
 
     def encode_query(self, text: str) -> Vectors:
-        return self._encode(text, self._query_marker, self._max_query_tokens)
+        return self._encode(text, self._query_marker, self._max_query_tokens, self._query_runs)

@@ -5,13 +5,15 @@ recalls want it than it can serve, every request waits behind the others and tai
 without bound. ``RecallGate`` (the default) bounds the recalls computed at once and sheds the
 cross-encoder of those that would wait too long; without it, ``Admission`` lets at most ``limit``
 recalls into the stage at once (running or waiting for a session). A shed recall keeps the previous
-stage's order, and its hits say ``"rerank": "skipped: load"``. Batching the waiting requests would not help: the INT8 cross-encoder
-runs each pair alone (see OnnxCrossEncoder), so its cost is per pair, not per call.
+stage's order, and its hits say ``"rerank": "skipped: load"``. Batching the waiting requests would not
+help: the INT8 cross-encoder runs each pair alone (see OnnxCrossEncoder), so its cost is per pair, not
+per call.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -53,50 +55,77 @@ class Admission:
 
 
 class RecallGate:
-    """At most ``slots`` recalls computed at once; the rest wait for a slot in arrival order. A recall
-    that arrives when ``waiting`` are already queued is shed: it still waits its turn, but runs without
-    the cross-encoder, so it holds its slot for a few milliseconds instead of ~100.
+    """At most ``slots`` recalls computed at once; the rest wait for a slot, first come first served
+    (a finishing recall hands its slot to the oldest waiter). A recall that has to wait while
+    ``waiting`` are already queued is shed: it waits its turn too, but is computed without the
+    cross-encoder, so it holds its slot for a few milliseconds instead of ~100. Past ``max_queued``
+    waiting, a shed recall runs at once instead of queueing, so waiting recalls can never take every
+    request thread of a server from the writes.
 
     Bounding every recall (shed ones too: without the cross-encoder a recall still encodes the query
     twice and scores 160 candidates) leaves the other cores to writes, the hot path an agent waits on;
     shedding keeps the queue short, so recall's tail stays bounded too. Measured at 32 clients on 2
     cores (bench/load.py): 1 slot gave remember p95 107 ms and recall p95 909 ms, where letting shed
     recalls run at once gave 182 ms. ``slots`` 0: no gate (every recall runs at once); ``waiting`` 0:
-    never shed here.
+    never shed here (nor run at once).
     """
 
-    def __init__(self, slots: int, waiting: int) -> None:
-        if slots < 0 or waiting < 0:
-            raise ValueError("slots and waiting must be >= 0")
-        self.slots, self.waiting = slots, waiting
+    def __init__(self, slots: int, waiting: int, max_queued: int = 64) -> None:
+        if slots < 0 or waiting < 0 or max_queued < 0:
+            raise ValueError("slots, waiting and max_queued must be >= 0")
+        self.slots, self.waiting, self.max_queued = slots, waiting, max_queued
         self._running = 0
-        self._queued = 0
-        self._free = threading.Condition()
+        self._queue: deque[threading.Event] = deque()  # set: the slot was handed to that waiter
+        self._lock = threading.Lock()
         self.shed = 0  # how many ran without the cross-encoder, for logs and benchmarks
 
     @property
     def queued(self) -> int:
         """Recalls waiting for a slot now."""
-        return self._queued
+        return len(self._queue)
 
     @contextmanager
     def enter(self) -> Iterator[bool]:
-        """Wait for a slot, then hold it until the block ends. True: a full recall; False: shed (more
-        than ``waiting`` were already queued on arrival), so it holds its slot only briefly."""
+        """Hold a slot until the block ends (waiting for one if need be). True: a full recall; False:
+        shed (it had to wait with ``waiting`` already queued), so it holds its slot only briefly."""
         if self.slots == 0:
             yield True
             return
-        with self._free:
-            full = self.waiting == 0 or self._queued < self.waiting
-            if not full:
-                self.shed += 1
-            self._queued += 1
-            self._free.wait_for(lambda: self._running < self.slots)
-            self._queued -= 1
-            self._running += 1
+        with self._lock:
+            if self._running < self.slots and not self._queue:
+                self._running += 1
+                turn = None
+                full = True
+            else:
+                full = self.waiting == 0 or len(self._queue) < self.waiting
+                if not full:
+                    self.shed += 1
+                if not full and len(self._queue) >= self.max_queued:
+                    turn = None  # run at once, outside the slots
+                else:
+                    turn = threading.Event()
+                    self._queue.append(turn)
+        holds_slot = turn is not None or full
+        if turn is not None:
+            try:
+                turn.wait()
+            except BaseException:  # interrupted while waiting: leave the queue or pass the slot on
+                with self._lock:
+                    if turn.is_set():
+                        self._release()
+                    else:
+                        self._queue.remove(turn)
+                raise
         try:
             yield full
         finally:
-            with self._free:
-                self._running -= 1
-                self._free.notify()
+            if holds_slot:
+                with self._lock:
+                    self._release()
+
+    def _release(self) -> None:
+        """Hand the slot to the oldest waiter, else free it (called with the lock held)."""
+        if self._queue:
+            self._queue.popleft().set()
+        else:
+            self._running -= 1

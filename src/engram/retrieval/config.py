@@ -20,7 +20,6 @@ class RetrievalConfig:
     rerank: bool = True
     rerank_window: int = s.DEFAULT_RERANK_WINDOW
     rerank_weight: float = s.DEFAULT_RERANK_WEIGHT  # cross-encoder's share of a reranked relevance
-    recall_nice: int = s.DEFAULT_RECALL_NICE  # CPU priority of the recall's helper threads
     multipliers: bool = True  # decay, use-count boost and catalog prior
     decay_offset_days: float = s.DEFAULT_DECAY_OFFSET_DAYS
     decay_scale_days: float = s.DEFAULT_DECAY_SCALE_DAYS
@@ -46,7 +45,6 @@ class RetrievalConfig:
             rerank=settings.rerank,
             rerank_window=settings.rerank_window,
             rerank_weight=settings.rerank_weight,
-            recall_nice=settings.recall_nice,
             decay_offset_days=settings.decay_offset_days,
             decay_scale_days=settings.decay_scale_days,
             decay_value=settings.decay_value,

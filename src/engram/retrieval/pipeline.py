@@ -89,6 +89,8 @@ class Candidate:
             **self.multipliers,
             "final": self.final,
         }
+        if self.rerank is not None and self.rerank_weight != 1.0:
+            info["rerank_weight"] = self.rerank_weight  # relevance mixes in the late score (blended)
         info.update({f"{name}_error": error for name, error in errors.items()})
         info.update(skipped)  # a stage left out on purpose says why in its own field
         return info
@@ -109,12 +111,15 @@ def recall(
     now: datetime,
     admission: Admission | None = None,
     shed_rerank: bool = False,
+    helper_nice: int = 0,
 ) -> list[Hit]:
+    """One recall through the stages of the module docstring; ``helper_nice`` is the CPU priority
+    (Linux nice) of the pool threads that run its legs and its query encoding beside it."""
     where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded)
     late = token_encoder is not None and config.late_interaction and config.late_window > 0
     # The query's token vectors are encoded on a worker while the legs run.
     query_tokens = (
-        _in_background(config, token_encoder.encode_query, query) if late and token_encoder else None
+        _in_background(helper_nice, token_encoder.encode_query, query) if late and token_encoder else None
     )
     if isinstance(store, CandidateSearch) and set(config.legs) == {"bm25", "dense"}:
         # A networked store answers legs, rows and token vectors in one statement: fewer round trips
@@ -128,7 +133,8 @@ def recall(
         }
         fetched, prefetched = found.rows, found.tokens
     else:
-        legs, fetched, prefetched = _search_legs(store, embedder, tenant, query, where, config), None, None
+        legs = _search_legs(store, embedder, tenant, query, where, config, helper_nice)
+        fetched, prefetched = None, None
     fused = rrf({leg: [i for i, _ in hits] for leg, hits in legs.items()}, k=config.rrf_k)
     if fetched is None:
         fetched = store.fetch(tenant, list(fused), include_catalog="catalog" in memory_types)
@@ -229,11 +235,12 @@ def apply_late_interaction(
     return None
 
 
-def _in_background(config: RetrievalConfig, work: Callable[..., T], *args: Any) -> Future[T]:
-    """Run ``work`` on the leg pool, whose threads run at ``config.recall_nice``."""
+def _in_background(nice: int, work: Callable[..., T], *args: Any) -> Future[T]:
+    """Run ``work`` on the leg pool, its thread at nice ``nice`` at least (the pool runs only recall's
+    work, so its threads never need their priority back)."""
 
     def niced() -> T:
-        lower_priority(config.recall_nice)
+        lower_priority(nice)
         return work(*args)
 
     return _LEG_POOL.submit(niced)
@@ -246,12 +253,13 @@ def _search_legs(
     query: str,
     where: SearchFilter,
     config: RetrievalConfig,
+    helper_nice: int,
 ) -> dict[str, list[tuple[str, float]]]:
     """The legs as separate store calls: BM25 on a worker thread while this one embeds the query and
     runs the dense leg (SQLite and onnxruntime both release the GIL, so they overlap)."""
     legs: dict[str, list[tuple[str, float]]] = {}
     text_leg = (
-        _in_background(config, store.search_text, tenant, query, where, config.leg_candidates)
+        _in_background(helper_nice, store.search_text, tenant, query, where, config.leg_candidates)
         if "bm25" in config.legs
         else None
     )

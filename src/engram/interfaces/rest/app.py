@@ -88,6 +88,8 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Sync routes and tools run on anyio's threads; recalls waiting for a slot hold some of them.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = engram.settings.request_threads
         async with mcp_server.session_manager.run():
             yield
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -60,6 +61,7 @@ class SQLiteStore(StoreRules[int]):
         self._open: dict[int, apsw.Connection] = {}  # every live thread's connection, for close()
         self._lock = threading.Lock()
         self._writer = threading.Lock()  # this process's writers queue here (see _write)
+        self._writer_thread: int | None = None  # the thread inside _write, to refuse nesting at once
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -90,15 +92,28 @@ class SQLiteStore(StoreRules[int]):
 
     @contextlib.contextmanager
     def _write(self, conn: apsw.Connection, max_wait_s: float | None = None) -> Iterator[None]:
-        """One write transaction. This process's writers wait for each other on a mutex, which hands
-        over the moment the writer before them commits; only other processes' writers meet SQLite's
-        busy handler, which polls in growing sleeps (up to 100 ms) and stretched the write tail of
-        a loaded server to ~1 s (bench/load.py, docs/benchmarks.md)."""
+        """One write transaction, waiting at most ``max_wait_s`` (else the busy timeout) for the lock.
+
+        This process's writers wait for each other on a mutex, which hands over the moment the writer
+        before them commits; only other processes' writers meet SQLite's busy handler, which polls in
+        growing sleeps (up to 100 ms) and stretched the write tail of a loaded server to ~1 s
+        (bench/load.py, docs/benchmarks.md).
+        """
+        if self._writer_thread == threading.get_ident():
+            raise StorageError(f"a write transaction on {self.path} is already open in this thread")
         wait = BUSY_TIMEOUT_MS / 1000 if max_wait_s is None else max_wait_s
+        deadline = time.monotonic() + wait
         if not self._writer.acquire(timeout=wait):
             raise apsw.BusyError(f"another thread held the write lock of {self.path} for {wait:g} s")
+        self._writer_thread = threading.get_ident()
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            if max_wait_s is not None:  # what is left of the wait, for another process's writer
+                conn.set_busy_timeout(max(1, round(1000 * (deadline - time.monotonic()))))
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            finally:
+                if max_wait_s is not None:
+                    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
             try:
                 yield
             except BaseException:
@@ -106,6 +121,7 @@ class SQLiteStore(StoreRules[int]):
                 raise
             conn.execute("COMMIT")
         finally:
+            self._writer_thread = None
             self._writer.release()
 
     @contextlib.contextmanager
@@ -228,8 +244,6 @@ class SQLiteStore(StoreRules[int]):
         counts: dict[str, int] = {}
         with self._errors():
             conn = self._conn()
-            if max_wait_s is not None:
-                conn.set_busy_timeout(round(max_wait_s * 1000))
             try:
                 with self._write(conn, max_wait_s):
                     for n, ids in by_increment.items():
@@ -243,8 +257,6 @@ class SQLiteStore(StoreRules[int]):
                 if max_wait_s is None:
                     raise
                 raise StoreBusy(f"another writer holds {self.path}") from exc
-            finally:
-                conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         return counts
 
     def stats(self) -> dict[str, Any]:
