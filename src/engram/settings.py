@@ -64,7 +64,7 @@ DEFAULT_EMBED_BATCH = 32  # batch size for the embedder; larger did not help on 
 DEFAULT_MODEL_THREADS = 1
 DEFAULT_IMPORT_CHUNK = 256  # rows per import transaction: the longest a bulk import holds the write lock
 DEFAULT_USE_WAIT_MS = 100  # recall waits this long for the write lock to bump use counts, then queues it
-DEFAULT_ANN_MIN_ROWS = 5000  # SQLite: own HNSW index past this: wins by >2 ms from here (docs/benchmarks.md)
+DEFAULT_ANN_MIN_ROWS = 5000  # own HNSW index past this: wins by >2 ms from here (docs/benchmarks.md)
 # --- OpenSearch (engram.storage.opensearch) -------------------------------------------------------
 DEFAULT_OS_INDEX_PREFIX = "engram-"  # every index, alias and role of the store starts with it
 DEFAULT_OS_SHARDS = 1  # a tenant's recall reads every shard: one until an index outgrows ~30 GB
@@ -183,7 +183,8 @@ class EngramSettings(BaseSettings):
     ann_min_rows: int = Field(
         default=DEFAULT_ANN_MIN_ROWS,
         ge=0,
-        description="SQLite: rows after which a tenant gets an HNSW index; 0: never",
+        description="rows after which a tenant gets its own HNSW index (SQLite: in the background; "
+        "PostgreSQL: at `engram reindex` with the admin URL); 0: never",
     )
     # Consolidation (needs an OpenAI-compatible chat endpoint; nothing else in Engram uses an LLM).
     llm_base_url: str | None = Field(default=None, description="e.g. http://localhost:11434/v1 (Ollama)")

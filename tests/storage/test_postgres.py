@@ -8,6 +8,7 @@ import psycopg
 import pytest
 
 from engram import Conflict, Engram, StorageError
+from engram.errors import ConfigError
 from engram.models import CatalogItem, SemanticMemory, new_id
 from engram.storage.postgres import PostgresStore, migrate
 
@@ -285,3 +286,62 @@ def test_one_statement_search_returns_what_the_separate_calls_do(pg, embedder, t
         if answer.id in ids:  # the turn's own tokens and those of the turn it replied to
             assert found.tokens[answer.id] == tokens[1] and found.tokens[question.id] == tokens[0]
     assert store.search_candidates("sarah", "x", vector, SearchFilter(frozenset()), 80, False).rows == []
+
+
+@pytest.mark.parametrize("database", ["pg_urls", "owned_db"])  # schema owner: superuser or not
+def test_a_heavy_tenant_gets_its_own_hnsw_index_and_recall_uses_it(database, request, embedder):
+    """`engram reindex` (Engine.index_heavy_tenants) gives a tenant past ann_min_rows a partial HNSW
+    index; its dense leg then goes through it (the plan says so), still finds the catalog, leaves
+    superseded rows out, and never returns another tenant's rows; a small tenant keeps the exact scan."""
+    import numpy as np
+
+    from engram.models import EpisodicMemory
+    from engram.settings import EngramSettings
+    from engram.storage.base import SearchFilter
+    from engram.storage.postgres import _ann
+
+    admin, runtime = request.getfixturevalue(database)
+    store = PostgresStore(runtime, admin_url=admin)
+    eng = Engram(store, embedder, None, settings=EngramSettings(ann_min_rows=1500))
+    rng = np.random.default_rng(7)
+    for user, n in (("heavy", 2000), ("light", 30)):
+        rows = [
+            EpisodicMemory(
+                id=new_id("episodic"), text=f"{user} turn {i}", user_id=user, timestamp=T0, created_at=T0
+            )
+            for i in range(n)
+        ]
+        vectors = rng.standard_normal((n, embedder.dim)).astype(np.float32)
+        store.insert(user, rows, vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
+    item = CatalogItem(id=new_id("catalog"), text="shared fact", user_id=None, created_at=T0)
+    store.insert(None, [item], embedder.embed_documents([item.text]))
+    mem = eng.for_user("heavy")
+    old = mem.write("heavy's old fact")
+    new = mem.write("heavy's new fact", supersedes_id=old.id)
+    assert store.index_heavy_tenants(0) == []  # 0: graphs off
+    assert eng.index_heavy_tenants() == ["heavy"] and eng.index_heavy_tenants() == []  # once
+
+    types = frozenset({"episodic", "semantic", "procedural", "catalog"})
+    live = SearchFilter(memory_types=types, include_superseded=False)
+    query = embedder.embed_documents(["heavy's fact"])[0]
+    params: dict = {"types": sorted(live.memory_types), "limit": 80}
+    with store._tenant_tx("heavy") as conn:
+        sql = store._dense_leg(conn, "heavy", live, query, "AND superseded_by IS NULL", params)
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params).fetchall())
+    assert _ann.index_name("heavy") in plan
+    found = [h.id for h in store.search_vector("heavy", query, live, 80)]
+    assert found[0] == new.id and item.id in found and old.id not in found and len(found) == 80
+    light = {m.id for m in store.list_memories("light", "episodic", limit=100)}
+    assert not light & set(found)
+    hits = mem.recall("heavy's fact", k=5)  # the whole pipeline: legs, rows and tokens in one go
+    assert hits[0].memory.id == new.id and old.id not in {h.memory.id for h in hits}
+    facts = mem.recall("heavy's fact", k=5, memory_types=["semantic"])  # one type: the exact scan
+    assert [h.memory.id for h in facts] == [new.id]
+    with store._tenant_tx("light") as conn:
+        assert not store._ann.has(conn, "light")
+    assert [h.id for h in store.search_vector("light", query, live, 80)][:1] == [item.id]
+    eng.close()
+    runtime_only = PostgresStore(runtime)
+    with pytest.raises(ConfigError, match="schema owner"):
+        runtime_only.index_heavy_tenants(10)
+    runtime_only.close()

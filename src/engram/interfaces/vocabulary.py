@@ -89,6 +89,11 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         Absent("`engram serve` runs it in the background; an agent does not schedule it"),
     ),
     "Engram.reindex": Operation("reindex", _MAINTENANCE, _MAINTENANCE),
+    "Engram.index_heavy_tenants": Operation(
+        Absent("a step of `engram reindex`, which builds heavy users' indexes after the token vectors"),
+        _MAINTENANCE,
+        _MAINTENANCE,
+    ),
     "Engram.encode_rows": Operation(
         Absent("internal: embeds rows for the importer and transfer"),
         Absent("internal: embeds rows for the importer and transfer"),

@@ -19,7 +19,7 @@ from engram.retrieval.admission import Admission, RecallGate
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.late_interaction import pack
 from engram.settings import EngramSettings
-from engram.storage.base import CATALOG, Store, Supersession, Tenant
+from engram.storage.base import CATALOG, Store, Supersession, Tenant, TenantIndexing
 from engram.use_counts import UseRecorder
 
 _ENCODE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-encode")
@@ -99,6 +99,14 @@ class Engine:
                 self.store.set_tokens(tenant, {r.id: pack(m) for r, m in zip(rows, encoded, strict=True)})
                 done += len(rows)
         return done
+
+    def index_heavy_tenants(self) -> list[str] | None:
+        """Give users past ``ann_min_rows`` rows their own vector index where the store builds one only
+        on request (PostgreSQL, with its admin URL); the users indexed now. None: this store needs no
+        request (SQLite builds its own in the background)."""
+        if not isinstance(self.store, TenantIndexing):
+            return None
+        return self.store.index_heavy_tenants(self.settings.ann_min_rows)
 
     def close(self) -> None:
         self.use_counts.close()

@@ -299,6 +299,16 @@ class CandidateSearch(Protocol):
     ) -> Candidates: ...
 
 
+@runtime_checkable
+class TenantIndexing(Protocol):
+    """A store that gives heavy tenants their own vector index only when asked (PostgreSQL: building
+    an index needs the tables' owner); SQLite builds its own in the background."""
+
+    def index_heavy_tenants(self, min_rows: int) -> list[str]:
+        """Index every tenant with at least ``min_rows`` rows that has no index yet; the tenants indexed."""
+        ...
+
+
 class MemoryStore(SearchStore, Protocol):
     """What the facade writes and lists beside recall's reads."""
 

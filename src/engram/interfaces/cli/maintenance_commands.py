@@ -11,7 +11,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from engram.errors import EngramError
+from engram.errors import ConfigError, EngramError
 from engram.interfaces.cli.common import (
     StoreOpt,
     _engram,
@@ -26,10 +26,21 @@ from engram.interfaces.cli.common import (
 
 @app.command()
 def reindex(store: StoreOpt = None) -> None:
-    """Compute the late-interaction token vectors that rows of an older store lack (all users)."""
+    """Compute the late-interaction token vectors that rows of an older store lack (all users); on
+    PostgreSQL with ENGRAM_PG_ADMIN_URL, also give each heavy user (ENGRAM_ANN_MIN_ROWS) its own
+    vector index. Safe while serving; run it again as users grow."""
     with _engram(store, existing=True, rerank=False) as eng:
-        done = eng.reindex()
-    console.print(f"token vectors computed for {done} rows")
+        if eng.token_encoder is not None:
+            console.print(f"token vectors computed for {eng.reindex()} rows")
+        else:
+            console.print("late interaction is off (ENGRAM_LATE_INTERACTION=false): no token vectors")
+        try:
+            indexed = eng.index_heavy_tenants()
+        except ConfigError as exc:  # PostgreSQL without its admin URL: the runtime role cannot
+            console.print(f"heavy users' vector indexes skipped: {exc}")
+            return
+    if indexed is not None:
+        console.print(f"own vector index built for {len(indexed)} heavy users")
 
 
 @app.command()
