@@ -73,18 +73,23 @@ def serve(
 
 def _serve_processes(workers: int, settings: EngramSettings, store: str, host: str, port: int) -> None:
     """uvicorn's supervisor over ``workers`` processes (engram.interfaces.rest.workers), each with its
-    share of the cores for its models so they do not oversubscribe them."""
+    share of the cores for its models and its recall slots (half the cores in all, at least one per
+    process), so together they do not oversubscribe them."""
     import os
     import secrets
 
     import uvicorn
+
+    from engram.threads import available_cores
 
     os.environ["ENGRAM_STORE"] = store
     os.environ["ENGRAM_HOST"] = host
     if settings.session_secret is None:  # one inspector sign-in valid whichever process answers
         os.environ["ENGRAM_SESSION_SECRET"] = secrets.token_hex(32)
     if "model_threads" not in settings.model_fields_set:
-        os.environ["ENGRAM_MODEL_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+        os.environ["ENGRAM_MODEL_THREADS"] = str(max(1, available_cores() // workers))
+    if "recall_concurrency" not in settings.model_fields_set:
+        os.environ["ENGRAM_RECALL_CONCURRENCY"] = str(max(1, available_cores() // 2 // workers))
     console.print(f"{workers} worker processes", highlight=False)
     uvicorn.run(
         "engram.interfaces.rest.workers:app_from_environment",
