@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 
 from engram import Engram
 from engram.agent import Agent
+from tests.polling import until
 
 # A step gets the request body and returns the assistant message (a dict: content and/or tool_calls),
 # or (HTTP status, raw body) to answer outside the protocol.
@@ -32,10 +32,7 @@ class FakeChat:
         self.steps.extend(steps)
 
     def connections_closed(self, within_s: float = 5.0) -> bool:
-        deadline = time.monotonic() + within_s
-        while self.open_connections and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.open_connections == 0
+        return until(lambda: self.open_connections == 0, within_s)
 
     def reply(self, body: dict[str, Any]) -> tuple[int, bytes]:
         with self.lock:

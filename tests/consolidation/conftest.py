@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.polling import until
+
 # A script step gets the request body and returns (HTTP status, message content or raw body, delay s).
 Step = Callable[[dict[str, Any]], tuple[int, str, float]]
 
@@ -25,10 +27,7 @@ class FakeLLM:
         self.clients: list[Any] = []  # LLM clients a test made: closed at teardown
 
     def connections_closed(self, within_s: float = 5.0) -> bool:
-        deadline = time.monotonic() + within_s
-        while self.open_connections and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.open_connections == 0
+        return until(lambda: self.open_connections == 0, within_s)
 
     def script(self, *steps: Step) -> None:
         self.steps.extend(steps)
