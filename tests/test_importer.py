@@ -104,6 +104,10 @@ def test_catalog_file_imports(eng):
             r"episodic\[2\]",
         ),
         (lambda d: d["episodic"].append({"text": "x", "key": "e1"}), r"episodic\[2\]\.key"),
+        (
+            lambda d: d["episodic"].append({"text": "x", "metadata": {"speaker": 7}}),
+            r"episodic\[2\]\.metadata\.speaker",
+        ),
         (lambda d: d.update(user_id="bad user!"), r"user_id"),
         (lambda d: d.update(extra_section=[]), r"extra_section"),
     ],

@@ -52,6 +52,7 @@ from engram.models import (
     check_playbook,
     check_text,
     episode_context,
+    episode_speaker,
     new_id,
     utcnow,
 )
@@ -207,6 +208,10 @@ def import_document(
     episodes: list[EpisodicMemory] = []
     for i, ep in enumerate(doc.episodic):
         where = f"episodic[{i}]"
+        try:
+            episode_speaker(ep.metadata)
+        except InvalidInput as exc:
+            raise ImportFileError(f"invalid import file: {where}.{exc}") from None
         turn = EpisodicMemory(
             id=new_id("episodic", f"{seed}:episodic:{i}"),
             text=checked(ep.text, f"{where}.text"),

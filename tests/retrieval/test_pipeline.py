@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 
 from engram.models import utcnow
+from engram.retrieval.config import RetrievalConfig
 
 
 class BrokenReranker:
@@ -58,11 +59,36 @@ def test_every_hit_explains_its_score(eng):
             * e["source_prior"]
             * e["success_prior"]
             * e["time_match"]
+            * e["speaker_match"]
             * e.get("stage_scale", 1.0)
         )
         assert abs(product - hit.score) < 1e-12
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_a_turn_said_by_the_person_the_query_names_counts_more(make_engram):
+    # Two people in one conversation: the reply that names Caroline matches the question's words best,
+    # but it is what Caroline said that answers it.
+    mem = make_engram().for_user("group")
+    said = mem.remember_turn(
+        "I'm keen on counseling or working in mental health", metadata={"speaker": "Caroline"}
+    )
+    told = mem.remember_turn("Caroline, you would make a great counselor!", metadata={"speaker": "Melanie"})
+    transcript = mem.remember_turn("Caroline: I'm going back to school next year")
+    config = RetrievalConfig(rerank=False)
+    question = "What might Caroline study?"
+    hits = {h.memory.id: h for h in mem.recall(question, config=config, record_use=False)}
+    assert hits[said.id].explain["speaker_match"] == 1.2
+    assert hits[transcript.id].explain["speaker_match"] == 1.2  # the speaker read from the line itself
+    assert hits[told.id].explain["speaker_match"] == 1.0
+    plain = {
+        h.memory.id: h
+        for h in mem.recall(question, config=config.but(speaker_match_boost=1.0), record_use=False)
+    }
+    assert hits[transcript.id].score / plain[transcript.id].score == pytest.approx(1.2)
+    assert hits[told.id].score == plain[told.id].score
+    assert mem.get(said.id).metadata == {"speaker": "Caroline"}  # kept verbatim
 
 
 def test_scores_fall_with_rank_across_stages(make_engram):

@@ -28,6 +28,7 @@ from engram.models import (
     Step,
     check_playbook,
     episode_context,
+    episode_speaker,
     new_id,
     utcnow,
 )
@@ -61,9 +62,12 @@ class UserMemory(TenantHandle):
         consolidation shows it to the LLM as context, and never lets it become a fact. The turn is
         searched together with that message, else with the previous turn of its ``session_id``, so an
         elliptic reply ("yes, twice last week") is found by the words of what it answers.
+        ``metadata["speaker"]`` may name who said it, in a conversation with several people: a recall
+        that names the speaker ranks the turn up (a line that opens with ``"Name: "`` needs no key).
         """
         text = self._engram._check_text(text)
         meta = dict(metadata or {})
+        episode_speaker(meta)
         context, context_id = episode_context(meta, self._previous_turn(session_id))
         row = build_row(
             EpisodicMemory,

@@ -27,6 +27,7 @@ class RetrievalConfig:
     use_count_weight: float = s.DEFAULT_USE_COUNT_WEIGHT
     catalog_prior: float = s.DEFAULT_CATALOG_PRIOR
     time_match_boost: float = s.DEFAULT_TIME_MATCH_BOOST
+    speaker_match_boost: float = s.DEFAULT_SPEAKER_MATCH_BOOST
     procedural_feedback: bool = (
         False  # success_prior: off, it cost MRR on the eval corpus (docs/benchmarks.md)
     )
@@ -51,5 +52,6 @@ class RetrievalConfig:
             use_count_weight=settings.use_count_weight,
             catalog_prior=settings.catalog_prior,
             time_match_boost=settings.time_match_boost,
+            speaker_match_boost=settings.speaker_match_boost,
             procedural_feedback=settings.procedural_feedback,
         )

@@ -36,6 +36,7 @@ from engram.retrieval.late_interaction import Matrix, late_score, pack, token_ma
 from engram.retrieval.scoring import multipliers, product
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
+from engram.text import name_words
 from engram.threads import lower_priority
 
 log = logging.getLogger(__name__)
@@ -146,9 +147,9 @@ def recall(
             if doc_id in by_id:
                 setattr(by_id[doc_id], f"{leg}_rank", rank)
                 setattr(by_id[doc_id], f"{leg}_score", score)
-    period = time_window(query, now)
+    period, named = time_window(query, now), name_words(query)
     for c in candidates:
-        c.multipliers = multipliers(c.memory, now, config, period)
+        c.multipliers = multipliers(c.memory, now, config, period, named)
     candidates.sort(key=lambda c: -c.final)
 
     errors: dict[str, str] = {}
