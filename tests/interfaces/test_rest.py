@@ -103,6 +103,7 @@ def test_bad_input_gets_4xx_json_and_changes_nothing(service):
         ("post", "/v1/turns", {"json": {"text": ""}}, 422),
         ("post", "/v1/turns", {"json": {"text": "x" * 16_001}}, 422),
         ("post", "/v1/turns", {"json": {"txt": "typo"}}, 422),
+        ("post", "/v1/turns", {"json": {"text": "hi", "metadata": {"speaker": 7}}}, 422),
         *(
             (
                 "post",

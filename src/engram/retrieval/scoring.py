@@ -86,7 +86,7 @@ def speaker_match(speaker: str | None, query_words: frozenset[str], boost: float
     ``text.name_words``), else 1.0.
 
     A question about a person is answered by what that person said far more often than by what others
-    said to them (LoCoMo dev: 95% of gold turns are spoken by someone the question names), and the
+    said to them (LoCoMo dev: 95% of gold turns are said by someone the question names), and the
     turns that name the person most are the other speaker's replies ("Wow, Caroline, ...").
     Examples: speaker "Caroline", "What might Caroline's degree be?" -> 1.2; speaker "Melanie" -> 1.0;
     no speaker -> 1.0.
