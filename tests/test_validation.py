@@ -23,6 +23,7 @@ def test_text_that_shows_nothing_is_refused_everywhere(eng, text):
     mem = eng.for_user("sarah")
     attempts = [
         lambda: mem.remember_turn(text),
+        lambda: mem.remember_turn("hi", metadata={"speaker": text}),
         lambda: mem.write(text),
         lambda: mem.write("", memory_type="procedural", name=text),
         lambda: mem.write("", memory_type="procedural", name="p", trigger_text=text),
@@ -42,6 +43,7 @@ def test_text_that_shows_something_is_kept_verbatim(eng):
     for text in ["👍", "東京に住んでいます", "\u200bhi\u200b", "é"]:
         assert mem.remember_turn(text).text == text
     assert [h.memory.text for h in mem.recall("東京", k=1)] == ["東京に住んでいます"]
+    assert mem.remember_turn("hi", metadata={"speaker": None}).metadata == {"speaker": None}  # no speaker
 
 
 @pytest.mark.parametrize(

@@ -175,12 +175,11 @@ SPEAKER_KEY = "speaker"  # metadata key: who said a turn, in a conversation with
 
 
 def episode_speaker(metadata: dict[str, Any]) -> str | None:
-    """The speaker a caller named for a turn (``metadata["speaker"]``), else None; InvalidInput unless it
-    is a string that shows something, of at most MAX_NAME_CHARS characters. Recall ranks a turn up when
-    the query names its speaker (``scoring.speaker_match``)."""
-    if SPEAKER_KEY not in metadata:
-        return None
-    return check_text(metadata[SPEAKER_KEY], f"metadata.{SPEAKER_KEY}", MAX_NAME_CHARS)
+    """The speaker a caller named for a turn (``metadata["speaker"]``), else None (absent or null);
+    InvalidInput unless it is a string that shows something, of at most MAX_NAME_CHARS characters.
+    Recall ranks a turn up when the query names its speaker (``scoring.speaker_match``)."""
+    speaker = metadata.get(SPEAKER_KEY)
+    return None if speaker is None else check_text(speaker, f"metadata.{SPEAKER_KEY}", MAX_NAME_CHARS)
 
 
 class SemanticMemory(_MemoryBase):

@@ -4,6 +4,7 @@ speaker match."""
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # Query words too common to help BM25 but costly to match (they hit most rows of a tenant).
 STOPWORDS = frozenset(
@@ -29,26 +30,54 @@ def fts_words(text: str) -> list[str]:
 
 # "Caroline: ..." / "Dr. Ann Lee: ..." at the start of a transcript line: one to three words before ": ".
 _TRANSCRIPT_SPEAKER = re.compile(r"(\w[\w'.-]*(?: \w[\w'.-]*){0,2}): ")
-_NAME_WORD = re.compile(r"\w+")
+# Capitalized words that open a line as a label, not as a person's name ("Update: the courier says...").
+LINE_LABELS = frozenset(
+    """
+    re fwd fw update edit note notes ps todo reminder summary question answer q a error warning info
+    subject tip step status result fix issue problem solution idea goal plan
+    monday tuesday wednesday thursday friday saturday sunday today tomorrow yesterday
+    january february march april june july august september october november december
+    """.split()  # noqa: SIM905 - a word list reads better as text
+)
+# Titles say nothing about which person is meant: "Dr. Lee" and "Dr. Park" share only "dr".
+NAME_TITLES = frozenset("mr mrs ms miss mx dr prof sir madam".split())  # noqa: SIM905
+_POSSESSIVE = re.compile(r"['’]s$")
 
 
 def transcript_speaker(text: str) -> str | None:
     """The name a transcript line opens with, else None: one to three words before ``": "``, each
-    capitalized and not all capitals (``"RACE DAY: Bath half"`` is a heading, ``"E-214: ..."`` a code).
+    capitalized and not all capitals (``"RACE DAY: Bath half"`` is a heading, ``"E-214: ..."`` a code),
+    the first not a line label (``"Update: ..."``, ``"Monday: gym"``; ``LINE_LABELS``).
 
     Examples: ``"Caroline: I went to the support group"`` -> ``"Caroline"``; ``"Dr. Ann Lee: take two"``
-    -> ``"Dr. Ann Lee"``; ``"note to self: buy milk"`` -> None.
+    -> ``"Dr. Ann Lee"``; ``"note to self: buy milk"`` -> None; ``"Re: invoice 442"`` -> None.
     """
-    found = _TRANSCRIPT_SPEAKER.match(text)
+    found = _TRANSCRIPT_SPEAKER.match(unicodedata.normalize("NFC", text[:200]))  # a name is short
     if found is None:
         return None
     words = found.group(1).split()
     capitalized = all(w[0].isupper() and not (len(w) > 1 and w.isupper()) for w in words)
-    return found.group(1) if capitalized else None
+    label = words[0].rstrip(".").casefold() in LINE_LABELS
+    return found.group(1) if capitalized and not label else None
 
 
-def name_words(text: str) -> frozenset[str]:
-    """The words a name can be recognised by in a query: lowercased, possessives and punctuation split
-    off, stopwords and single letters dropped. ``"What might John's degree be?"`` -> {"might", "john",
-    "degree"}; ``"Dr. Ann Lee"`` -> {"dr", "ann", "lee"}."""
-    return frozenset(w for w in _NAME_WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS)
+def _words(text: str) -> list[str]:
+    """Words as the BM25 query builder splits them (``don't`` stays whole), NFC-normalised and
+    casefolded, a possessive ``'s`` cut off."""
+    return [_POSSESSIVE.sub("", w) for w in _WORD.findall(unicodedata.normalize("NFC", text).casefold())]
+
+
+def query_words(text: str) -> frozenset[str]:
+    """The words of a query a speaker's name is looked for among, hyphenated words also by their
+    parts: ``"What might Mary-Jane's degree be?"`` -> {"what", "might", "mary-jane", "mary", "jane",
+    "degree", "be"}."""
+    words = _words(text)
+    return frozenset(words + [part for w in words if "-" in w for part in w.split("-")])
+
+
+def name_words(name: str) -> frozenset[str]:
+    """The words a person is recognised by: the name's words without titles, single letters and
+    stopwords (a speaker called Will cannot be told from the verb). ``"Dr. Ann Lee"`` -> {"ann", "lee"};
+    ``"Caroline"`` -> {"caroline"}."""
+    words = [w.strip(".") for part in _words(name) for w in part.split("-")]
+    return frozenset(w for w in words if len(w) > 1 and w not in STOPWORDS and w not in NAME_TITLES)

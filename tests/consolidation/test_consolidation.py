@@ -232,6 +232,17 @@ def test_retries_with_backoff_on_5xx_and_timeouts(eng, fake_llm):
     assert fake_llm.requests[0]["response_format"] == {"type": "json_object"}
 
 
+def test_the_llm_sees_who_said_a_turn_of_a_group_conversation(eng, fake_llm):
+    mem = eng.for_user("sarah")
+    mem.remember_turn("I just adopted a greyhound", metadata={"speaker": "Melanie"})
+    mem.remember_turn("my hub is offline again")
+    fake_llm.script(ok(lambda p: {}))
+    assert eng.consolidate("sarah", llm=llm_for(fake_llm)).status == "ok"
+    episodes = json.loads(fake_llm.requests[0]["messages"][1]["content"])["episodes"]
+    assert [e.get("speaker") for e in episodes] == ["Melanie", None]
+    assert '"speaker"' in fake_llm.requests[0]["messages"][0]["content"]  # the rule that explains it
+
+
 def test_gives_up_after_the_retries_and_writes_nothing(eng, fake_llm):
     eng.for_user("sarah").remember_turn("I drive a red Volvo")
     fake_llm.script(*[raw(503, "down")] * 3)

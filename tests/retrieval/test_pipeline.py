@@ -67,28 +67,43 @@ def test_every_hit_explains_its_score(eng):
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
-def test_a_turn_said_by_the_person_the_query_names_counts_more(make_engram):
-    # Two people in one conversation: the reply that names Caroline matches the question's words best,
+def test_a_turn_said_by_the_person_the_query_names_ranks_up(make_engram):
+    # Two people in one conversation: the replies that name Caroline match the question's words best,
     # but it is what Caroline said that answers it.
-    mem = make_engram().for_user("group")
-    said = mem.remember_turn(
-        "I'm keen on counseling or working in mental health", metadata={"speaker": "Caroline"}
-    )
-    told = mem.remember_turn("Caroline, you would make a great counselor!", metadata={"speaker": "Melanie"})
-    transcript = mem.remember_turn("Caroline: I'm going back to school next year")
+    eng = make_engram()
+    group = eng.for_user("group")
+    said = {}
+    for text, speaker in [
+        ("I'm keen on counseling or working in mental health", "Caroline"),
+        ("Caroline, you would make a great counselor!", "Melanie"),
+        ("Gonna continue my education and check out career options", "Caroline"),
+        ("Caroline, what are you going to study next year?", "Melanie"),
+        ("We took the kids camping in the mountains", "Melanie"),
+        ("The adoption agency interview went well", "Caroline"),
+    ]:
+        said[text[:12]] = group.remember_turn(text, session_id="s1", metadata={"speaker": speaker})
     config = RetrievalConfig(rerank=False)
-    question = "What might Caroline study?"
-    hits = {h.memory.id: h for h in mem.recall(question, config=config, record_use=False)}
-    assert hits[said.id].explain["speaker_match"] == 1.2
-    assert hits[transcript.id].explain["speaker_match"] == 1.2  # the speaker read from the line itself
-    assert hits[told.id].explain["speaker_match"] == 1.0
-    plain = {
-        h.memory.id: h
-        for h in mem.recall(question, config=config.but(speaker_match_boost=1.0), record_use=False)
-    }
-    assert hits[transcript.id].score / plain[transcript.id].score == pytest.approx(1.2)
-    assert hits[told.id].score == plain[told.id].score
-    assert mem.get(said.id).metadata == {"speaker": "Caroline"}  # kept verbatim
+
+    def order(boost):
+        hits = group.recall("What might Caroline study?", k=6, config=config.but(speaker_match_boost=boost))
+        return {h.memory.id: h for h in hits}, [h.memory.id for h in hits]
+
+    boosted, ranked = order(1.2)
+    plain, plain_ranked = order(1.0)
+    education, camping = said["Gonna contin"].id, said["We took the "].id
+    assert plain_ranked.index(education) > plain_ranked.index(camping)
+    assert ranked.index(education) < ranked.index(camping)
+    assert boosted[said["Caroline, yo"].id].explain["speaker_match"] == 1.0
+    assert boosted[education].explain["speaker_match"] == 1.2
+    assert all(h.explain["speaker_match"] == 1.0 for h in plain.values())
+    assert group.get(education).metadata == {"speaker": "Caroline"}  # kept verbatim
+
+    # One person alone: naming them says nothing about which of their turns answers.
+    alone = eng.for_user("nate")
+    alone.remember_turn("Nate: I love my turtles")
+    alone.remember_turn("I'm thinking of joining a new gaming team", metadata={"speaker": "Nate"})
+    hits = alone.recall("What does Nate love?", config=config)
+    assert [h.explain["speaker_match"] for h in hits] == [1.0, 1.0]
 
 
 def test_scores_fall_with_rank_across_stages(make_engram):

@@ -5,9 +5,16 @@ import pytest
 
 from engram.models import CatalogItem, EpisodicMemory, ProceduralMemory, SemanticMemory
 from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.scoring import multipliers, speaker_match, speaker_of, time_decay, use_count_boost
+from engram.retrieval.scoring import (
+    multipliers,
+    named_speakers,
+    speaker_match,
+    speaker_of,
+    time_decay,
+    use_count_boost,
+)
 from engram.retrieval.temporal import time_window
-from engram.text import name_words, transcript_speaker
+from engram.text import name_words, query_words, transcript_speaker
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -93,39 +100,61 @@ def test_success_prior(s, f, expected):
         ("Caroline: I went to the support group", "Caroline"),
         ("Dr. Ann Lee: take two a day", "Dr. Ann Lee"),
         ("O'Brien: see you", "O'Brien"),
-        ("Zoë: ça va", "Zoë"),
+        ("Zoe\u0308: ça va", "Zoë"),  # decomposed (NFD) input reads as the composed name
         ("RACE DAY: Bath half in 2:14:38", None),  # a heading, not a name
         ("E-214: the camera could not reach the hub", None),  # an error code
+        ("Update: the courier says Friday", None),  # a line label
+        ("Re: invoice 442", None),
+        ("Monday: gym", None),
         ("note to self: buy milk", None),
         ("My Big Fat Greek Wedding: loved it", None),  # more than three words
         ("Caroline said: hi", None),
         ("Caroline:no space", None),
+        ("10:30 at the dentist", None),
+        ("http://example.com: down again", None),
     ],
 )
 def test_transcript_speaker(text, speaker):
     assert transcript_speaker(text) == speaker
 
 
-def test_name_words_split_possessives_and_drop_stopwords():
-    assert name_words("What might John's degree be?") == {"might", "john", "degree"}
-    assert name_words("Dr. Ann Lee") == {"dr", "ann", "lee"}
+def test_query_and_name_words():
+    assert query_words("What might John's degree be?") >= {"john", "degree"}
+    assert "don" not in query_words("why don't you call?")  # a contraction stays one word
+    assert {"mary", "jane"} <= query_words("Did Mary-Jane call?")
+    assert name_words("Dr. Ann Lee") == {"ann", "lee"}  # a title names nobody
+    assert name_words("Mary-Jane") == {"mary", "jane"}
+    assert name_words("Will") == frozenset()  # cannot be told from the verb
 
 
-def test_speaker_match_needs_the_query_to_name_the_speaker():
-    asked = name_words("What job might Maria pursue?")
-    assert speaker_match("Maria", asked) == 1.2
-    assert speaker_match("Maria Lopez", asked, boost=1.5) == 1.5  # any word of the name
-    assert speaker_match("John", asked) == 1.0
-    assert speaker_match(None, asked) == 1.0
-    assert speaker_match("Maria", frozenset()) == 1.0
+def turn(text, **metadata):
+    return EpisodicMemory(
+        id="epi_x", text=text, user_id="u", created_at=NOW, timestamp=NOW, metadata=metadata
+    )
+
+
+def test_named_speakers_needs_a_conversation_of_several_people():
+    group = [turn("Caroline: hi"), turn("Melanie: hey Caroline"), turn("no speaker here")]
+    assert named_speakers(group, query_words("What might Caroline study?")) == {"Caroline"}
+    assert named_speakers(group, query_words("What do Caroline and Melanie share?")) == {
+        "Caroline",
+        "Melanie",
+    }
+    assert named_speakers(group, query_words("What job might Maria pursue?")) == frozenset()
+    alone = [turn("I love hiking", speaker="Nate"), turn("Nate: and turtles")]
+    assert named_speakers(alone, query_words("What does Nate love?")) == frozenset()  # one person
+    dr = [turn("Dr. Lee: rest"), turn("Dr. Park: ice")]
+    assert named_speakers(dr, query_words("What did Dr. Park say?")) == {"Dr. Park"}
+
+
+def test_speaker_match():
+    assert speaker_match("Maria", frozenset({"Maria"})) == 1.2
+    assert speaker_match("Maria", frozenset({"Maria"}), boost=1.5) == 1.5
+    assert speaker_match("John", frozenset({"Maria"})) == 1.0
+    assert speaker_match(None, frozenset({"Maria"})) == 1.0
 
 
 def test_speaker_of_prefers_the_callers_metadata_over_the_text():
-    def turn(text, **metadata):
-        return EpisodicMemory(
-            id="epi_x", text=text, user_id="u", created_at=NOW, timestamp=NOW, metadata=metadata
-        )
-
     assert speaker_of(turn("Caroline: hi")) == "Caroline"
     assert speaker_of(turn("Caroline: hi", speaker="Melanie")) == "Melanie"
     assert speaker_of(turn("I went hiking", speaker="Nate")) == "Nate"
@@ -135,10 +164,10 @@ def test_speaker_of_prefers_the_callers_metadata_over_the_text():
 
 def test_speaker_match_is_a_multiplier_of_episodes_only():
     cfg = RetrievalConfig()
-    asked = name_words("What does Nate like?")
-    ep = EpisodicMemory(id="epi_x", text="Nate: turtles", user_id="u", created_at=NOW, timestamp=NOW)
-    assert multipliers(ep, NOW, cfg, None, asked)["speaker_match"] == 1.2
-    assert multipliers(ep, NOW, cfg.but(speaker_match_boost=1.0), None, asked)["speaker_match"] == 1.0
-    assert multipliers(ep, NOW, cfg.but(multipliers=False), None, asked)["speaker_match"] == 1.0
+    named = frozenset({"Nate"})
+    ep = turn("Nate: turtles")
+    assert multipliers(ep, NOW, cfg, None, named)["speaker_match"] == 1.2
+    assert multipliers(ep, NOW, cfg.but(speaker_match_boost=1.0), None, named)["speaker_match"] == 1.0
+    assert multipliers(ep, NOW, cfg.but(multipliers=False), None, named)["speaker_match"] == 1.0
     fact = SemanticMemory(id="sem_x", text="Nate: likes turtles", user_id="u", created_at=NOW)
-    assert multipliers(fact, NOW, cfg, None, asked)["speaker_match"] == 1.0
+    assert multipliers(fact, NOW, cfg, None, named)["speaker_match"] == 1.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory
+from engram.models import SPEAKER_KEY, EpisodicMemory, ProceduralMemory, SemanticMemory
 
 ASSISTANT_CONTEXT_KEY = "assistant_context"  # metadata key: the assistant message a turn replied to
 
@@ -29,6 +29,8 @@ Rules:
   changed (a move, a new device), "harsh" when the old fact was never true. Do not also add it as a fact.
 - A playbook outcome is a success only when the user confirms it worked; advice they have not tried is
   not a success. On failure, give refined_steps if the conversation shows a better way.
+- An episode with a "speaker" comes from a conversation with several people: it was said by that
+  person, so a fact from it is about them, named, never about the user unless they are the user.
 - Do not repeat facts that are already stored. Return empty lists when there is nothing to add."""
 
 JUDGE_SYSTEM = """You deduplicate a user's memory. For each candidate fact, decide whether it states the
@@ -47,6 +49,11 @@ def extraction_prompt(
                 "id": e.id,
                 "at": e.timestamp.isoformat(),
                 "user_said": e.text,
+                **(
+                    {"speaker": e.metadata[SPEAKER_KEY]}
+                    if isinstance(e.metadata.get(SPEAKER_KEY), str)
+                    else {}
+                ),
                 **(
                     {"assistant_said_before (context only)": e.metadata[ASSISTANT_CONTEXT_KEY]}
                     if isinstance(e.metadata.get(ASSISTANT_CONTEXT_KEY), str)

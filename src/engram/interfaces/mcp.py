@@ -30,9 +30,10 @@ REMEMBER_DESCRIPTION = """Store one user message verbatim as a past turn (episod
 message, so that later recalls find it. Pass the user's exact words, never a summary or your own text.
 session_id names the conversation: a short reply ("yes, twice") is searched together with the previous
 turn of its session. metadata.assistant_context may carry the assistant message the user replied to: it
-helps find the turn and is never turned into a fact. In a conversation with several people,
-metadata.speaker names who said it: a recall that names that person ranks their turns up. Facts and
-playbooks go to write_memory. Returns the stored memory."""
+helps find the turn and is never turned into a fact. When you keep a conversation between several
+people (a group chat, a meeting), store each person's messages the same way with metadata.speaker naming
+who said it: a recall that names that person ranks their messages up. Facts and playbooks go to
+write_memory. Returns the stored memory."""
 
 RECALL_DESCRIPTION = """Search the user's long-term memory (past messages, stable facts, playbooks) and the
 shared product catalog in one call. Pass the user's own words, keeping exact tokens (model numbers,

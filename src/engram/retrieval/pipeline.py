@@ -33,10 +33,10 @@ from engram.retrieval.admission import Admission
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import Matrix, late_score, pack, token_maxima
-from engram.retrieval.scoring import multipliers, product
+from engram.retrieval.scoring import multipliers, named_speakers, product
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
-from engram.text import name_words
+from engram.text import query_words
 from engram.threads import lower_priority
 
 log = logging.getLogger(__name__)
@@ -147,9 +147,12 @@ def recall(
             if doc_id in by_id:
                 setattr(by_id[doc_id], f"{leg}_rank", rank)
                 setattr(by_id[doc_id], f"{leg}_score", score)
-    period, named = time_window(query, now), name_words(query)
+    period = time_window(query, now)
+    speakers = named_speakers(
+        (c.memory for c in candidates if isinstance(c.memory, EpisodicMemory)), query_words(query)
+    )
     for c in candidates:
-        c.multipliers = multipliers(c.memory, now, config, period, named)
+        c.multipliers = multipliers(c.memory, now, config, period, speakers)
     candidates.sort(key=lambda c: -c.final)
 
     errors: dict[str, str] = {}

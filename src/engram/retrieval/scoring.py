@@ -11,6 +11,7 @@ halves a hit's relevance, it cannot flip the sign of a raw logit.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import datetime
 
 from engram.models import SPEAKER_KEY, EpisodicMemory, Memory
@@ -81,19 +82,29 @@ def speaker_of(turn: EpisodicMemory) -> str | None:
     return transcript_speaker(turn.text)
 
 
-def speaker_match(speaker: str | None, query_words: frozenset[str], boost: float = 1.2) -> float:
-    """``boost`` when the query names the turn's speaker (any word of the name, case-insensitive; see
-    ``text.name_words``), else 1.0.
+def named_speakers(turns: Iterable[EpisodicMemory], words: frozenset[str]) -> frozenset[str]:
+    """The speakers of ``turns`` that a query of ``words`` (``text.query_words``) names: any word of
+    the name (``text.name_words``) among the query's words, case-insensitive. None unless the turns
+    have at least two speakers: in a one-person store naming the user says nothing about who said
+    what, and a lone ``"Label: "`` line is more likely a heading than a person.
+
+    Example: turns by Caroline and Melanie, "What might Caroline's degree be?" -> {"Caroline"}.
+    """
+    speakers = {speaker for turn in turns if (speaker := speaker_of(turn))}
+    if len(speakers) < 2:
+        return frozenset()
+    return frozenset(speaker for speaker in speakers if name_words(speaker) & words)
+
+
+def speaker_match(speaker: str | None, named: frozenset[str], boost: float = 1.2) -> float:
+    """``boost`` when the turn's speaker is one the query names (``named_speakers``), else 1.0.
 
     A question about a person is answered by what that person said far more often than by what others
     said to them (LoCoMo dev: 95% of gold turns are said by someone the question names), and the
     turns that name the person most are the other speaker's replies ("Wow, Caroline, ...").
-    Examples: speaker "Caroline", "What might Caroline's degree be?" -> 1.2; speaker "Melanie" -> 1.0;
-    no speaker -> 1.0.
+    Examples: "Caroline" with {"Caroline"} named -> 1.2; "Melanie" -> 1.0; no speaker -> 1.0.
     """
-    if speaker is None or not query_words:
-        return 1.0
-    return boost if name_words(speaker) & query_words else 1.0
+    return boost if speaker is not None and speaker in named else 1.0
 
 
 def multipliers(
@@ -101,12 +112,12 @@ def multipliers(
     now: datetime,
     config: RetrievalConfig,
     window: TimeWindow | None = None,
-    query_words: frozenset[str] = frozenset(),
+    speakers: frozenset[str] = frozenset(),
 ) -> dict[str, float]:
     """The named multipliers for one row (all 1.0 when ``config.multipliers`` is off).
 
-    ``window`` is the period the query names (``temporal.time_window``), if any; ``query_words`` the
-    query's ``text.name_words``.
+    ``window`` is the period the query names (``temporal.time_window``), if any; ``speakers`` the
+    speakers it names (``named_speakers``).
     """
     result = {
         "decay": 1.0,
@@ -120,7 +131,8 @@ def multipliers(
         return result
     if isinstance(memory, EpisodicMemory):
         result["time_match"] = time_match(memory.timestamp, window, config.time_match_boost)
-        result["speaker_match"] = speaker_match(speaker_of(memory), query_words, config.speaker_match_boost)
+        if speakers:
+            result["speaker_match"] = speaker_match(speaker_of(memory), speakers, config.speaker_match_boost)
     if memory.memory_type == "procedural" and config.procedural_feedback:
         result["success_prior"] = success_prior(memory.success_count, memory.failure_count)
     at = ranking_time(memory)

@@ -51,7 +51,12 @@ class TurnCreate(_Request):
     text: str = _text("the user's message, verbatim")
     at: IsoDatetime | None = Field(default=None, description="when it was said (default: now)")
     session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description="free-form, kept verbatim; two keys have a meaning: assistant_context (the assistant "
+        "message this turn replied to: searched with the turn, never made a fact) and speaker (who said "
+        "it, in a conversation with several people: a recall that names them ranks the turn up)",
+    )
 
 
 class MemoryCreate(_Request):
