@@ -23,6 +23,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,9 @@ def run(
     return {p: summarise(values) for p, values in per_preset.items()}
 
 
-def summarise(values: dict[str, list[float]]) -> dict[str, Any]:
+def summarise(
+    values: dict[str, list[float]], categories: Iterable[str] = CATEGORIES.values()
+) -> dict[str, Any]:
     latencies = sorted(values.pop("latency_ms"))
     result: dict[str, Any] = {"questions": len(values["mrr"])}
     result.update({k: round(statistics.fmean(v), 4) for k, v in values.items() if ":" not in k})
@@ -175,12 +178,28 @@ def summarise(values: dict[str, list[float]]) -> dict[str, Any]:
                 for m in ("r_at_1", "r_at_5", "r_at_10", "mrr")
             },
         }
-        for c in CATEGORIES.values()
+        for c in categories
         if values.get(f"{c}:mrr")
     }
     result["latency_p50_ms"] = round(latencies[len(latencies) // 2], 1)
     result["latency_p95_ms"] = round(latencies[int(len(latencies) * 0.95)], 1)
     return result
+
+
+def print_table(results: dict[str, dict[str, Any]]) -> None:
+    print(
+        f"\n{'preset':<16} {'n':>5} {'R@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6} {'p50 ms':>7} {'p95 ms':>7}"
+    )
+    for name, r in results.items():
+        print(
+            f"{name:<16} {r['questions']:>5} {r['r_at_1']:>6.3f} {r['r_at_5']:>6.3f} {r['r_at_10']:>6.3f} "
+            f"{r['mrr']:>6.3f} {r['latency_p50_ms']:>7.1f} {r['latency_p95_ms']:>7.1f}"
+        )
+        for category, c in r["per_category"].items():
+            print(
+                f"  {category:<14} {c['questions']:>5} {c['r_at_1']:>6.3f} {c['r_at_5']:>6.3f} "
+                f"{c['r_at_10']:>6.3f} {c['mrr']:>6.3f}"
+            )
 
 
 def main() -> None:
@@ -210,19 +229,7 @@ def main() -> None:
         finally:
             base.close()
             stores.close()
-    print(
-        f"\n{'preset':<16} {'n':>5} {'R@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6} {'p50 ms':>7} {'p95 ms':>7}"
-    )
-    for name, r in results.items():
-        print(
-            f"{name:<16} {r['questions']:>5} {r['r_at_1']:>6.3f} {r['r_at_5']:>6.3f} {r['r_at_10']:>6.3f} "
-            f"{r['mrr']:>6.3f} {r['latency_p50_ms']:>7.1f} {r['latency_p95_ms']:>7.1f}"
-        )
-        for category, c in r["per_category"].items():
-            print(
-                f"  {category:<14} {c['questions']:>5} {c['r_at_1']:>6.3f} {c['r_at_5']:>6.3f} "
-                f"{c['r_at_10']:>6.3f} {c['mrr']:>6.3f}"
-            )
+    print_table(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -168,7 +168,7 @@ def episode_context(
         return assistant, None
     if previous_turn is None:
         return None, None
-    return previous_turn.text, previous_turn.id
+    return transcript_line(previous_turn), previous_turn.id
 
 
 SPEAKER_KEY = "speaker"  # metadata key: who said a turn, in a conversation with several people
@@ -284,6 +284,22 @@ def search_text_of(memory: Memory) -> str:
         parts = [memory.name, memory.trigger_text, memory.description, memory.text]
     elif memory.memory_type == "catalog":
         parts = [memory.title, memory.text]
+    elif memory.memory_type == "episodic":
+        parts = [transcript_line(memory)]
     else:
         parts = [memory.text]
     return "\n".join(p for p in parts if p)
+
+
+def transcript_line(turn: EpisodicMemory) -> str:
+    """A turn as a transcript line, ``"Priya: see you at 6"``, when the caller named its speaker
+    (``metadata["speaker"]``) and the text does not already open with the name; else its text.
+
+    Every model then reads who said it, as they do in a transcript: on a blind set of group chats,
+    recall R@10 was 0.728 with the name only in metadata and 0.811 with it in the text
+    (docs/benchmarks.md). The stored text stays verbatim.
+    """
+    speaker = turn.metadata.get(SPEAKER_KEY)
+    if not isinstance(speaker, str) or not speaker.strip() or turn.text.startswith(f"{speaker}:"):
+        return turn.text
+    return f"{speaker}: {turn.text}"

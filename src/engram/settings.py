@@ -54,7 +54,7 @@ DEFAULT_DECAY_VALUE = 0.5  # ... a memory is worth half as much
 DEFAULT_USE_COUNT_WEIGHT = 0.2  # 10 uses ~1.2x, 100 uses ~1.4x: recall keeps useful facts on top
 DEFAULT_CATALOG_PRIOR = 0.85  # ties go to the user's own memory; a clearly better catalog hit still wins
 DEFAULT_TIME_MATCH_BOOST = 1.5  # a turn said in the period the query names ("in May 2023") ranks up
-DEFAULT_SPEAKER_MATCH_BOOST = 1.2  # a turn said by the person the query names ranks above replies to them
+DEFAULT_SPEAKER_MATCH_BOOST = 1.1  # a turn said by the person the query names ranks above replies to them
 # --- writes ----------------------------------------------------------------------------------------
 DEFAULT_SUPERSEDE_PENALTY = 0.1  # a harshly contradicted user was wrong once: trust the new fact less
 DEFAULT_MAX_TEXT_CHARS = 16_000  # a turn or fact longer than this is a document, not a memory

@@ -84,19 +84,20 @@ def test_a_turn_said_by_the_person_the_query_names_ranks_up(make_engram):
         said[text[:12]] = group.remember_turn(text, session_id="s1", metadata={"speaker": speaker})
     config = RetrievalConfig(rerank=False)
 
-    def order(boost):
-        hits = group.recall("What might Caroline study?", k=6, config=config.but(speaker_match_boost=boost))
+    def order(config):
+        hits = group.recall("What career is Caroline considering?", k=6, config=config)
         return {h.memory.id: h for h in hits}, [h.memory.id for h in hits]
 
-    boosted, ranked = order(1.2)
-    plain, plain_ranked = order(1.0)
-    education, camping = said["Gonna contin"].id, said["We took the "].id
-    assert plain_ranked.index(education) > plain_ranked.index(camping)
-    assert ranked.index(education) < ranked.index(camping)
-    assert boosted[said["Caroline, yo"].id].explain["speaker_match"] == 1.0
-    assert boosted[education].explain["speaker_match"] == 1.2
+    boosted, ranked = order(config)
+    plain, plain_ranked = order(config.but(speaker_match_boost=1.0))
+    keen, asked = said["I'm keen on "].id, said["Caroline, wh"].id
+    assert plain_ranked.index(keen) > plain_ranked.index(asked)
+    assert ranked.index(keen) < ranked.index(asked)
+    assert boosted[keen].explain["speaker_match"] == 1.1
+    assert boosted[asked].explain["speaker_match"] == 1.0
     assert all(h.explain["speaker_match"] == 1.0 for h in plain.values())
-    assert group.get(education).metadata == {"speaker": "Caroline"}  # kept verbatim
+    assert group.get(keen).text.startswith("I'm keen")  # the name is searched, never stored in the text
+    assert group.get(keen).metadata == {"speaker": "Caroline"}
 
     # One person alone: naming them says nothing about which of their turns answers.
     alone = eng.for_user("nate")
@@ -104,6 +105,21 @@ def test_a_turn_said_by_the_person_the_query_names_ranks_up(make_engram):
     alone.remember_turn("I'm thinking of joining a new gaming team", metadata={"speaker": "Nate"})
     hits = alone.recall("What does Nate love?", config=config)
     assert [h.explain["speaker_match"] for h in hits] == [1.0, 1.0]
+
+
+def test_a_named_speaker_is_searched_with_the_turn(make_engram):
+    # Every model reads a group chat's turn as a transcript line ("Priya: ..."), and a turn's context,
+    # the previous turn of its session, with its speaker too; the stored text stays as written.
+    mem = make_engram().for_user("group")
+    priya = mem.remember_turn(
+        "see you at the climbing gym at 6", session_id="s", metadata={"speaker": "Priya"}
+    )
+    dan = mem.remember_turn("ok, I'll bring the ropes", session_id="s", metadata={"speaker": "Dan"})
+    mem.remember_turn("the ropes are in the car", metadata={"speaker": "Dan"})
+    bm25 = RetrievalConfig(legs=("bm25",), rerank=False, late_interaction=False)
+    assert [h.memory.id for h in mem.recall("Priya", config=bm25)] == [priya.id, dan.id]  # dan by context
+    assert mem.get(dan.id).context == "Priya: see you at the climbing gym at 6"
+    assert mem.get(priya.id).text == "see you at the climbing gym at 6"
 
 
 def test_scores_fall_with_rank_across_stages(make_engram):

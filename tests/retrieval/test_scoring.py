@@ -148,7 +148,7 @@ def test_named_speakers_needs_a_conversation_of_several_people():
 
 
 def test_speaker_match():
-    assert speaker_match("Maria", frozenset({"Maria"})) == 1.2
+    assert speaker_match("Maria", frozenset({"Maria"})) == 1.1
     assert speaker_match("Maria", frozenset({"Maria"}), boost=1.5) == 1.5
     assert speaker_match("John", frozenset({"Maria"})) == 1.0
     assert speaker_match(None, frozenset({"Maria"})) == 1.0
@@ -166,7 +166,7 @@ def test_speaker_match_is_a_multiplier_of_episodes_only():
     cfg = RetrievalConfig()
     named = frozenset({"Nate"})
     ep = turn("Nate: turtles")
-    assert multipliers(ep, NOW, cfg, None, named)["speaker_match"] == 1.2
+    assert multipliers(ep, NOW, cfg, None, named)["speaker_match"] == 1.1
     assert multipliers(ep, NOW, cfg.but(speaker_match_boost=1.0), None, named)["speaker_match"] == 1.0
     assert multipliers(ep, NOW, cfg.but(multipliers=False), None, named)["speaker_match"] == 1.0
     fact = SemanticMemory(id="sem_x", text="Nate: likes turtles", user_id="u", created_at=NOW)

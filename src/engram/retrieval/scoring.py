@@ -96,13 +96,13 @@ def named_speakers(turns: Iterable[EpisodicMemory], words: frozenset[str]) -> fr
     return frozenset(speaker for speaker in speakers if name_words(speaker) & words)
 
 
-def speaker_match(speaker: str | None, named: frozenset[str], boost: float = 1.2) -> float:
+def speaker_match(speaker: str | None, named: frozenset[str], boost: float = 1.1) -> float:
     """``boost`` when the turn's speaker is one the query names (``named_speakers``), else 1.0.
 
     A question about a person is answered by what that person said far more often than by what others
     said to them (LoCoMo dev: 95% of gold turns are said by someone the question names), and the
     turns that name the person most are the other speaker's replies ("Wow, Caroline, ...").
-    Examples: "Caroline" with {"Caroline"} named -> 1.2; "Melanie" -> 1.0; no speaker -> 1.0.
+    Examples: "Caroline" with {"Caroline"} named -> 1.1; "Melanie" -> 1.0; no speaker -> 1.0.
     """
     return boost if speaker is not None and speaker in named else 1.0
 
