@@ -187,17 +187,18 @@ def summarise(
 
 
 def print_table(results: dict[str, dict[str, Any]]) -> None:
+    w = max(16, *(len(name) + 1 for name in results))
     print(
-        f"\n{'preset':<16} {'n':>5} {'R@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6} {'p50 ms':>7} {'p95 ms':>7}"
+        f"\n{'preset':<{w}} {'n':>5} {'R@1':>6} {'R@5':>6} {'R@10':>6} {'MRR':>6} {'p50 ms':>7} {'p95 ms':>7}"
     )
     for name, r in results.items():
         print(
-            f"{name:<16} {r['questions']:>5} {r['r_at_1']:>6.3f} {r['r_at_5']:>6.3f} {r['r_at_10']:>6.3f} "
+            f"{name:<{w}} {r['questions']:>5} {r['r_at_1']:>6.3f} {r['r_at_5']:>6.3f} {r['r_at_10']:>6.3f} "
             f"{r['mrr']:>6.3f} {r['latency_p50_ms']:>7.1f} {r['latency_p95_ms']:>7.1f}"
         )
         for category, c in r["per_category"].items():
             print(
-                f"  {category:<14} {c['questions']:>5} {c['r_at_1']:>6.3f} {c['r_at_5']:>6.3f} "
+                f"  {category:<{w - 2}} {c['questions']:>5} {c['r_at_1']:>6.3f} {c['r_at_5']:>6.3f} "
                 f"{c['r_at_10']:>6.3f} {c['mrr']:>6.3f}"
             )
 

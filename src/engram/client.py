@@ -197,7 +197,8 @@ class Client:
         """Store one user turn verbatim (episodic), visible to the very next recall.
 
         ``metadata["assistant_context"]`` may carry the assistant message this turn replied to, and
-        ``metadata["speaker"]`` who said it (see ``UserMemory.remember_turn``)."""
+        ``metadata["speaker"]`` who said it in a conversation of several people (see
+        ``UserMemory.remember_turn``)."""
         body = {"text": text, "at": _iso(at), "session_id": session_id, "metadata": dict(metadata or {})}
         return self._call("POST", "/v1/turns", body, result=_EPISODE)
 

@@ -7,6 +7,7 @@ import re
 from datetime import timedelta
 
 from engram.agent.agent import NO_ANSWER
+from engram.agent.tools import hits_content
 from engram.models import utcnow
 from tests.agent.conftest import calls, last_tool_results, say, tool_call
 
@@ -265,3 +266,12 @@ def test_a_failed_consolidation_is_not_retried_on_every_turn(make_agent, fake_ch
     (report,) = agent.consolidation.reports
     assert report.status.startswith("error")
     assert len(eng.store.waiting_episodes("sarah", 10)) == 2  # still waiting for a later run
+
+
+def test_the_model_reads_who_said_a_turn_of_a_group_conversation(eng):
+    mem = eng.for_user("sarah")
+    mem.remember_turn("the hub is back online", metadata={"speaker": "Ben"})
+    mem.remember_turn("my hub is offline again")
+    views = {v["text"]: v for v in json.loads(hits_content(mem.recall("hub online", k=5)))["hits"]}
+    assert views["the hub is back online"]["said_by"] == "Ben"
+    assert "said_by" not in views["my hub is offline again"]

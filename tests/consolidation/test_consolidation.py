@@ -243,6 +243,29 @@ def test_the_llm_sees_who_said_a_turn_of_a_group_conversation(eng, fake_llm):
     assert '"speaker"' in fake_llm.requests[0]["messages"][0]["content"]  # the rule that explains it
 
 
+def test_a_fact_may_name_the_speaker_the_assistant_also_named(eng, fake_llm):
+    # The guard against the assistant's words counts a turn's speaker as said by the user side.
+    mem = eng.for_user("sarah")
+    mem.remember_turn("I moved to Leeds last month", metadata={"speaker": "Priya"})
+    mem.remember_turn("thanks!", metadata={"assistant_context": "Priya's birthday is on Friday"})
+    fake_llm.script(
+        ok(
+            lambda p: {
+                "facts": [
+                    {
+                        "text": "Priya moved to Leeds",
+                        "confidence": 0.9,
+                        "supporting_episode_ids": [episode_id(p, "Leeds")],
+                    }
+                ]
+            }
+        )
+    )
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.dropped == [] and len(report.written) == 1
+    assert mem.get(report.written[0]).text == "Priya moved to Leeds"
+
+
 def test_gives_up_after_the_retries_and_writes_nothing(eng, fake_llm):
     eng.for_user("sarah").remember_turn("I drive a red Volvo")
     fake_llm.script(*[raw(503, "down")] * 3)

@@ -108,17 +108,18 @@ def test_a_turn_said_by_the_person_the_query_names_ranks_up(make_engram):
 
 
 def test_a_named_speaker_is_searched_with_the_turn(make_engram):
-    # Every model reads a group chat's turn as a transcript line ("Priya: ..."), and a turn's context,
-    # the previous turn of its session, with its speaker too; the stored text stays as written.
+    # Every model reads a group chat's turn as a transcript line ("Priya: ..."); the stored text, and
+    # the context the next turn is searched with, stay as written.
     mem = make_engram().for_user("group")
     priya = mem.remember_turn(
         "see you at the climbing gym at 6", session_id="s", metadata={"speaker": "Priya"}
     )
     dan = mem.remember_turn("ok, I'll bring the ropes", session_id="s", metadata={"speaker": "Dan"})
-    mem.remember_turn("the ropes are in the car", metadata={"speaker": "Dan"})
+    dan_again = mem.remember_turn("the ropes are in the car", metadata={"speaker": "Dan"})
     bm25 = RetrievalConfig(legs=("bm25",), rerank=False, late_interaction=False)
-    assert [h.memory.id for h in mem.recall("Priya", config=bm25)] == [priya.id, dan.id]  # dan by context
-    assert mem.get(dan.id).context == "Priya: see you at the climbing gym at 6"
+    assert [h.memory.id for h in mem.recall("Priya", config=bm25)] == [priya.id]
+    assert {h.memory.id for h in mem.recall("Dan", config=bm25)} == {dan.id, dan_again.id}
+    assert mem.get(dan.id).context == "see you at the climbing gym at 6"
     assert mem.get(priya.id).text == "see you at the climbing gym at 6"
 
 

@@ -3,7 +3,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engram.models import CatalogItem, EpisodicMemory, ProceduralMemory, SemanticMemory
+from engram.models import (
+    CatalogItem,
+    EpisodicMemory,
+    ProceduralMemory,
+    SemanticMemory,
+    search_text_of,
+    transcript_line,
+)
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.scoring import (
     multipliers,
@@ -135,39 +142,48 @@ def turn(text, **metadata):
 
 def test_named_speakers_needs_a_conversation_of_several_people():
     group = [turn("Caroline: hi"), turn("Melanie: hey Caroline"), turn("no speaker here")]
-    assert named_speakers(group, query_words("What might Caroline study?")) == {"Caroline"}
-    assert named_speakers(group, query_words("What do Caroline and Melanie share?")) == {
-        "Caroline",
-        "Melanie",
-    }
+    assert named_speakers(group, query_words("What might Caroline study?")) == {"caroline"}
+    both = query_words("What do Caroline and Melanie share?")
+    assert named_speakers(group, both) == {"caroline", "melanie"}
     assert named_speakers(group, query_words("What job might Maria pursue?")) == frozenset()
     alone = [turn("I love hiking", speaker="Nate"), turn("Nate: and turtles")]
     assert named_speakers(alone, query_words("What does Nate love?")) == frozenset()  # one person
     dr = [turn("Dr. Lee: rest"), turn("Dr. Park: ice")]
-    assert named_speakers(dr, query_words("What did Dr. Park say?")) == {"Dr. Park"}
+    assert named_speakers(dr, query_words("What did Dr. Park say?")) == {"dr. park"}
+    same = [turn("hi", speaker="Sam"), turn("hello", speaker="sam"), turn("Sam: hey")]
+    assert named_speakers(same, query_words("What did Sam say?")) == frozenset()  # one person, any case
 
 
 def test_speaker_match():
-    assert speaker_match("Maria", frozenset({"Maria"})) == 1.1
-    assert speaker_match("Maria", frozenset({"Maria"}), boost=1.5) == 1.5
-    assert speaker_match("John", frozenset({"Maria"})) == 1.0
-    assert speaker_match(None, frozenset({"Maria"})) == 1.0
+    assert speaker_match("maria", frozenset({"maria"})) == 1.1
+    assert speaker_match("maria", frozenset({"maria"}), boost=1.5) == 1.5
+    assert speaker_match("john", frozenset({"maria"})) == 1.0
+    assert speaker_match(None, frozenset({"maria"})) == 1.0
 
 
 def test_speaker_of_prefers_the_callers_metadata_over_the_text():
-    assert speaker_of(turn("Caroline: hi")) == "Caroline"
-    assert speaker_of(turn("Caroline: hi", speaker="Melanie")) == "Melanie"
-    assert speaker_of(turn("I went hiking", speaker="Nate")) == "Nate"
+    assert speaker_of(turn("Caroline: hi")) == "caroline"
+    assert speaker_of(turn("Caroline: hi", speaker="Melanie")) == "melanie"
+    assert speaker_of(turn("I went hiking", speaker=" Nate ")) == "nate"
     assert speaker_of(turn("I went hiking")) is None
-    assert speaker_of(turn("Caroline: hi", speaker="  ")) == "Caroline"  # rows stored before the check
+    assert speaker_of(turn("Caroline: hi", speaker="  ")) == "caroline"  # rows stored before the check
+    assert speaker_of(turn("Caroline: hi", speaker=7)) == "caroline"
 
 
 def test_speaker_match_is_a_multiplier_of_episodes_only():
     cfg = RetrievalConfig()
-    named = frozenset({"Nate"})
+    named = frozenset({"nate"})
     ep = turn("Nate: turtles")
     assert multipliers(ep, NOW, cfg, None, named)["speaker_match"] == 1.1
     assert multipliers(ep, NOW, cfg.but(speaker_match_boost=1.0), None, named)["speaker_match"] == 1.0
     assert multipliers(ep, NOW, cfg.but(multipliers=False), None, named)["speaker_match"] == 1.0
     fact = SemanticMemory(id="sem_x", text="Nate: likes turtles", user_id="u", created_at=NOW)
     assert multipliers(fact, NOW, cfg, None, named)["speaker_match"] == 1.0
+
+
+def test_transcript_line_names_the_speaker_once():
+    assert transcript_line(turn("see you at 6", speaker=" Priya ")) == "Priya: see you at 6"
+    assert transcript_line(turn("priya: see you at 6", speaker="Priya")) == "priya: see you at 6"
+    assert transcript_line(turn("see you at 6")) == "see you at 6"
+    assert transcript_line(turn("see you at 6", speaker=7)) == "see you at 6"  # stored before the check
+    assert search_text_of(turn("see you at 6", speaker="Priya")) == "Priya: see you at 6"

@@ -27,6 +27,7 @@ from engram.models import (
     MemoryType,
     StrictStep,
     Tombstone,
+    named_speaker,
 )
 
 log = logging.getLogger(__name__)
@@ -274,6 +275,8 @@ def _hit_view(hit: Hit) -> dict[str, Any]:
     view: dict[str, Any] = {"id": m.id, "type": m.memory_type, "text": m.text}
     if m.memory_type == "episodic":
         view["said_at"] = m.timestamp.isoformat(timespec="minutes")
+        if speaker := named_speaker(m):
+            view["said_by"] = speaker
     else:
         view["stored_at"] = m.created_at.isoformat(timespec="minutes")
     if m.memory_type == "semantic":

@@ -40,6 +40,7 @@ from engram.models import (
     check_text,
     new_id,
     search_text_of,
+    transcript_line,
     utcnow,
 )
 from engram.providers.base import Embedder, TokenEncoder
@@ -225,7 +226,7 @@ class Consolidator:
             # Facts are about the user, so only the user's words count. A playbook is often the
             # assistant's procedure that the user confirmed; its provenance check is the citation.
             leaked = (
-                guards.assistant_only_words(text, [e.text for e in episodes], assistant)
+                guards.assistant_only_words(text, [transcript_line(e) for e in episodes], assistant)
                 if facts_only
                 else None
             )

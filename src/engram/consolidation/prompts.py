@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from engram.models import SPEAKER_KEY, EpisodicMemory, ProceduralMemory, SemanticMemory
+from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, named_speaker
 
 ASSISTANT_CONTEXT_KEY = "assistant_context"  # metadata key: the assistant message a turn replied to
 
@@ -49,11 +49,7 @@ def extraction_prompt(
                 "id": e.id,
                 "at": e.timestamp.isoformat(),
                 "user_said": e.text,
-                **(
-                    {"speaker": e.metadata[SPEAKER_KEY]}
-                    if isinstance(e.metadata.get(SPEAKER_KEY), str)
-                    else {}
-                ),
+                **({"speaker": speaker} if (speaker := named_speaker(e)) else {}),
                 **(
                     {"assistant_said_before (context only)": e.metadata[ASSISTANT_CONTEXT_KEY]}
                     if isinstance(e.metadata.get(ASSISTANT_CONTEXT_KEY), str)

@@ -32,8 +32,8 @@ session_id names the conversation: a short reply ("yes, twice") is searched toge
 turn of its session. metadata.assistant_context may carry the assistant message the user replied to: it
 helps find the turn and is never turned into a fact. When you keep a conversation between several
 people (a group chat, a meeting), store each person's messages the same way with metadata.speaker naming
-who said it: a recall that names that person ranks their messages up. Facts and playbooks go to
-write_memory. Returns the stored memory."""
+who said it: the message is searched with the name, and a recall that names that person ranks their
+messages up. Facts and playbooks go to write_memory. Returns the stored memory."""
 
 RECALL_DESCRIPTION = """Search the user's long-term memory (past messages, stable facts, playbooks) and the
 shared product catalog in one call. Pass the user's own words, keeping exact tokens (model numbers,

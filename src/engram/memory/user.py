@@ -62,8 +62,9 @@ class UserMemory(TenantHandle):
         consolidation shows it to the LLM as context, and never lets it become a fact. The turn is
         searched together with that message, else with the previous turn of its ``session_id``, so an
         elliptic reply ("yes, twice last week") is found by the words of what it answers.
-        ``metadata["speaker"]`` may name who said it, in a conversation with several people: a recall
-        that names the speaker ranks the turn up (a line that opens with ``"Name: "`` needs no key).
+        ``metadata["speaker"]`` may name who said it, in a conversation with several people (not on a
+        single user's turns): the turn is searched as ``"Speaker: text"``, and a recall that names the
+        speaker ranks it up (a line that already opens with ``"Name: "`` needs no key).
         """
         text = self._engram._check_text(text)
         meta = dict(metadata or {})

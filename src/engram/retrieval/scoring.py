@@ -11,10 +11,11 @@ halves a hit's relevance, it cannot flip the sign of a raw logit.
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Iterable
 from datetime import datetime
 
-from engram.models import SPEAKER_KEY, EpisodicMemory, Memory
+from engram.models import EpisodicMemory, Memory, named_speaker
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.temporal import TimeWindow, in_window
 from engram.text import name_words, transcript_speaker
@@ -74,12 +75,11 @@ def time_match(at: datetime | None, window: TimeWindow | None, boost: float = 1.
 
 
 def speaker_of(turn: EpisodicMemory) -> str | None:
-    """Who said a turn: the caller's ``metadata["speaker"]``, else the name its text opens with as a
-    transcript line does (``"Caroline: I went ..."``), else None."""
-    named = turn.metadata.get(SPEAKER_KEY)
-    if isinstance(named, str) and named.strip():
-        return named
-    return transcript_speaker(turn.text)
+    """Who said a turn, casefolded so that "Sam" and "sam" are one person: the caller's
+    ``metadata["speaker"]``, else the name its text opens with as a transcript line does
+    (``"Caroline: I went ..."``), else None."""
+    speaker = named_speaker(turn) or transcript_speaker(turn.text)
+    return unicodedata.normalize("NFC", speaker).casefold() if speaker else None
 
 
 def named_speakers(turns: Iterable[EpisodicMemory], words: frozenset[str]) -> frozenset[str]:
@@ -88,7 +88,8 @@ def named_speakers(turns: Iterable[EpisodicMemory], words: frozenset[str]) -> fr
     have at least two speakers: in a one-person store naming the user says nothing about who said
     what, and a lone ``"Label: "`` line is more likely a heading than a person.
 
-    Example: turns by Caroline and Melanie, "What might Caroline's degree be?" -> {"Caroline"}.
+    Example: turns by Caroline and Melanie, "What might Caroline's degree be?" -> {"caroline"}
+    (speakers as ``speaker_of`` gives them).
     """
     speakers = {speaker for turn in turns if (speaker := speaker_of(turn))}
     if len(speakers) < 2:
@@ -102,7 +103,7 @@ def speaker_match(speaker: str | None, named: frozenset[str], boost: float = 1.1
     A question about a person is answered by what that person said far more often than by what others
     said to them (LoCoMo dev: 95% of gold turns are said by someone the question names), and the
     turns that name the person most are the other speaker's replies ("Wow, Caroline, ...").
-    Examples: "Caroline" with {"Caroline"} named -> 1.1; "Melanie" -> 1.0; no speaker -> 1.0.
+    Examples: "caroline" with {"caroline"} named -> 1.1; "melanie" -> 1.0; no speaker -> 1.0.
     """
     return boost if speaker is not None and speaker in named else 1.0
 

@@ -55,7 +55,8 @@ class TurnCreate(_Request):
         default_factory=dict,
         description="free-form, kept verbatim; two keys have a meaning: assistant_context (the assistant "
         "message this turn replied to: searched with the turn, never made a fact) and speaker (who said "
-        "it, in a conversation with several people: a recall that names them ranks the turn up)",
+        "it, in a conversation of several people: the turn is searched as 'Speaker: text', and a recall "
+        "that names them ranks it up)",
     )
 
 
