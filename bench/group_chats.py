@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from locomo import print_table, summarise
+from locomo import print_table, record, summarise
 
 from engram import Engram
 from engram.storage.sqlite import SQLiteStore
@@ -68,15 +68,7 @@ def run(eng: Engram, conversations: list[dict[str, Any]], variant: str, tmp: Pat
                 gold = set(q["gold"])
                 started = time.perf_counter()
                 hits = mem.recall(q["q"], k=10, config=config, record_use=False, as_of=present)
-                values["latency_ms"].append(1000 * (time.perf_counter() - started))
-                ranked = [key_of.get(h.memory.id) for h in hits]
-                first = next((r for r, key in enumerate(ranked, 1) if key in gold), None)
-                for k in (1, 5, 10):
-                    share = len(gold & set(ranked[:k])) / len(gold)
-                    values[f"r_at_{k}"].append(share)
-                    values[f"{q['kind']}:r_at_{k}"].append(share)
-                values["mrr"].append(1.0 / first if first else 0.0)
-                values[f"{q['kind']}:mrr"].append(1.0 / first if first else 0.0)
+                record(values, q["kind"], gold, [key_of.get(h.memory.id) for h in hits], started)
     return summarise(values, KINDS)
 
 

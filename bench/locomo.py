@@ -151,17 +151,24 @@ def run(
                     hits = mem.recall(
                         q["question"], k=10, config=PRESETS[preset], record_use=False, as_of=present
                     )
-                    out["latency_ms"].append(1000 * (time.perf_counter() - started))
                     ranked = [key_of.get(h.memory.id) for h in hits]
-                    first = next((r for r, key in enumerate(ranked, 1) if key in gold), None)
-                    category = CATEGORIES[q["category"]]
-                    for k in (1, 5, 10):
-                        share = len(gold & set(ranked[:k])) / len(gold)
-                        out[f"r_at_{k}"].append(share)
-                        out[f"{category}:r_at_{k}"].append(share)
-                    out["mrr"].append(1.0 / first if first else 0.0)
-                    out[f"{category}:mrr"].append(1.0 / first if first else 0.0)
+                    record(out, CATEGORIES[q["category"]], gold, ranked, started)
     return {p: summarise(values) for p, values in per_preset.items()}
+
+
+def record(
+    values: dict[str, list[float]], category: str, gold: set[str], ranked: list[str | None], started: float
+) -> None:
+    """One question's R@1/5/10 and reciprocal rank, overall and in its category, and the latency of
+    its recall (started at ``started``, a perf_counter reading)."""
+    values["latency_ms"].append(1000 * (time.perf_counter() - started))
+    first = next((r for r, key in enumerate(ranked, 1) if key in gold), None)
+    for k in (1, 5, 10):
+        share = len(gold & set(ranked[:k])) / len(gold)
+        values[f"r_at_{k}"].append(share)
+        values[f"{category}:r_at_{k}"].append(share)
+    values["mrr"].append(1.0 / first if first else 0.0)
+    values[f"{category}:mrr"].append(1.0 / first if first else 0.0)
 
 
 def summarise(
