@@ -43,6 +43,7 @@ TURN_SPACING = timedelta(seconds=30)  # turns of one session, in order, half a m
 
 PRESETS: dict[str, RetrievalConfig | None] = {
     "default": None,  # whatever Engram.config is: the shipped pipeline
+    "no-current-first": RetrievalConfig(current_first=False),  # without engram.retrieval.currency
     "no-rerank": RetrievalConfig(rerank=False),  # late interaction still on
     "no-late": RetrievalConfig(late_interaction=False),  # Engram 0.1's stages
     "fused": RetrievalConfig(late_interaction=False, rerank=False),

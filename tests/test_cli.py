@@ -59,6 +59,12 @@ def test_import_recall_forget_round_trip(tmp_path):
     memory_id = hits[0]["memory"]["id"]
     denied = run("forget", memory_id, "--user", "bob", env_home=tmp_path, check=False)
     assert denied.returncode == 1 and "not found" in denied.stdout
+    table = run("recall", "fritzbox 7590", "--user", "sarah", env_home=tmp_path).stdout
+    assert "confidence=" in table and hits[0]["memory"]["created_at"][:10] in table  # its event date
+    sure = run(
+        "recall", "fritzbox 7590", "--user", "sarah", "--min-confidence", "1", env_home=tmp_path
+    ).stdout
+    assert "no stored memory matches with confidence >= 1" in sure
     run("forget", memory_id, "--user", "sarah", env_home=tmp_path)
     assert json.loads(run("recall", "fritzbox", "--user", "sarah", "--json", env_home=tmp_path).stdout) == []
 

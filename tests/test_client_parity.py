@@ -250,6 +250,46 @@ def test_recall_ranks_explains_and_filters(side: Side) -> None:
     assert side.bob.recall("which radios does the hub support?", memory_types=["catalog"])[0].memory == radios
 
 
+def test_recall_gives_confidence_and_event_time_and_a_compact_view(side: Side) -> None:
+    mem = side.sarah
+    said = datetime(2025, 3, 1, 9, 30, tzinfo=UTC)
+    turn = mem.remember_turn("my hub shows error E-4021 since the update", at=said)
+    mem.remember_turn("we had pancakes for breakfast")
+    playbook = mem.write(
+        "",
+        memory_type="procedural",
+        name="Re-pair a Zigbee sensor",
+        trigger_text="a Zigbee sensor is offline",
+        steps=[{"order": 1, "instruction": "hold reset 10 s"}],
+    )
+    hits = mem.recall("error E-4021 on the hub", record_use=False)
+    assert hits[0].memory.id == turn.id and hits[0].event_time == said
+    assert all(0.0 <= h.confidence <= 1.0 for h in hits)
+    # min_confidence keeps the hits that reach it, ranked 1..n again; above every hit, none is left.
+    floor = sorted(h.confidence for h in hits)[len(hits) // 2]
+    kept = mem.recall("error E-4021 on the hub", record_use=False, min_confidence=floor)
+    assert ids(kept) == [h.memory.id for h in hits if h.confidence >= floor]
+    assert [h.rank for h in kept] == list(range(1, len(kept) + 1))
+    assert mem.recall("error E-4021 on the hub", record_use=False, min_confidence=1.0) == []
+    compact = mem.recall("error E-4021 on the hub", record_use=False, view="compact")
+    assert [c.id for c in compact] == ids(hits)
+    first = compact[0].model_dump(mode="json")
+    assert first == {
+        "id": turn.id,
+        "type": "episodic",
+        "text": turn.text,
+        "event_time": "2025-03-01T09:30:00Z",
+        "confidence": round(hits[0].confidence, 3),
+    }
+    (pb,) = mem.recall("a Zigbee sensor is offline", memory_types=["procedural"], view="compact")
+    assert pb.id == playbook.id and pb.name == "Re-pair a Zigbee sensor" and pb.steps == playbook.steps
+    for bad in (-0.1, 1.5, "high", True):
+        with pytest.raises(InvalidInput, match="min_confidence"):
+            mem.recall("error E-4021", min_confidence=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="view"):
+        mem.recall("error E-4021", view="tiny")  # type: ignore[call-overload]
+
+
 def test_recall_counts_uses_unless_told_not_to(side: Side) -> None:
     mem = side.sarah
     fact = mem.write("Sarah's router is a Fritzbox 7590")

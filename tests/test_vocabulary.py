@@ -183,14 +183,16 @@ def test_the_catalog_has_one_name_on_every_surface(served):
     listed = http.get("/v1/memories", params={"type": "catalog"}, headers=sarah)
     assert listed.status_code == 422 and "/v1/catalog" in http.get("/openapi.json").text
 
-    async def mcp_recall() -> dict[str, Any]:
+    async def mcp_recall(view: str) -> dict[str, Any]:
         async with Client(build_mcp_server(eng, lambda ctx: "sarah")) as client:
-            result = await client.call_tool("recall_memory", {"query": "zigbee hub", "k": 1})
+            result = await client.call_tool("recall_memory", {"query": "zigbee hub", "k": 1, "view": view})
             return dict(result.structured_content or {})
 
-    mcp_hits = anyio.run(mcp_recall)["hits"]
+    mcp_hits = anyio.run(mcp_recall, "full")["hits"]
     check(mcp_hits[0]["memory"])
-    seen.append(json.dumps(mcp_hits))
+    compact = anyio.run(mcp_recall, "compact")["hits"]  # the tool's default view
+    assert compact[0]["type"] == vocabulary.CATALOG_TYPE and "user_id" not in compact[0]
+    seen.append(json.dumps(mcp_hits + compact))
 
     runner, store = CliRunner(), ["--store", f"sqlite:///{eng.store.path}"]
     shown = runner.invoke(cli_app, ["catalog", "get", item_id, *store])

@@ -30,12 +30,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Annotated, Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
+from engram import _envelopes
 from engram.errors import (
     Conflict,
     EngramError,
@@ -47,6 +48,7 @@ from engram.errors import (
     StorageError,
 )
 from engram.models import (
+    CompactHit,
     Contradiction,
     EpisodicMemory,
     FactType,
@@ -54,9 +56,11 @@ from engram.models import (
     Memory,
     MemoryType,
     ProceduralMemory,
+    RecallView,
     SemanticMemory,
     Step,
     Tombstone,
+    check_recall_options,
 )
 from engram.retrieval.config import RetrievalConfig
 from engram.validation import aware, check_page
@@ -114,34 +118,6 @@ _BY_STATUS: dict[int, type[EngramError]] = {
 _NOT_FOUND = re.compile(r"^(?P<what>\w+) (?P<id>'.*'|\".*\") not found$", re.DOTALL)
 
 
-# The envelopes of engram.interfaces.rest.schemas, read here without importing the service (FastAPI, MCP)
-# into every `import engram`; the rows inside are the engine's own models.
-class _Me(BaseModel):
-    user_id: str
-
-
-class _Hits(BaseModel):
-    hits: list[Hit]
-
-
-class _Rows(BaseModel):
-    data: list[Memory]
-
-
-class _Forgotten(BaseModel):
-    forgotten: Tombstone
-
-
-_ME = TypeAdapter(_Me)
-_EPISODE = TypeAdapter(EpisodicMemory)
-_WRITTEN: TypeAdapter[SemanticMemory | ProceduralMemory] = TypeAdapter(
-    Annotated[SemanticMemory | ProceduralMemory, Field(discriminator="memory_type")]
-)
-_RECALLED = TypeAdapter(_Hits)
-_MEMORY: TypeAdapter[Memory] = TypeAdapter(Memory)
-_LIST = TypeAdapter(_Rows)
-_FORGOTTEN = TypeAdapter(_Forgotten)
-_IMPORTED = TypeAdapter(dict[str, Any])
 _RESULT = TypeVar("_RESULT")
 
 
@@ -171,7 +147,7 @@ class Client:
     def user_id(self) -> str:
         """The user whose memory the key opens (asked of the service once)."""
         if self._user_id is None:
-            self._user_id = self._call("GET", "/v1/me", result=_ME).user_id
+            self._user_id = self._call("GET", "/v1/me", result=_envelopes.ME).user_id
         return self._user_id
 
     def close(self) -> None:
@@ -200,7 +176,7 @@ class Client:
         ``metadata["speaker"]`` who said it in a conversation of several people (see
         ``UserMemory.remember_turn``)."""
         body = {"text": text, "at": _iso(at), "session_id": session_id, "metadata": dict(metadata or {})}
-        return self._call("POST", "/v1/turns", body, result=_EPISODE)
+        return self._call("POST", "/v1/turns", body, result=_envelopes.EPISODE)
 
     def write(
         self,
@@ -241,10 +217,11 @@ class Client:
             "metadata": dict(metadata or {}),
             "created_at": _iso(created_at),
         }
-        return self._call("POST", "/v1/memories", body, result=_WRITTEN)
+        return self._call("POST", "/v1/memories", body, result=_envelopes.WRITTEN)
 
     # `list` below is a method: annotations in this class spell the builtin `builtins.list`, as the
     # handle's do (their signatures must be identical: tests/test_client_parity.py).
+    @overload
     def recall(
         self,
         query: str,
@@ -255,16 +232,50 @@ class Client:
         config: RetrievalConfig | None = None,
         record_use: bool | None = None,
         as_of: datetime | None = None,
-    ) -> builtins.list[Hit]:
+        min_confidence: float | None = None,
+        view: Literal["full"] = "full",
+    ) -> builtins.list[Hit]: ...
+
+    @overload
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        memory_types: Iterable[MemoryType] | None = None,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+        config: RetrievalConfig | None = None,
+        record_use: bool | None = None,
+        as_of: datetime | None = None,
+        min_confidence: float | None = None,
+        *,
+        view: Literal["compact"],
+    ) -> builtins.list[CompactHit]: ...
+
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        memory_types: Iterable[MemoryType] | None = None,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+        config: RetrievalConfig | None = None,
+        record_use: bool | None = None,
+        as_of: datetime | None = None,
+        min_confidence: float | None = None,
+        view: RecallView = "full",
+    ) -> builtins.list[Hit] | builtins.list[CompactHit]:
         """Search all of the user's memory types and the catalog in one call; each hit's ``explain``
         shows how its score was made. Returned facts count as used unless ``record_use=False`` (or
-        ``as_of`` is given), as in ``UserMemory.recall``.
+        ``as_of`` is given), as in ``UserMemory.recall``. ``min_confidence`` keeps the top ``k`` hits
+        that reach it; ``view="compact"`` asks the service for ``CompactHit``s (a fraction of the bytes).
 
         ``config`` must be None here: the service recalls with its own settings (a caller's
         candidate counts and rerank windows would be other tenants' latency); InvalidInput otherwise.
         The service returns at most 100 hits (``k`` over 100 is InvalidInput)."""
         if config is not None:
             raise InvalidInput("config is not taken over the REST API: the service recalls with its settings")
+        check_recall_options(min_confidence, view)
         body = {
             "query": query,
             "k": k,
@@ -273,22 +284,26 @@ class Client:
             "include_superseded": include_superseded,
             "record_use": record_use,
             "as_of": _iso(as_of),
+            "min_confidence": min_confidence,
+            "view": view,
         }
-        return self._call("POST", "/v1/recall", body, result=_RECALLED).hits
+        if view == "compact":
+            return self._call("POST", "/v1/recall", body, result=_envelopes.RECALLED_COMPACT).hits
+        return self._call("POST", "/v1/recall", body, result=_envelopes.RECALLED).hits
 
     def get(self, memory_id: str) -> Memory:
         """One of the user's rows, or a catalog row; NotFound otherwise (also for other users' ids)."""
-        return self._call("GET", _memory_path(memory_id), result=_MEMORY)
+        return self._call("GET", _memory_path(memory_id), result=_envelopes.MEMORY)
 
     def forget(self, memory_id: str) -> Tombstone:
         """Hard-delete one of the user's rows; an audit tombstone without text remains."""
         path = _memory_path(memory_id)
-        return self._call("DELETE", path, result=_FORGOTTEN).forgotten
+        return self._call("DELETE", path, result=_envelopes.FORGOTTEN).forgotten
 
     def history(self, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain that contains ``memory_id``, oldest first."""
         path = _memory_path(memory_id) + "/history"
-        return self._call("GET", path, result=_LIST).data
+        return self._call("GET", path, result=_envelopes.LIST).data
 
     def list(
         self,
@@ -303,13 +318,13 @@ class Client:
         params = {"type": memory_type, "include_superseded": "true" if include_superseded else "false"}
         if not isinstance(limit, int) or limit <= MAX_PAGE:
             page = {**params, "limit": limit, "offset": offset}
-            return self._call("GET", "/v1/memories", params=page, result=_LIST).data
+            return self._call("GET", "/v1/memories", params=page, result=_envelopes.LIST).data
         check_page(limit, offset)  # the bounds the handle's store enforces, before any request
         rows: list[Memory] = []
         while len(rows) < limit:
             want = min(limit - len(rows), MAX_PAGE)
             page = {**params, "limit": want, "offset": offset + len(rows)}
-            got = self._call("GET", "/v1/memories", params=page, result=_LIST).data
+            got = self._call("GET", "/v1/memories", params=page, result=_envelopes.LIST).data
             rows.extend(got)
             if len(got) < want:  # the last page
                 break
@@ -319,7 +334,7 @@ class Client:
         """Import a user document (see ``engram.importer``) into the user's memory; an invalid one
         writes nothing (ImportFileError). ``progress`` has no effect: the service does the work."""
         try:
-            return self._call("POST", "/v1/import", document, result=_IMPORTED)
+            return self._call("POST", "/v1/import", document, result=_envelopes.IMPORTED)
         except ImportFileError:
             raise
         except InvalidInput as exc:  # the service validated the document as the request body

@@ -16,7 +16,15 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+)
 
 from engram.errors import InvalidInput
 
@@ -261,15 +269,119 @@ def is_superseded(memory: Memory) -> bool:
     return getattr(memory, "superseded_by", None) is not None
 
 
+def event_time(memory: Memory) -> datetime:
+    """When what a row says happened or became true: a turn's timestamp, a fact's ``valid_from`` (else
+    when it was stored), a playbook's or catalog row's creation. What a model needs to tell the newer
+    of two conflicting statements."""
+    if isinstance(memory, EpisodicMemory):
+        return memory.timestamp
+    if isinstance(memory, SemanticMemory) and memory.valid_from is not None:
+        return memory.valid_from
+    return memory.created_at
+
+
 class Hit(BaseModel):
-    """One recall result: the row, its final score, its 1-based rank and how the score was made."""
+    """One recall result: the row, its final score, its 1-based rank, how the score was made, the
+    row's event time and a calibrated ``confidence``."""
 
     model_config = ConfigDict(frozen=True)
 
     memory: Memory
     score: float
     rank: int
+    confidence: float = Field(
+        ge=0,
+        le=1,
+        description="how likely the row is relevant to the query, calibrated on development data: the "
+        "same scale for every query, tenant and backend, whether or not the cross-encoder ran",
+    )
+    event_time: datetime = Field(description="when what the row says happened (see engram.models.event_time)")
     explain: dict[str, Any]
+
+    def compact(self) -> CompactHit:
+        """The hit as an agent's context wants it (``CompactHit``)."""
+        m = self.memory
+        extra: dict[str, Any] = {}
+        if isinstance(m, EpisodicMemory):
+            extra["speaker"] = named_speaker(m)
+        elif isinstance(m, SemanticMemory | ProceduralMemory):
+            extra["superseded_by"] = m.superseded_by
+        if isinstance(m, ProceduralMemory):
+            extra.update(name=m.name, trigger_text=m.trigger_text or None, steps=m.steps)
+        elif isinstance(m, CatalogItem):
+            extra["title"] = m.title or None
+        return CompactHit(
+            id=m.id,
+            type=m.memory_type,
+            text=m.text,
+            event_time=self.event_time,
+            confidence=round(self.confidence, 3),
+            outdated_by=self.explain.get("outdated_by"),
+            **extra,
+        )
+
+
+class CompactHit(BaseModel):
+    """A recall hit sized for a model's context: what to read, when it happened, how sure recall is,
+    and the fields a playbook needs; no score breakdown. Fields that do not apply are left out of its
+    JSON."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    type: MemoryType
+    text: str
+    event_time: datetime
+    confidence: float = Field(ge=0, le=1)
+    speaker: str | None = Field(default=None, description="who said a turn, when the caller named it")
+    outdated_by: str | None = Field(
+        default=None, description="a newer memory that replaced what this one says (recall ranks it higher)"
+    )
+    superseded_by: str | None = Field(default=None, description="the fact or playbook that replaced this one")
+    name: str | None = Field(default=None, description="a playbook's name")
+    trigger_text: str | None = Field(default=None, description="when a playbook applies")
+    steps: list[Step] | None = Field(default=None, description="a playbook's steps, in order")
+    title: str | None = Field(default=None, description="a catalog row's title")
+
+    @field_serializer("event_time")
+    def _to_the_second(self, at: datetime) -> str:
+        return at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Every character is paid for in a model's context: a field that does not apply is left out.
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+RecallView = Literal["full", "compact"]  # a hit with its row and explain, or a CompactHit
+
+
+def check_recall_options(min_confidence: object, view: object) -> None:
+    """InvalidInput unless ``min_confidence`` is None or a number in [0, 1] and ``view`` a RecallView."""
+    if min_confidence is not None and (
+        isinstance(min_confidence, bool)
+        or not isinstance(min_confidence, int | float)
+        or not 0.0 <= min_confidence <= 1.0
+    ):
+        raise InvalidInput("min_confidence must be a number in [0, 1]")
+    if view not in ("full", "compact"):
+        raise InvalidInput("view must be 'full' or 'compact'")
+
+
+def confident(hits: list[Hit], min_confidence: float | None) -> list[Hit]:
+    """The hits whose confidence reaches ``min_confidence`` (all of them for None), ranked 1..n again."""
+    if min_confidence is None:
+        return hits
+    kept = [h for h in hits if h.confidence >= min_confidence]
+    return [h if h.rank == rank else h.model_copy(update={"rank": rank}) for rank, h in enumerate(kept, 1)]
+
+
+def no_confident_match(min_confidence: float) -> str:
+    """What a model is told when a recall kept no hit: nothing stored answers, so it should not guess."""
+    return (
+        f"no stored memory matches with confidence >= {min_confidence:g}: nothing relevant is known; "
+        "answer without memory or ask the user"
+    )
 
 
 class Tombstone(BaseModel):

@@ -55,6 +55,19 @@ DEFAULT_USE_COUNT_WEIGHT = 0.2  # 10 uses ~1.2x, 100 uses ~1.4x: recall keeps us
 DEFAULT_CATALOG_PRIOR = 0.85  # ties go to the user's own memory; a clearly better catalog hit still wins
 DEFAULT_TIME_MATCH_BOOST = 1.5  # a turn said in the period the query names ("in May 2023") ranks up
 DEFAULT_SPEAKER_MATCH_BOOST = 1.1  # a turn said by the person the query names ranks above replies to them
+# A replaced memory (engram.retrieval.currency) keeps this share of its score: right below what
+# replaced it, still in the top few for "what was it before?" questions asked without a past word.
+DEFAULT_OUTDATED_FACTOR = 0.5
+# A successor must match the query by late interaction's raw MaxSim at least as well as what it replaces,
+# less this: a live fact replaces the turn it supersedes for the question about it, not for every one.
+DEFAULT_REPLACE_MARGIN = 0.05
+# Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
+# fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).
+DEFAULT_CONFIDENCE_RERANK = (0.220, -0.335, -0.402)  # (a, b, c): σ(a·logit(cross-encoder p) + b·MaxSim + c)
+DEFAULT_CONFIDENCE_LATE = (18.458, -16.453)  # (a, c): σ(a·MaxSim + c) when the cross-encoder did not run
+DEFAULT_CONFIDENCE_DENSE = (10.602, -8.340)  # (a, c): σ(a·cosine + c) without late interaction
+# The agent's and the MCP tool's default min_confidence: hits below it are not shown to a model.
+DEFAULT_MIN_CONFIDENCE = 0.1
 # --- writes ----------------------------------------------------------------------------------------
 DEFAULT_SUPERSEDE_PENALTY = 0.1  # a harshly contradicted user was wrong once: trust the new fact less
 DEFAULT_MAX_TEXT_CHARS = 16_000  # a turn or fact longer than this is a document, not a memory
@@ -172,6 +185,26 @@ class EngramSettings(BaseSettings):
     catalog_prior: float = Field(default=DEFAULT_CATALOG_PRIOR, gt=0)
     time_match_boost: float = Field(default=DEFAULT_TIME_MATCH_BOOST, ge=1)
     speaker_match_boost: float = Field(default=DEFAULT_SPEAKER_MATCH_BOOST, ge=1)
+    current_first: bool = Field(
+        default=True, description="a newer memory that replaces an older one ranks first (present queries)"
+    )
+    replace_margin: float = Field(default=DEFAULT_REPLACE_MARGIN, ge=0, le=1)
+    outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
+    confidence_rerank: tuple[float, float, float] = Field(
+        default=DEFAULT_CONFIDENCE_RERANK, description="calibration of a reranked hit's confidence: a, b, c"
+    )
+    confidence_late: tuple[float, float] = Field(
+        default=DEFAULT_CONFIDENCE_LATE, description="calibration without the cross-encoder: a, c"
+    )
+    confidence_dense: tuple[float, float] = Field(
+        default=DEFAULT_CONFIDENCE_DENSE, description="calibration without late interaction: a, c"
+    )
+    min_confidence: float = Field(
+        default=DEFAULT_MIN_CONFIDENCE,
+        ge=0,
+        le=1,
+        description="the agent's and the MCP tool's default threshold: hits below it are not shown",
+    )
     procedural_feedback: bool = Field(
         default=False,
         description="rank playbooks by their success record; off: it cost MRR on the eval corpus",

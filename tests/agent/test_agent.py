@@ -63,7 +63,12 @@ def test_the_pre_recall_hit_with_an_exact_error_code_reaches_the_first_request(m
     assert json.loads(call["function"]["arguments"])["query"] == message
     assert first[3]["tool_call_id"] == call["id"]
     hits = json.loads(first[3]["content"])["hits"]
-    assert hits[0]["id"] == target.id and "E-4012" in hits[0]["text"] and hits[0]["said_at"]
+    assert (
+        hits[0]["id"] == target.id
+        and "E-4012" in hits[0]["text"]
+        and hits[0]["event_time"]
+        and 0 <= hits[0]["confidence"] <= 1
+    )
     assert result.episode.id not in {h["id"] for h in hits}  # not the message itself
     assert result.recalled[0].source == "pre-recall" and result.recalled[0].hits[0].memory.id == target.id
 
@@ -273,5 +278,34 @@ def test_the_model_reads_who_said_a_turn_of_a_group_conversation(eng):
     mem.remember_turn("the hub is back online", metadata={"speaker": "Ben"})
     mem.remember_turn("my hub is offline again")
     views = {v["text"]: v for v in json.loads(hits_content(mem.recall("hub online", k=5)))["hits"]}
-    assert views["the hub is back online"]["said_by"] == "Ben"
-    assert "said_by" not in views["my hub is offline again"]
+    assert views["the hub is back online"]["speaker"] == "Ben"
+    assert "speaker" not in views["my hub is offline again"]
+
+
+def test_the_agent_answers_with_where_the_user_lives_now(make_agent, fake_chat):
+    """The README's sequence: Bristol said months ago, the move to Edinburgh last month, and the facts
+    consolidation wrote (the Edinburgh one superseding the Bristol one). The scripted model answers
+    from the first hit it is shown, as a model that trusts recall's order does."""
+    agent, eng = make_agent()
+    mem = eng.for_user("sarah")
+    now = utcnow()
+    bristol = mem.remember_turn(
+        "we live in Bristol btw, old stone terrace, walls are like a meter thick",
+        at=now - timedelta(days=390),
+    )
+    leith = mem.remember_turn(
+        "big news - we moved to Edinburgh last week! new flat in Leith", at=now - timedelta(days=30)
+    )
+    old = mem.write("Sarah lives in Bristol", supporting_episode_ids=[bristol.id])
+    mem.write("Sarah lives in Leith, Edinburgh", supporting_episode_ids=[leith.id], supersedes_id=old.id)
+
+    def answer_from_the_first_hit(body):
+        hits = json.loads(body["messages"][-1]["content"])["hits"]
+        return {"content": f"From what you told me: {hits[0]['text']}"}
+
+    fake_chat.script(answer_from_the_first_hit)
+    result = agent.respond("where do I live?")
+    assert "Edinburgh" in result.reply and "Bristol" not in result.reply
+    shown = json.loads(fake_chat.requests[0]["messages"][-1]["content"])["hits"]
+    assert {h["id"]: h.get("outdated_by") for h in shown}[bristol.id] is not None
+    assert all(h["event_time"] and 0 <= h["confidence"] <= 1 for h in shown)

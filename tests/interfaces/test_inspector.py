@@ -325,7 +325,7 @@ def _hit(i: int) -> Hit:
     row: EpisodicMemory = EpisodicMemory(
         id=f"epi_{i:022d}", text=f"row {i}", user_id="u", created_at=utcnow(), timestamp=utcnow()
     )
-    return Hit(memory=row, score=1.0, rank=1, explain={})
+    return Hit(memory=row, score=1.0, rank=1, confidence=0.5, event_time=row.timestamp, explain={})
 
 
 def test_activity_log_is_bounded_per_user_and_scrubs_forgotten_rows():

@@ -34,12 +34,18 @@ async def _exercise(session: ClientSession) -> dict:
     recalled = await session.call_tool(
         "recall_memory", {"query": "where does sarah live", "memory_types": ["semantic"]}
     )
-    hits = recalled.structured_content["hits"]
-    assert [h["memory"]["id"] for h in hits] == [new_id] and "explain" in hits[0]
+    hits = recalled.structured_content["hits"]  # the compact view by default: no row, no explain
+    assert [h["id"] for h in hits] == [new_id] and "explain" not in hits[0]
+    assert set(hits[0]) >= {"id", "type", "text", "event_time", "confidence"}
+    full = await session.call_tool(
+        "recall_memory", {"query": "where does sarah live", "memory_types": ["semantic"], "view": "full"}
+    )
+    assert [h["memory"]["id"] for h in full.structured_content["hits"]] == [new_id]
+    assert "explain" in full.structured_content["hits"][0]
     history = await session.call_tool(
         "recall_memory", {"query": "where does sarah live", "include_superseded": True}
     )
-    assert old_id in {h["memory"]["id"] for h in history.structured_content["hits"]}
+    assert old_id in {h["id"] for h in history.structured_content["hits"]}
     bad = await session.call_tool("write_memory", {"text": ""})
     assert bad.is_error and "invalid_input" in bad.content[0].text
     again = await session.call_tool("write_memory", {"text": "x", "supersedes_id": old_id})
@@ -251,10 +257,49 @@ def test_remember_turn_stores_the_turn_with_the_rest_routes_checks(service):
     assert first["session_id"] == "chat-7" and first["timestamp"] == "2025-03-01T09:00:00Z"
     assert first["metadata"] == {"assistant_context": "What does the hub's display show?"}
     assert got["reply"]["context_id"] == first["id"]  # searched with the previous turn of its session
-    assert got["hits"][0]["memory"]["id"] == first["id"]
+    assert got["hits"][0]["id"] == first["id"]
     episodes = service.engram.for_user("sarah").list("episodic")
     assert [m.text for m in episodes] == ["yes, twice", "my hub shows E-4021 since the update"]
     assert service.engram.for_user("bob").list("episodic") == []
     # the same turn over REST gives the same kind of row: one shape on both surfaces
     rest = service.client("sarah").post("/v1/turns", json={"text": "hi", "session_id": "chat-7"}).json()
     assert set(rest) == set(first)
+
+
+def test_recall_is_compact_by_default_and_says_when_nothing_is_confident(service):
+    """Five one-line memories recalled with k=5 cost a client at most 1,500 characters; a question
+    about nothing stored comes back empty, with a note the model can act on."""
+    sarah = service.engram.for_user("sarah")
+    for text in (
+        "Sarah owns a Lumio Hub v2",
+        "Sarah lives in Leith, Edinburgh",
+        "Sarah's dog Rex chews sensor cables",
+        "Sarah prefers email to phone calls",
+        "Sarah's router is a Fritzbox 7590",
+    ):
+        sarah.write(text)
+
+    async def main():
+        async with (
+            httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {service.user_keys['sarah']}"}, timeout=60
+            ) as http,
+            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            everything = await session.call_tool(
+                "recall_memory",
+                {"query": "what do you know about Sarah's home?", "k": 5, "min_confidence": 0},
+            )
+            nothing = await session.call_tool("recall_memory", {"query": "how many moons does Jupiter have?"})
+            return everything, nothing
+
+    everything, nothing = anyio.run(main)
+    assert len(everything.structured_content["hits"]) == 5
+    assert len(everything.content[0].text) <= 1500, everything.content[0].text
+    assert nothing.structured_content == {
+        "hits": [],
+        "note": "no stored memory matches with confidence >= 0.1: nothing relevant is known; "
+        "answer without memory or ask the user",
+    }

@@ -317,3 +317,25 @@ def test_a_store_failure_reaches_the_client_without_paths_or_driver_text(service
     assert not [word for word in leaked if word in r.text]
     assert "no such table: tombstones" in caplog.text and str(service.engram.store.path) in caplog.text
     assert sarah.get(f"/v1/memories/{turn['id']}").status_code == 200  # the failed forget changed nothing
+
+
+def test_recall_takes_min_confidence_and_a_compact_view(service):
+    sarah = service.client("sarah")
+    sarah.post("/v1/memories", json={"text": "Sarah's router is a Fritzbox 7590"})
+    full = sarah.post(
+        "/v1/recall", json={"query": "which router does Sarah have?", "record_use": False}
+    ).json()
+    assert full["abstained"] is False and 0 <= full["hits"][0]["confidence"] <= 1
+    assert full["hits"][0]["event_time"] and "explain" in full["hits"][0]
+    compact = sarah.post(
+        "/v1/recall", json={"query": "which router does Sarah have?", "view": "compact", "record_use": False}
+    ).json()
+    assert set(compact["hits"][0]) == {"id", "type", "text", "event_time", "confidence"}
+    assert compact["hits"][0]["id"] == full["hits"][0]["memory"]["id"]
+    none = sarah.post(
+        "/v1/recall", json={"query": "which router does Sarah have?", "min_confidence": 1}
+    ).json()
+    assert none == {"hits": [], "abstained": True}
+    for bad in ({"min_confidence": 2}, {"min_confidence": "high"}, {"view": "tiny"}):
+        refused = sarah.post("/v1/recall", json={"query": "router", **bad})
+        assert refused.status_code == 422 and refused.json()["error"] == "invalid_input", bad

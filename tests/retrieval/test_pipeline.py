@@ -61,6 +61,8 @@ def test_every_hit_explains_its_score(eng):
             * e["time_match"]
             * e["speaker_match"]
             * e.get("stage_scale", 1.0)
+            * e.get("update_lift", 1.0)
+            * e.get("outdated", 1.0)
         )
         assert abs(product - hit.score) < 1e-12
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
@@ -68,34 +70,42 @@ def test_every_hit_explains_its_score(eng):
 
 
 def test_a_turn_said_by_the_person_the_query_names_ranks_up(make_engram):
-    # Two people in one conversation: the replies that name Caroline match the question's words best,
-    # but it is what Caroline said that answers it.
+    # Two people in one conversation: Melanie's question that repeats the query's words matches it
+    # best, but it is what Caroline said that answers it. The boost is a multiplier, asserted exactly:
+    # each of Caroline's turns scores `boost` times what it scores without one, Melanie's the same.
+    # The default 1.1 only tips near-ties, and which side of a near-tie a turn lands on depends on the
+    # CPU's kernels (issue 28), so the order is asserted where the boost decides it (conftest.py):
+    # without a boost the echo leads by ~1.9x, with a boost of 4 the answer by ~2.1x.
     eng = make_engram()
     group = eng.for_user("group")
     said = {}
     for text, speaker in [
         ("I'm keen on counseling or working in mental health", "Caroline"),
+        ("Caroline, what career are you considering?", "Melanie"),
         ("Caroline, you would make a great counselor!", "Melanie"),
-        ("Gonna continue my education and check out career options", "Caroline"),
-        ("Caroline, what are you going to study next year?", "Melanie"),
         ("We took the kids camping in the mountains", "Melanie"),
         ("The adoption agency interview went well", "Caroline"),
     ]:
         said[text[:12]] = group.remember_turn(text, session_id="s1", metadata={"speaker": speaker})
     config = RetrievalConfig(rerank=False)
 
-    def order(config):
-        hits = group.recall("What career is Caroline considering?", k=6, config=config)
-        return {h.memory.id: h for h in hits}, [h.memory.id for h in hits]
+    def scores(boost):
+        hits = group.recall(
+            "What career is Caroline considering?", k=5, config=config.but(speaker_match_boost=boost)
+        )
+        return {h.memory.id: h for h in hits}
 
-    boosted, ranked = order(config)
-    plain, plain_ranked = order(config.but(speaker_match_boost=1.0))
+    boosted, plain, decisive = scores(config.speaker_match_boost), scores(1.0), scores(4.0)
+    assert set(plain) == {m.id for m in said.values()}
+    for turn in said.values():
+        boost = 1.1 if turn.metadata["speaker"] == "Caroline" else 1.0
+        assert boosted[turn.id].explain["speaker_match"] == boost
+        assert plain[turn.id].explain["speaker_match"] == 1.0
+        assert boosted[turn.id].score == pytest.approx(boost * plain[turn.id].score)
+        assert decisive[turn.id].score == pytest.approx((4.0 if boost > 1 else 1.0) * plain[turn.id].score)
     keen, asked = said["I'm keen on "].id, said["Caroline, wh"].id
-    assert plain_ranked.index(keen) > plain_ranked.index(asked)
-    assert ranked.index(keen) < ranked.index(asked)
-    assert boosted[keen].explain["speaker_match"] == 1.1
-    assert boosted[asked].explain["speaker_match"] == 1.0
-    assert all(h.explain["speaker_match"] == 1.0 for h in plain.values())
+    assert plain[asked].score >= 1.5 * plain[keen].score  # the echo leads without the boost ...
+    assert decisive[keen].score >= 1.5 * decisive[asked].score  # ... and the boost puts the answer first
     assert group.get(keen).text.startswith("I'm keen")  # the name is searched, never stored in the text
     assert group.get(keen).metadata == {"speaker": "Caroline"}
 
@@ -137,7 +147,8 @@ def test_scores_fall_with_rank_across_stages(make_engram):
 
 
 def test_keep_scores_ordered_follows_its_docstring():
-    from engram.retrieval.pipeline import Candidate, keep_scores_ordered
+    from engram.retrieval.candidate import Candidate
+    from engram.retrieval.pipeline import keep_scores_ordered
 
     def tier(*scores):
         return [Candidate(memory=None, rrf=s) for s in scores]  # final = rrf with no multipliers
@@ -148,7 +159,7 @@ def test_keep_scores_ordered_follows_its_docstring():
 
 
 def test_blended_relevance_follows_its_docstring():
-    from engram.retrieval.pipeline import blended
+    from engram.retrieval.candidate import blended
 
     assert blended(0.9, 0.5, 0.3) == pytest.approx(0.62)
     assert blended(0.9, None, 0.3) == 0.9  # no late score (stage off or failed): the cross-encoder alone

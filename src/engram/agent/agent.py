@@ -42,7 +42,7 @@ from engram.consolidation.llm import LLMClient, LLMError
 from engram.consolidation.prompts import ASSISTANT_CONTEXT_KEY
 from engram.errors import ConfigError, EngramError, public_message
 from engram.models import EpisodicMemory, Hit, Memory, Tombstone, utcnow
-from engram.settings import EngramSettings
+from engram.settings import DEFAULT_MIN_CONFIDENCE, EngramSettings
 
 if TYPE_CHECKING:
     from engram.consolidation.consolidator import ConsolidationReport
@@ -166,6 +166,7 @@ class Agent:
         max_tokens: int | None = 1024,
         profile_facts: int = 24,
         recall_k: int = 8,
+        min_confidence: float | None = DEFAULT_MIN_CONFIDENCE,
         consolidation: EmbeddedConsolidation | None = None,
         session_id: str | None = None,
         owns_llm: bool = False,
@@ -177,6 +178,7 @@ class Agent:
         self.max_tokens = max_tokens
         self.profile_facts = profile_facts
         self.recall_k = recall_k
+        self.min_confidence = min_confidence  # hits below it are not shown to the model
         self.consolidation = consolidation
         self.session_id = session_id or f"chat-{secrets.token_hex(6)}"
         self._owns_llm = owns_llm
@@ -207,6 +209,7 @@ class Agent:
             max_tokens=settings.agent_max_tokens,
             profile_facts=settings.agent_profile_facts,
             recall_k=settings.agent_recall_k,
+            min_confidence=settings.min_confidence,
             consolidation=consolidation,
             owns_llm=True,
         )
@@ -293,9 +296,11 @@ class Agent:
         """The recall on the raw message, as an assistant tool call and its result."""
         record = Recall(source="pre-recall", query=message)
         try:
-            record.hits = recall(self.memory, message, self.recall_k, hidden_ids=hidden)
+            record.hits = recall(
+                self.memory, message, self.recall_k, hidden_ids=hidden, min_confidence=self.min_confidence
+            )
             shown.update(h.memory.id for h in record.hits)
-            content = hits_content(record.hits)
+            content = hits_content(record.hits, self.min_confidence)
         except EngramError as exc:  # recall failing must not cost the user their answer
             record.error = f"{exc.code}: {public_message(exc)}"
             content = json.dumps({"error": exc.code, "message": "memory could not be searched"})
@@ -343,7 +348,12 @@ class Agent:
             for i, call in enumerate(calls):
                 if i < self.max_tool_calls:
                     outcome = run_tool(
-                        call, self.memory, episode_id=episode_id, shown_ids=shown, hidden_ids=hidden
+                        call,
+                        self.memory,
+                        episode_id=episode_id,
+                        shown_ids=shown,
+                        hidden_ids=hidden,
+                        min_confidence=self.min_confidence,
                     )
                 else:
                     outcome = error_outcome(

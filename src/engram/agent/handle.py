@@ -35,6 +35,8 @@ class MemoryHandle(Protocol):
         memory_types: Iterable[MemoryType] | None = None,
         include_catalog: bool = True,
         include_superseded: bool = False,
+        *,
+        min_confidence: float | None = None,
     ) -> list[Hit]: ...
 
     def write(

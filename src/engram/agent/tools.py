@@ -27,7 +27,7 @@ from engram.models import (
     MemoryType,
     StrictStep,
     Tombstone,
-    named_speaker,
+    no_confident_match,
 )
 
 log = logging.getLogger(__name__)
@@ -197,11 +197,13 @@ def run_tool(
     episode_id: str,
     shown_ids: set[str],
     hidden_ids: set[str] | None = None,
+    min_confidence: float | None = None,
 ) -> Outcome:
     """Run one call; every failure is an error result, never an exception. ``episode_id`` (this
     turn's user message) is the provenance of any fact written; ``shown_ids`` are the ids the model
     was shown this turn, the only ones forget_memory takes; ``hidden_ids`` are left out of hits (the
-    turn's own message: the model already has it). Rows written carry ``AGENT_WRITE_METADATA``."""
+    turn's own message: the model already has it); hits below ``min_confidence`` are not shown. Rows
+    written carry ``AGENT_WRITE_METADATA``."""
     if call.problem:
         return error_outcome("invalid_tool_call", call.problem)
     try:
@@ -220,8 +222,16 @@ def run_tool(
         )
     try:
         if isinstance(args, RecallArgs):
-            hits = recall(memory, args.query, args.k, args.memory_types, args.include_superseded, hidden_ids)
-            return Outcome(hits_content(hits), hits=hits, query=args.query)
+            hits = recall(
+                memory,
+                args.query,
+                args.k,
+                args.memory_types,
+                args.include_superseded,
+                hidden_ids,
+                min_confidence,
+            )
+            return Outcome(hits_content(hits, min_confidence), hits=hits, query=args.query)
         if isinstance(args, WriteArgs):
             row = memory.write(
                 args.text,
@@ -256,40 +266,27 @@ def recall(
     memory_types: list[MemoryType] | None = None,
     include_superseded: bool = False,
     hidden_ids: set[str] | None = None,
+    min_confidence: float | None = None,
 ) -> list[Hit]:
     hidden = hidden_ids or set()
     hits = memory.recall(
-        query, k=k + len(hidden), memory_types=memory_types, include_superseded=include_superseded
+        query,
+        k=k + len(hidden),
+        memory_types=memory_types,
+        include_superseded=include_superseded,
+        min_confidence=min_confidence,
     )
     return [h for h in hits if h.memory.id not in hidden][:k]
 
 
-def hits_content(hits: list[Hit]) -> str:
-    """A recall result as the model reads it: each hit's id, type, date and text (no score breakdown:
-    it costs tokens and tells the model nothing it can use)."""
-    return json.dumps({"hits": [_hit_view(h) for h in hits]}, ensure_ascii=False)
-
-
-def _hit_view(hit: Hit) -> dict[str, Any]:
-    m = hit.memory
-    view: dict[str, Any] = {"id": m.id, "type": m.memory_type, "text": m.text}
-    if m.memory_type == "episodic":
-        view["said_at"] = m.timestamp.isoformat(timespec="minutes")
-        if speaker := named_speaker(m):
-            view["said_by"] = speaker
-    else:
-        view["stored_at"] = m.created_at.isoformat(timespec="minutes")
-    if m.memory_type == "semantic":
-        view["fact_type"] = m.fact_type
-        if m.superseded_by:
-            view["superseded_by"] = m.superseded_by
-    elif m.memory_type == "procedural":
-        view.update(name=m.name, trigger=m.trigger_text, steps=[s.instruction for s in m.steps])
-        if m.superseded_by:
-            view["superseded_by"] = m.superseded_by
-    elif m.memory_type == "catalog" and m.title:
-        view["title"] = m.title
-    return view
+def hits_content(hits: list[Hit], min_confidence: float | None = None) -> str:
+    """A recall result as the model reads it: the compact view of each hit (id, type, text, event time,
+    confidence; no score breakdown: it costs tokens and tells the model nothing it can use), and a note
+    when no hit reached ``min_confidence``."""
+    content: dict[str, Any] = {"hits": [h.compact().model_dump(mode="json") for h in hits]}
+    if not hits and min_confidence is not None:
+        content["note"] = no_confident_match(min_confidence)
+    return json.dumps(content, ensure_ascii=False)
 
 
 def _describe(exc: ValidationError) -> str:

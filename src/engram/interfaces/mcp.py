@@ -17,7 +17,18 @@ from pydantic import Field, StrictBool, StrictFloat, StrictStr
 from engram.errors import EngramError, public_message
 from engram.interfaces.vocabulary import MAX_SESSION_ID_CHARS
 from engram.memory import Engram, UserMemory
-from engram.models import MAX_STEPS, Contradiction, FactType, IsoDatetime, JsonInt, MemoryType, StrictStep
+from engram.models import (
+    MAX_STEPS,
+    Contradiction,
+    FactType,
+    Hit,
+    IsoDatetime,
+    JsonInt,
+    MemoryType,
+    RecallView,
+    StrictStep,
+    no_confident_match,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +48,12 @@ messages up. Facts and playbooks go to write_memory. Returns the stored memory."
 
 RECALL_DESCRIPTION = """Search the user's long-term memory (past messages, stable facts, playbooks) and the
 shared product catalog in one call. Pass the user's own words, keeping exact tokens (model numbers,
-versions, error codes) as written. Returns hits best first, each with its memory (id, text, type,
-timestamps) and a score breakdown. Superseded facts are hidden unless include_superseded is true
-(use it to answer "where did I live before?")."""
+versions, error codes) as written. Returns the hits best first, each with its id, type, text,
+event_time (when it was said or became true: when two hits disagree, the newer one is usually the
+current truth; outdated_by names a newer hit that replaced it) and confidence (0-1). Hits below
+min_confidence are left out; none left means nothing relevant is stored: say you don't know rather
+than guess. Superseded facts are hidden unless include_superseded is true (use it to answer "where did
+I live before?"). view="full" adds each hit's whole row and score breakdown."""
 
 WRITE_DESCRIPTION = """Store a durable memory about the user: a fact (memory_type="semantic", e.g. "Sarah
 owns a Lumio Hub v2") or a playbook (memory_type="procedural": name, trigger_text, description, ordered
@@ -99,18 +113,27 @@ def build_mcp_server(
         k: Annotated[JsonInt, Field(ge=1, le=100)] = 10,
         include_catalog: StrictBool = True,
         include_superseded: StrictBool = False,
+        min_confidence: Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)] | None = None,
+        view: RecallView = "compact",
     ) -> dict[str, Any]:
         mem = memory(ctx)
-        hits = _call(
+        threshold = engram.settings.min_confidence if min_confidence is None else min_confidence
+        hits: list[Hit] = _call(
             lambda: mem.recall(
                 query,
                 k=k,
                 memory_types=memory_types,
                 include_catalog=include_catalog,
                 include_superseded=include_superseded,
+                min_confidence=threshold,
             )
         )
-        return {"hits": [h.model_dump(mode="json") for h in hits]}
+        result: dict[str, Any] = {
+            "hits": [(h.compact() if view == "compact" else h).model_dump(mode="json") for h in hits]
+        }
+        if not hits:
+            result["note"] = no_confident_match(threshold)
+        return result
 
     @server.tool(name="write_memory", description=WRITE_DESCRIPTION)
     def write_memory(

@@ -10,13 +10,14 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 from engram.errors import InvalidInput, NotFound, PermissionDenied
 from engram.memory.engine import Engine
 from engram.memory.handles import TenantHandle
 from engram.models import (
     MEMORY_TYPES,
+    CompactHit,
     Contradiction,
     EpisodicMemory,
     FactType,
@@ -24,9 +25,12 @@ from engram.models import (
     Memory,
     MemoryType,
     ProceduralMemory,
+    RecallView,
     SemanticMemory,
     Step,
     check_playbook,
+    check_recall_options,
+    confident,
     episode_context,
     episode_speaker,
     new_id,
@@ -187,6 +191,7 @@ class UserMemory(TenantHandle):
         engram._store_row(self.user_id, row, supersede)
         return row
 
+    @overload
     def recall(
         self,
         query: str,
@@ -197,8 +202,44 @@ class UserMemory(TenantHandle):
         config: RetrievalConfig | None = None,
         record_use: bool | None = None,
         as_of: datetime | None = None,
-    ) -> builtins.list[Hit]:
+        min_confidence: float | None = None,
+        view: Literal["full"] = "full",
+    ) -> builtins.list[Hit]: ...
+
+    @overload
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        memory_types: Iterable[MemoryType] | None = None,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+        config: RetrievalConfig | None = None,
+        record_use: bool | None = None,
+        as_of: datetime | None = None,
+        min_confidence: float | None = None,
+        *,
+        view: Literal["compact"],
+    ) -> builtins.list[CompactHit]: ...
+
+    def recall(
+        self,
+        query: str,
+        k: int = 10,
+        memory_types: Iterable[MemoryType] | None = None,
+        include_catalog: bool = True,
+        include_superseded: bool = False,
+        config: RetrievalConfig | None = None,
+        record_use: bool | None = None,
+        as_of: datetime | None = None,
+        min_confidence: float | None = None,
+        view: RecallView = "full",
+    ) -> builtins.list[Hit] | builtins.list[CompactHit]:
         """Search all of the user's memory types and the catalog in one call.
+
+        Each hit carries its event time and a calibrated ``confidence`` in [0, 1]; ``min_confidence``
+        keeps only the top ``k`` hits that reach it (an empty list: nothing relevant is stored).
+        ``view="compact"`` returns ``CompactHit``s, sized for a model's context (no score breakdown).
 
         Returned semantic facts get ``use_count + 1`` and ``last_used_at = now`` (atomically); the
         returned rows show the values after that bump, their explain the values before it. When
@@ -213,6 +254,7 @@ class UserMemory(TenantHandle):
         query = engram._check_text(query, "query")
         if not isinstance(k, int) or not 1 <= k <= 1000:
             raise InvalidInput("k must be an integer in [1, 1000]")
+        check_recall_options(min_confidence, view)
         types = set(MEMORY_TYPES if memory_types is None else check_types(memory_types))
         if not include_catalog:
             types.discard("catalog")
@@ -234,16 +276,17 @@ class UserMemory(TenantHandle):
                 shed_rerank=not full,
                 helper_nice=engram.settings.recall_nice,
             )
-        if not (record_use if record_use is not None else as_of is None):
-            return hits
-        used = [
-            h.memory.id
-            for h in hits
-            if isinstance(h.memory, SemanticMemory) and h.memory.superseded_by is None
-        ]
-        counts = engram.use_counts.record(self.user_id, used, now) or {}  # None: queued, not applied yet
-        used_set = set(used)
-        return [_used(h, counts, now) if h.memory.id in used_set else h for h in hits]
+        hits = confident(hits, min_confidence)
+        if record_use if record_use is not None else as_of is None:
+            used = [
+                h.memory.id
+                for h in hits
+                if isinstance(h.memory, SemanticMemory) and h.memory.superseded_by is None
+            ]
+            counts = engram.use_counts.record(self.user_id, used, now) or {}  # None: queued, not applied
+            used_set = set(used)
+            hits = [_used(h, counts, now) if h.memory.id in used_set else h for h in hits]
+        return [h.compact() for h in hits] if view == "compact" else hits
 
     def history(self, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain that contains ``memory_id``, oldest first (forgotten links are gone)."""

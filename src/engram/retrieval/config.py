@@ -6,8 +6,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from engram import settings as s
+from engram.retrieval.confidence import Calibration
 
 Leg = Literal["bm25", "dense"]
+DEFAULT_CALIBRATION = Calibration(
+    s.DEFAULT_CONFIDENCE_RERANK, s.DEFAULT_CONFIDENCE_LATE, s.DEFAULT_CONFIDENCE_DENSE
+)
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,10 @@ class RetrievalConfig:
     procedural_feedback: bool = (
         False  # success_prior: off, it cost MRR on the eval corpus (docs/benchmarks.md)
     )
+    current_first: bool = True  # a newer memory that replaces an older one ranks first (currency.py)
+    replace_margin: float = s.DEFAULT_REPLACE_MARGIN
+    outdated_factor: float = s.DEFAULT_OUTDATED_FACTOR
+    calibration: Calibration = DEFAULT_CALIBRATION  # raw stage scores -> confidence (retrieval.confidence)
 
     def but(self, **changes: Any) -> RetrievalConfig:
         """A copy with some fields changed (the preset itself stays as it was)."""
@@ -54,4 +62,10 @@ class RetrievalConfig:
             time_match_boost=settings.time_match_boost,
             speaker_match_boost=settings.speaker_match_boost,
             procedural_feedback=settings.procedural_feedback,
+            current_first=settings.current_first,
+            replace_margin=settings.replace_margin,
+            outdated_factor=settings.outdated_factor,
+            calibration=Calibration(
+                settings.confidence_rerank, settings.confidence_late, settings.confidence_dense
+            ),
         )

@@ -1,4 +1,4 @@
-"""Recall: legs -> RRF -> shape -> late interaction -> rerank window -> final score -> top k.
+"""Recall: legs -> RRF -> shape -> late interaction -> rerank -> final score -> current first -> top k.
 
 1. Two legs over the tenant's scope, ``leg_candidates`` each: BM25 (FTS; an episode is indexed with
    the turn it replied to) and exact dense kNN.
@@ -16,6 +16,12 @@
    continues on the previous order and says so in every hit's explain (``<stage>_error``); under
    overload the rerank stage is skipped the same way (``admission``), explain ``"rerank": "skipped:
    load"``.
+7. Current truth first (``currency.put_current_first``): for a question about the present, a newer
+   memory that replaces a candidate (a live fact superseding what an episode supports, a newer turn
+   announcing a change) ranks above it; the replaced one is multiplied by ``outdated`` and its explain
+   names ``outdated_by``.
+8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
+   successor's is at least that of what it replaced.
 """
 
 from __future__ import annotations
@@ -23,17 +29,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from engram.models import EpisodicMemory, Hit, Memory, MemoryType, search_text_of
+from engram.models import EpisodicMemory, Hit, MemoryType, event_time, search_text_of
 from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.retrieval.admission import Admission
+from engram.retrieval.candidate import Candidate
+from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
+from engram.retrieval.currency import asks_about_past, put_current_first
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import Matrix, late_score, pack, token_maxima
-from engram.retrieval.scoring import multipliers, named_speakers, product
+from engram.retrieval.scoring import multipliers, named_speakers
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
 from engram.text import query_words
@@ -47,54 +55,6 @@ _LEG_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-leg")  
 _ADMIT_ALL = Admission(0)
 T = TypeVar("T")
 _SHED_ALL = Admission.closed()
-
-
-@dataclass
-class Candidate:
-    """One row on its way through the stages, keyed by id; collects its explain as it goes."""
-
-    memory: Memory
-    rrf: float
-    bm25_rank: int | None = None
-    dense_rank: int | None = None
-    bm25_score: float | None = None
-    dense_score: float | None = None
-    multipliers: dict[str, float] = field(default_factory=dict)
-    late: float | None = None
-    rerank: float | None = None
-    rerank_weight: float = 1.0
-
-    @property
-    def relevance(self) -> float:
-        if self.rerank is not None:
-            return blended(self.rerank, self.late, self.rerank_weight)
-        return self.late if self.late is not None else self.rrf
-
-    @property
-    def final(self) -> float:
-        return self.relevance * product(self.multipliers)
-
-    def explain(self, errors: dict[str, str], skipped: dict[str, str]) -> dict[str, Any]:
-        stage = (
-            "rerank" if self.rerank is not None else "late_interaction" if self.late is not None else "rrf"
-        )
-        info: dict[str, Any] = {
-            "bm25_rank": self.bm25_rank,
-            "bm25_score": self.bm25_score,
-            "dense_rank": self.dense_rank,
-            "dense_score": self.dense_score,
-            "rrf": self.rrf,
-            "late_interaction": self.late,
-            "rerank": self.rerank,
-            "relevance": stage,
-            **self.multipliers,
-            "final": self.final,
-        }
-        if self.rerank is not None and self.rerank_weight != 1.0:
-            info["rerank_weight"] = self.rerank_weight  # relevance mixes in the late score (blended)
-        info.update({f"{name}_error": error for name, error in errors.items()})
-        info.update(skipped)  # a stage left out on purpose says why in its own field
-        return info
 
 
 def recall(
@@ -181,9 +141,31 @@ def recall(
             errors["rerank"] = rerank_error
     bounds = sorted(set(heads))
     keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
+    outdated_by: dict[str, str] = {}
+    if config.current_first and period is None and not asks_about_past(query):
+        outdated_by = put_current_first(
+            candidates,
+            lambda ids: store.fetch(tenant, ids, include_catalog=False),
+            now,
+            margin=config.replace_margin,
+            outdated=config.outdated_factor,
+        )
 
+    confidences = {
+        c.memory.id: confidence(config.calibration, c.rerank, c.late_raw, c.dense_score) for c in candidates
+    }
+    for old_id, new_id in outdated_by.items():  # a successor answers what its predecessor answered
+        confidences[new_id] = max(confidences[new_id], confidences[old_id])
     return [
-        Hit(memory=c.memory, score=c.final, rank=rank, explain=c.explain(errors, skipped))
+        Hit(
+            memory=c.memory,
+            score=c.final,
+            rank=rank,
+            confidence=confidences[c.memory.id],
+            event_time=event_time(c.memory),
+            explain=c.explain(errors, skipped)
+            | ({"outdated_by": outdated_by[c.memory.id]} if c.memory.id in outdated_by else {}),
+        )
         for rank, c in enumerate(candidates[:k], start=1)
     ]
 
@@ -234,8 +216,8 @@ def apply_late_interaction(
     except Exception as exc:  # recall must never fail because of an optional stage
         log.warning("late interaction failed, keeping the fused order: %s", exc)
         return f"{type(exc).__name__}: {exc}"
-    for candidate, score in zip(head, normalised(scores), strict=True):
-        candidate.late = score
+    for candidate, raw, score in zip(head, scores, normalised(scores), strict=True):
+        candidate.late, candidate.late_raw = score, raw
     return None
 
 
@@ -310,17 +292,6 @@ def normalised(scores: list[float]) -> list[float]:
     if high <= low:
         return [1.0] * len(scores)
     return [(s - low) / (high - low) for s in scores]
-
-
-def blended(rerank: float, late: float | None, weight: float) -> float:
-    """A reranked row's relevance: ``w x rerank + (1 - w) x late`` (``rerank`` alone without a late score).
-
-    The cross-encoder reads query and row together; late interaction matches them token by token
-    against the row and the turn it replied to. Each misses what the other sees, so their mix ranks
-    better than either (LoCoMo dev, docs/benchmarks.md). Both are in [0, 1]: a probability and a
-    min-max-scaled MaxSim. Example: rerank 0.9, late 0.5, w 0.3 -> 0.27 + 0.35 = 0.62.
-    """
-    return rerank if late is None else weight * rerank + (1.0 - weight) * late
 
 
 def apply_rerank(reranker: Reranker, query: str, window: list[Candidate], weight: float = 1.0) -> str | None:

@@ -5,7 +5,9 @@ The final score of a hit is
 ``relevance × decay × use_count_boost × source_prior × success_prior × time_match × speaker_match``,
 where relevance is the cross-encoder's probability ``sigmoid(logit)`` in (0, 1) when the hit was
 reranked, else its RRF score. Multiplying a probability keeps the factors meaningful: a 0.5 decay
-halves a hit's relevance, it cannot flip the sign of a raw logit.
+halves a hit's relevance, it cannot flip the sign of a raw logit. After these, ``stage_scale`` keeps
+scores falling across stages (pipeline.keep_scores_ordered), and ``update_lift`` / ``outdated`` put a
+newer memory above the one it replaces (currency.put_current_first).
 """
 
 from __future__ import annotations

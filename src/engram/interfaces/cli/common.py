@@ -14,7 +14,7 @@ from rich.console import Console
 
 from engram.errors import ConfigError, EngramError
 from engram.memory import Engram, sqlite_path
-from engram.models import Hit, search_text_of
+from engram.models import Hit, no_confident_match, search_text_of
 from engram.settings import EngramSettings, load_settings
 
 app = typer.Typer(help="Engram: persistent, multi-tenant memory for LLM agents.", no_args_is_help=True)
@@ -73,16 +73,19 @@ def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
 
 
-def print_hits(hits: list[Hit], explain: bool) -> None:
+def print_hits(hits: list[Hit], explain: bool, min_confidence: float | None = None) -> None:
     if not hits:
-        console.print("  (no hits)")
+        why = "no hits" if min_confidence is None else no_confident_match(min_confidence)
+        console.print(f"  ({why})")
     for hit in hits:
         m = hit.memory
         text = search_text_of(m).replace("\n", " | ")
         flag = " [yellow](superseded)[/yellow]" if getattr(m, "superseded_by", None) else ""
+        if outdated := hit.explain.get("outdated_by"):
+            flag += f" [yellow](outdated by {outdated})[/yellow]"
         console.print(
-            f"  {hit.rank}. [cyan]{m.memory_type:<10}[/cyan] score={hit.score:.3g}  {text}{flag}  "
-            f"[dim]{m.id}[/dim]",
+            f"  {hit.rank}. [cyan]{m.memory_type:<10}[/cyan] {hit.event_time:%Y-%m-%d} "
+            f"confidence={hit.confidence:.2f} score={hit.score:.3g}  {text}{flag}  [dim]{m.id}[/dim]",
             highlight=False,
         )
         if explain:

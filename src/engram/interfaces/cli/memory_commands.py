@@ -112,10 +112,14 @@ def recall(
     no_catalog: Annotated[bool, typer.Option("--no-catalog", help="leave out catalog rows")] = False,
     include_superseded: Annotated[bool, typer.Option(help="also return superseded rows")] = False,
     explain: Annotated[bool, typer.Option("--explain", help="show each hit's score breakdown")] = False,
+    min_confidence: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="show only hits whose confidence (0-1) reaches this"),
+    ] = None,
     as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """Recall across all memory types and the catalog."""
+    """Recall across all memory types and the catalog; each hit shows its event date and confidence."""
     with _engram(store, existing=True) as eng:
         hits = eng.for_user(user).recall(
             query,
@@ -123,11 +127,12 @@ def recall(
             memory_types=check_types(memory_type) if memory_type else None,
             include_catalog=not no_catalog,
             include_superseded=include_superseded,
+            min_confidence=min_confidence,
         )
     if as_json:
         _print_json([h.model_dump(mode="json") for h in hits])
     else:
-        print_hits(hits, explain)
+        print_hits(hits, explain, min_confidence)
 
 
 @app.command("remember-turn")

@@ -262,13 +262,14 @@ class RecordingMemory(UserMemory):
         self._activity.add(self.user_id, WriteEvent(utcnow(), written, superseded, contradiction))
         return row
 
-    def recall(self, *args: Any, **kwargs: Any) -> list[Hit]:
-        hits = super().recall(*args, **kwargs)
+    def recall(self, *args: Any, **kwargs: Any) -> Any:  # Any: the handle's overloads, by ``view``
+        compact = kwargs.pop("view", "full") == "compact"
+        hits = super().recall(*args, **kwargs)  # full hits: the log shows how each was scored
         query = args[0] if args else kwargs.get("query", "")
         kept = [_slim_hit(h) for h in hits[:HITS_PER_RECALL]]
         event = RecallEvent(utcnow(), str(query)[:TEXT_KEPT], kept, max(0, len(hits) - HITS_PER_RECALL))
         self._activity.add(self.user_id, event)
-        return hits
+        return [h.compact() for h in hits] if compact else hits
 
     def forget(self, memory_id: str) -> Tombstone:
         stone = super().forget(memory_id)

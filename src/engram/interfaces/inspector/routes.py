@@ -377,6 +377,8 @@ STAGE_KEYS = (
     "dense_score",
     "rrf",
     "late_interaction",
+    "late_interaction_raw",
+    "outdated_by",  # shown on the hit itself, as a link
     "rerank",
     "relevance",
     "final",

@@ -17,6 +17,7 @@ from engram.models import (
     MAX_LINE_CHARS,
     MAX_NAME_CHARS,
     MAX_STEPS,
+    CompactHit,
     Contradiction,
     FactType,
     Hit,
@@ -24,6 +25,7 @@ from engram.models import (
     JsonInt,
     Memory,
     MemoryType,
+    RecallView,
     StrictStep,
     Tombstone,
 )
@@ -113,6 +115,19 @@ class RecallRequest(_Request):
         description="count the returned facts as used (use_count + 1, last_used_at = now); "
         "default: yes, unless as_of is given",
     )
+    min_confidence: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="keep only the top k hits whose calibrated confidence reaches it; none left: "
+        "abstained is true (nothing relevant is stored)",
+    )
+    view: RecallView = Field(
+        default="full",
+        description="full: each hit's row and score breakdown; compact: id, type, text, event_time, "
+        "confidence and what a playbook needs, sized for a model's context",
+    )
 
 
 class CatalogCreate(_Request):
@@ -130,8 +145,17 @@ class Me(BaseModel):
     user_id: str = Field(description="the user whose memory this key opens")
 
 
+_ABSTAINED = Field(description="min_confidence was given and no hit reached it: nothing relevant is stored")
+
+
 class RecallResponse(BaseModel):
     hits: list[Hit]
+    abstained: bool = _ABSTAINED
+
+
+class CompactRecallResponse(BaseModel):
+    hits: list[CompactHit]
+    abstained: bool = _ABSTAINED
 
 
 class MemoryList(BaseModel):

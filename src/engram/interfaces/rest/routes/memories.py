@@ -10,6 +10,7 @@ from engram.importer import UserDocument, import_document
 from engram.interfaces.rest.deps import EngramDep, UserMemoryDep
 from engram.interfaces.rest.schemas import (
     MAX_OFFSET,
+    CompactRecallResponse,
     ForgetResponse,
     Me,
     MemoryCreate,
@@ -63,9 +64,10 @@ def write(body: MemoryCreate, mem: UserMemoryDep) -> SemanticMemory | Procedural
     )
 
 
-@router.post("/recall", response_model=RecallResponse)
-def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse:
-    """Search all memory types and the catalog; each hit carries its score breakdown in ``explain``."""
+@router.post("/recall", response_model=RecallResponse | CompactRecallResponse)
+def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse | CompactRecallResponse:
+    """Search all memory types and the catalog. Each hit carries its event time, a calibrated
+    confidence and (``view="full"``) its score breakdown in ``explain``."""
     hits = mem.recall(
         body.query,
         k=body.k,
@@ -74,8 +76,12 @@ def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse:
         include_superseded=body.include_superseded,
         as_of=body.as_of,
         record_use=body.record_use,
+        min_confidence=body.min_confidence,
     )
-    return RecallResponse(hits=hits)
+    abstained = body.min_confidence is not None and not hits
+    if body.view == "compact":
+        return CompactRecallResponse(hits=[h.compact() for h in hits], abstained=abstained)
+    return RecallResponse(hits=hits, abstained=abstained)
 
 
 @router.get("/memories", response_model=MemoryList)

@@ -1,0 +1,143 @@
+"""Fit recall's confidence calibration (engram.retrieval.confidence) on the development sets, and pick
+the default abstention threshold.
+
+Development data only: the knowledge-update set's dev split (bench/data/updates.json, with its "never
+said" questions), and the dev splits of the evaluation corpus's own and agent-voice questions. Every
+question is recalled (top 10, ``record_use=False``); a hit is labelled relevant when it is one of the
+question's gold rows (never-said questions have none). Three logistic regressions (scikit-learn) are
+fitted on those hits, one per stage that can give a hit its confidence:
+
+* reranked hits: logit(cross-encoder probability) and the raw MaxSim;
+* late interaction alone: the raw MaxSim (the same hits, as if the cross-encoder had been skipped);
+* dense alone: the dense cosine.
+
+It prints the coefficients to put in engram.settings (DEFAULT_CONFIDENCE_*), each calibration's
+reliability (expected calibration error, ten bins) and log loss, and, for the default threshold, the
+balanced accuracy of "the top hit's confidence reaches t" between answerable and never-said questions
+of the knowledge-update set at several t, with the recalls' actual confidences as fitted.
+
+    python bench/calibrate.py [--json bench/results/calibration.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import log_loss
+
+from engram import Engram
+from engram.eval.runner import import_eval_corpus, read_questions
+from engram.retrieval.confidence import logit
+
+sys.path.insert(0, str(Path(__file__).parent))
+import updates  # bench/updates.py: the knowledge-update set's loader
+
+EVAL_DATA = Path(__file__).parents[1] / "src" / "engram" / "eval" / "data"
+
+
+def hit_rows(hits, gold, source):
+    """One row per hit: its stage scores and whether it is gold."""
+    return [
+        {
+            "source": source,
+            "rank": h.rank,
+            "rerank": h.explain.get("rerank"),
+            "late": h.explain.get("late_interaction_raw"),
+            "dense": h.explain.get("dense_score"),
+            "relevant": h.memory.id in gold,
+        }
+        for h in hits
+    ]
+
+
+def collect(eng):
+    """Recall every development question; returns (hit rows, per-question rows of the update set)."""
+    rows, questions = [], []
+    for user in [u for u in json.loads(updates.DATA.read_text())["users"] if u["split"] == "dev"]:
+        mem = eng.for_user(user["user_id"])
+        ids = updates.load_user(mem, user, with_facts=False)
+        for q in user["questions"]:
+            hits = mem.recall(q["query"], k=10, as_of=updates.ts(q["asked_at"]), record_use=False)
+            rows += hit_rows(hits, {ids[k] for k in q["gold"]}, "updates")
+            questions.append({"kind": q["kind"], "hits": hits})
+    ids = import_eval_corpus(eng, EVAL_DATA)
+    for question_set in ("own", "agent"):
+        for q in read_questions(EVAL_DATA, question_set, ids):
+            if q.split == "dev":
+                hits = eng.for_user(q.user).recall(q.text, k=10, record_use=False)
+                rows += hit_rows(hits, q.gold, question_set)
+    return rows, questions
+
+
+def fit(features, labels):
+    model = LogisticRegression(C=10.0).fit(features, labels)
+    probabilities = model.predict_proba(features)[:, 1]
+    return model, probabilities
+
+
+def ece(probabilities, labels, bins=10):
+    """Expected calibration error: the bins' |mean confidence - share relevant|, weighted by size."""
+    edges = np.linspace(0, 1, bins + 1)
+    total = 0.0
+    for low, high in itertools.pairwise(edges):
+        inside = (probabilities >= low) & (probabilities < high if high < 1 else probabilities <= high)
+        if inside.any():
+            total += inside.mean() * abs(probabilities[inside].mean() - labels[inside].mean())
+    return total
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", help="write the fitted coefficients and figures here")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, Engram.open(f"sqlite:///{Path(tmp) / 'cal.db'}") as eng:
+        rows, questions = collect(eng)
+    labels = np.array([r["relevant"] for r in rows], dtype=float)
+    print(f"{len(rows)} hits, {int(labels.sum())} relevant, from {len(questions)} update-set questions + dev")
+    result = {}
+    specs = {
+        "rerank": lambda r: [logit(r["rerank"]), r["late"]] if None not in (r["rerank"], r["late"]) else None,
+        "late": lambda r: [r["late"]] if r["late"] is not None else None,
+        "dense": lambda r: [r["dense"]] if r["dense"] is not None else None,
+    }
+    for name, feature in specs.items():
+        kept = [(feature(r), r["relevant"]) for r in rows if feature(r) is not None]
+        x = np.array([f for f, _ in kept])
+        y = np.array([label for _, label in kept], dtype=float)
+        model, probabilities = fit(x, y)
+        coefficients = [*map(float, model.coef_[0]), float(model.intercept_[0])]
+        result[name] = {
+            "coefficients": coefficients,
+            "hits": len(y),
+            "relevant": int(y.sum()),
+            "ece": ece(probabilities, y),
+            "log_loss": log_loss(y, probabilities),
+        }
+        shown = ", ".join(f"{c:.3f}" for c in coefficients)
+        print(
+            f"{name:<7} ({shown})  hits {len(y)}  relevant {int(y.sum())}  "
+            f"ECE {result[name]['ece']:.3f}  log loss {result[name]['log_loss']:.3f}"
+        )
+    print("\nthe top hit's confidence as recalled now (with the coefficients in engram.settings):")
+    top = [(q["hits"][0].confidence if q["hits"] else 0.0, q["kind"] != "never") for q in questions]
+    thresholds = {}
+    for t in (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6):
+        tpr = np.mean([c >= t for c, answerable in top if answerable])
+        tnr = np.mean([c < t for c, answerable in top if not answerable])
+        thresholds[t] = {"TPR": float(tpr), "TNR": float(tnr), "balanced_accuracy": float((tpr + tnr) / 2)}
+        print(f"  t={t:<5} TPR {tpr:.3f}  TNR {tnr:.3f}  balanced accuracy {(tpr + tnr) / 2:.3f}")
+    result["thresholds"] = thresholds
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Candidate: one row on its way through recall's stages, keyed by id, with its scores and explain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engram.models import Memory
+from engram.retrieval.scoring import product
+
+
+@dataclass
+class Candidate:
+    """One row on its way through the stages, keyed by id; collects its explain as it goes."""
+
+    memory: Memory
+    rrf: float
+    bm25_rank: int | None = None
+    dense_rank: int | None = None
+    bm25_score: float | None = None
+    dense_score: float | None = None
+    multipliers: dict[str, float] = field(default_factory=dict)
+    late: float | None = None  # min-max scaled within the head: a rank, not an absolute score
+    late_raw: float | None = None  # the MaxSim itself (mean cosine): what confidence is calibrated on
+    rerank: float | None = None
+    rerank_weight: float = 1.0
+
+    @property
+    def relevance(self) -> float:
+        if self.rerank is not None:
+            return blended(self.rerank, self.late, self.rerank_weight)
+        return self.late if self.late is not None else self.rrf
+
+    @property
+    def final(self) -> float:
+        return self.relevance * product(self.multipliers)
+
+    def explain(self, errors: dict[str, str], skipped: dict[str, str]) -> dict[str, Any]:
+        stage = (
+            "rerank" if self.rerank is not None else "late_interaction" if self.late is not None else "rrf"
+        )
+        info: dict[str, Any] = {
+            "bm25_rank": self.bm25_rank,
+            "bm25_score": self.bm25_score,
+            "dense_rank": self.dense_rank,
+            "dense_score": self.dense_score,
+            "rrf": self.rrf,
+            "late_interaction": self.late,
+            "late_interaction_raw": self.late_raw,
+            "rerank": self.rerank,
+            "relevance": stage,
+            **self.multipliers,
+            "final": self.final,
+        }
+        if self.rerank is not None and self.rerank_weight != 1.0:
+            info["rerank_weight"] = self.rerank_weight  # relevance mixes in the late score (blended)
+        info.update({f"{name}_error": error for name, error in errors.items()})
+        info.update(skipped)  # a stage left out on purpose says why in its own field
+        return info
+
+
+def blended(rerank: float, late: float | None, weight: float) -> float:
+    """A reranked row's relevance: ``w x rerank + (1 - w) x late`` (``rerank`` alone without a late score).
+
+    The cross-encoder reads query and row together; late interaction matches them token by token
+    against the row and the turn it replied to. Each misses what the other sees, so their mix ranks
+    better than either (LoCoMo dev, docs/benchmarks.md). Both are in [0, 1]: a probability and a
+    min-max-scaled MaxSim. Example: rerank 0.9, late 0.5, w 0.3 -> 0.27 + 0.35 = 0.62.
+    """
+    return rerank if late is None else weight * rerank + (1.0 - weight) * late

@@ -1,0 +1,64 @@
+"""Confidence: a hit's probability of being relevant, from the raw score of the strongest stage that
+scored it, by logistic calibration fitted on development data (``bench/calibrate.py``).
+
+The stages' own scores do not mean the same across queries: RRF and min-max-scaled late-interaction
+scores are ranks in disguise (the best hit of a query about nothing stored still scores 1.0), and the
+cross-encoder's probability is sharp but fitted to web search, not to memories. Each stage that has an
+absolute score gets its own calibration into one scale, so a confidence means the same whether or not
+the cross-encoder ran for that recall (it is skipped under load):
+
+* reranked: ``σ(a · logit(p) + b · late + c)`` with ``p`` the cross-encoder's probability and ``late``
+  the raw MaxSim (mean cosine, before min-max scaling; 0 without one);
+* late interaction only: ``σ(a · late + c)``;
+* neither (late interaction off or failed): ``σ(a · dense + c)`` with the dense leg's cosine; a row
+  that only BM25 found gets 0, as nothing absolute says it is relevant.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+_EPS = 1e-6  # keeps logit(p) finite for a probability of exactly 0 or 1
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Logistic coefficients per stage: ``rerank`` = (a, b, c), ``late`` = (a, c), ``dense`` = (a, c)."""
+
+    rerank: tuple[float, float, float]
+    late: tuple[float, float]
+    dense: tuple[float, float]
+
+
+def sigmoid(z: float) -> float:
+    """``1 / (1 + e^-z)``, safe for large ``|z|``. Example: 0 -> 0.5."""
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+def logit(p: float) -> float:
+    """``ln(p / (1 - p))`` with ``p`` clipped to [1e-6, 1 - 1e-6]. Example: 0.5 -> 0.0."""
+    p = min(max(p, _EPS), 1.0 - _EPS)
+    return math.log(p / (1.0 - p))
+
+
+def confidence(
+    calibration: Calibration, rerank: float | None, late: float | None, dense: float | None
+) -> float:
+    """The calibrated probability that a hit is relevant (module docstring), in [0, 1].
+
+    Example with rerank (1.0, 2.0, -1.0): p = 0.5 and late = 0.5 -> σ(0 + 1 - 1) = 0.5.
+    """
+    if rerank is not None:
+        a, b, c = calibration.rerank
+        return sigmoid(a * logit(rerank) + b * (late or 0.0) + c)
+    if late is not None:
+        a, c = calibration.late
+        return sigmoid(a * late + c)
+    if dense is not None:
+        a, c = calibration.dense
+        return sigmoid(a * dense + c)
+    return 0.0

@@ -1,0 +1,40 @@
+"""Confidence (engram.retrieval.confidence): pure calibration, and what recall reports with it."""
+
+import math
+
+import pytest
+
+from engram.retrieval.confidence import Calibration, confidence, logit, sigmoid
+
+CAL = Calibration(rerank=(1.0, 2.0, -1.0), late=(10.0, -7.0), dense=(5.0, -3.0))
+
+
+def test_the_docstring_examples():
+    assert sigmoid(0.0) == 0.5 and logit(0.5) == 0.0
+    assert confidence(CAL, 0.5, 0.5, None) == pytest.approx(0.5)
+    assert sigmoid(-1000.0) == 0.0 and sigmoid(1000.0) == 1.0  # no overflow
+    assert math.isfinite(logit(0.0)) and math.isfinite(logit(1.0))
+
+
+def test_the_strongest_stage_that_scored_a_hit_gives_its_confidence():
+    assert confidence(CAL, 0.9, 0.8, 0.7) == pytest.approx(sigmoid(logit(0.9) + 1.6 - 1.0))
+    assert confidence(CAL, None, 0.8, 0.7) == pytest.approx(sigmoid(1.0))  # cross-encoder skipped
+    assert confidence(CAL, None, None, 0.7) == pytest.approx(sigmoid(0.5))  # late interaction off
+    assert confidence(CAL, None, None, None) == 0.0  # only BM25 found it: nothing absolute
+
+
+def test_confidence_rises_with_each_stage_score():
+    for low, high in [(0.1, 0.9), (0.001, 0.01)]:
+        assert confidence(CAL, low, 0.7, None) < confidence(CAL, high, 0.7, None)
+    assert confidence(CAL, None, 0.6, None) < confidence(CAL, None, 0.9, None)
+
+
+def test_recall_reports_the_same_confidence_with_or_without_the_cross_encoder_scale(eng):
+    """Skipping the cross-encoder changes which calibration applies, not the scale: both are
+    probabilities, and an unrelated query stays far below a matching one either way."""
+    mem = eng.for_user("sarah")
+    mem.write("Sarah's router is a Fritzbox 7590")
+    for config in (eng.config, eng.config.but(rerank=False)):
+        matching = mem.recall("which router does Sarah have?", config=config, record_use=False)[0]
+        unrelated = mem.recall("how many moons does Jupiter have?", config=config, record_use=False)[0]
+        assert 0 <= unrelated.confidence < 0.1 < matching.confidence <= 1, config.rerank

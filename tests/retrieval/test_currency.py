@@ -1,0 +1,168 @@
+"""Current truth first (engram.retrieval.currency): the pure rule on candidates whose scores the test
+sets, then recall on a real store with fixtures where the newer statement is decisively the answer."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from engram.models import EpisodicMemory, SemanticMemory, utcnow
+from engram.retrieval.candidate import Candidate
+from engram.retrieval.currency import announces_change, asks_about_past, put_current_first
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def turn(i: int, text: str, days_ago: float) -> EpisodicMemory:
+    at = NOW - timedelta(days=days_ago)
+    return EpisodicMemory(id=f"epi_{i:022d}", text=text, user_id="u", created_at=at, timestamp=at)
+
+
+def fact(
+    i: int, text: str, days_ago: float, supports=(), supersedes=None, superseded_by=None
+) -> SemanticMemory:
+    return SemanticMemory(
+        id=f"sem_{i:022d}",
+        text=text,
+        user_id="u",
+        created_at=NOW - timedelta(days=days_ago),
+        supporting_episode_ids=list(supports),
+        supersedes=supersedes,
+        superseded_by=superseded_by,
+    )
+
+
+def cand(memory, final: float, late: float, dense: float = 0.5) -> Candidate:
+    c = Candidate(memory=memory, rrf=final, late_raw=late, dense_score=dense)
+    c.late = final  # relevance = the late score here, so final = the value the test gives
+    return c
+
+
+def nothing_superseded(ids):
+    return []
+
+
+@pytest.mark.parametrize(
+    ("query", "past"),
+    [
+        ("where did I live before?", True),
+        ("what was my old phone?", True),
+        ("where do I live?", False),
+        ("where do I live now?", False),
+        ("what did I say my new address was?", False),  # it wants the present
+    ],
+)
+def test_a_question_about_an_earlier_state_is_told_from_one_about_the_present(query, past):
+    assert asks_about_past(query) is past
+
+
+def test_a_turn_that_says_something_changed_is_told_from_chatter():
+    assert announces_change("big news - we moved to Edinburgh last week! new flat in Leith")
+    assert announces_change("sorry I got it wrong, it's thursdays")
+    assert not announces_change("we live in Bristol btw, old stone terrace")
+
+
+def test_a_newer_turn_announcing_a_change_replaces_the_leading_turn():
+    old = cand(turn(1, "we live in Bristol btw", 300), final=0.66, late=0.83, dense=0.51)
+    chatter = cand(turn(2, "Rex chewed the sensor cable", 100), final=0.01, late=0.64, dense=0.32)
+    new = cand(turn(3, "we moved to Edinburgh last week!", 30), final=0.0002, late=0.76, dense=0.60)
+    order = [old, chatter, new]
+    replaced = put_current_first(order, nothing_superseded, NOW, margin=0.05, outdated=0.5)
+    assert replaced == {old.memory.id: new.memory.id}
+    assert [c.memory.id for c in order] == [new.memory.id, old.memory.id, chatter.memory.id]
+    assert new.multipliers["update_lift"] == pytest.approx(0.66 / 0.0002 * 1.001)
+    assert old.multipliers["outdated"] == 0.5 and "outdated" not in chatter.multipliers
+
+
+@pytest.mark.parametrize(
+    ("text", "days_ago", "late", "dense", "why"),
+    [
+        ("Bristol was lovely in the rain", 30, 0.90, 0.90, "no change announced"),
+        ("we moved to Edinburgh last week!", 30, 0.70, 0.40, "matches the query worse by both models"),
+        ("we moved to Edinburgh last week!", -5, 0.90, 0.90, "said after the recall's present"),
+        ("we moved to Edinburgh last week!", 400, 0.90, 0.90, "older than the leading turn"),
+    ],
+)
+def test_what_does_not_replace_the_leading_turn(text, days_ago, late, dense, why):
+    old = cand(turn(1, "we live in Bristol btw", 300), final=0.66, late=0.83, dense=0.51)
+    other = cand(turn(2, text, days_ago), final=0.01, late=late, dense=dense)
+    order = [old, other]
+    assert put_current_first(order, nothing_superseded, NOW, margin=0.05, outdated=0.5) == {}, why
+    assert order == [old, other] and "outdated" not in old.multipliers
+
+
+def test_a_live_fact_replaces_the_turns_behind_every_fact_it_superseded():
+    first, second, unrelated = (
+        turn(1, "we live in Bristol", 500),
+        turn(2, "we're in York now", 200),
+        turn(4, "hi", 5),
+    )
+    oldest = fact(1, "Sarah lives in Bristol", 500, supports=[first.id], superseded_by="sem_" + "2".zfill(22))
+    middle = fact(
+        2, "Sarah lives in York", 200, [second.id], supersedes=oldest.id, superseded_by="sem_" + "3".zfill(22)
+    )
+    live = fact(3, "Sarah lives in Edinburgh", 30, supersedes=middle.id)
+    rows = {oldest.id: oldest, middle.id: middle}
+    order = [
+        cand(first, final=0.6, late=0.80),
+        cand(second, final=0.5, late=0.79),
+        cand(live, final=0.05, late=0.78),
+        cand(unrelated, final=0.01, late=0.40),
+    ]
+    replaced = put_current_first(
+        order, lambda ids: [rows[i] for i in ids if i in rows], NOW, margin=0.05, outdated=0.5
+    )
+    assert replaced == {first.id: live.id, second.id: live.id}
+    assert [c.memory.id for c in order][:3] == [live.id, first.id, second.id]
+
+
+def test_a_live_fact_does_not_replace_a_turn_for_a_question_it_does_not_answer():
+    walls = turn(1, "we live in Bristol, walls are a meter thick", 500)
+    old = fact(1, "Sarah lives in Bristol", 500, supports=[walls.id], superseded_by="sem_" + "2".zfill(22))
+    live = fact(2, "Sarah lives in Edinburgh", 30, supersedes=old.id)
+    order = [
+        cand(walls, final=0.6, late=0.85),
+        cand(live, final=0.01, late=0.69),
+    ]  # "how thick are my walls?"
+    assert put_current_first(order, lambda ids: [old], NOW, margin=0.05, outdated=0.5) == {}
+
+
+# -- recall on a real store ----------------------------------------------------------------------------
+def test_recall_puts_the_newer_statement_first_and_marks_the_older_one(eng):
+    mem = eng.for_user("sarah")
+    now = utcnow()
+    # The embedder puts the newer turn closer to the question (cosine 0.575 vs 0.511 here): decisive, so
+    # the replacement does not hang on a near-tie. (A bare "I live in Bristol" outscores any move by
+    # both models, and stays first: the rule needs the newer turn to match at least as well.)
+    bristol = mem.remember_turn(
+        "we live in Bristol btw, old stone terrace, walls are like a meter thick",
+        at=now - timedelta(days=300),
+    )
+    mem.remember_turn("the kitchen sensor keeps dropping off", at=now - timedelta(days=100))
+    edinburgh = mem.remember_turn(
+        "I moved house last month, I live in Edinburgh now", at=now - timedelta(days=20)
+    )
+    hits = mem.recall("where do I live?", record_use=False)
+    assert hits[0].memory.id == edinburgh.id
+    by_id = {h.memory.id: h for h in hits}
+    assert by_id[bristol.id].explain["outdated_by"] == edinburgh.id
+    assert by_id[bristol.id].explain["outdated"] == eng.config.outdated_factor
+    assert hits[0].confidence >= by_id[bristol.id].confidence  # it answers what the old one answered
+    assert hits[0].compact().outdated_by is None and by_id[bristol.id].compact().outdated_by == edinburgh.id
+    # A question about the past is left as relevance ranks it: nothing is marked outdated.
+    past = mem.recall("where did I live before?", record_use=False)
+    assert all("outdated_by" not in h.explain for h in past)
+
+
+def test_after_consolidation_the_live_fact_replaces_the_turn_it_superseded(eng):
+    mem = eng.for_user("sarah")
+    now = utcnow()
+    bristol = mem.remember_turn("I live in Bristol", at=now - timedelta(days=300))
+    edinburgh = mem.remember_turn("we moved to Leith", at=now - timedelta(days=20))
+    old = mem.write("Sarah lives in Bristol", supporting_episode_ids=[bristol.id])
+    new = mem.write("Sarah lives in Edinburgh", supporting_episode_ids=[edinburgh.id], supersedes_id=old.id)
+    hits = mem.recall("where does Sarah live?", record_use=False)
+    ranked = [h.memory.id for h in hits]
+    assert ranked.index(new.id) < ranked.index(bristol.id)
+    assert {h.memory.id: h for h in hits}[bristol.id].explain["outdated_by"] == new.id
+    history = mem.recall("where did Sarah live before?", include_superseded=True, record_use=False)
+    assert old.id in [h.memory.id for h in history[:3]]
