@@ -214,7 +214,7 @@ def open_opensearch(tmp: str, url: str | None, heap: str) -> Iterator[Engram]:
         from tests.opensearch_node.node import USERS, start_node
 
         node = start_node(Path(tmp) / "os", heap=heap)
-        _tenant_hash[:] = [bcrypt_hash(secrets.token_urlsafe(24) + "-A1")]
+        _tenant_hash[:] = [bcrypt_hash(random_password())]
         print(f"OpenSearch test node up in {node.startup_s:.1f} s (heap {heap})", flush=True)
         url = f"opensearchs://{node.address}"
         options = OpenSearchOptions(
@@ -237,9 +237,20 @@ def open_opensearch(tmp: str, url: str | None, heap: str) -> Iterator[Engram]:
             node.stop()
 
 
+def random_password() -> str:
+    """A strong random password (192 random bits) that a command line never reads as an option: a
+    letter first. ``token_urlsafe`` alone starts with "-" one time in 64, and the Hasher reads "-p...",
+    "-h...", "-a..." as its own options ("Missing argument for option: p", exit 255). A capital, a digit
+    and a symbol at the end, for password rules that want them."""
+    return "p" + secrets.token_urlsafe(24) + "-A1"
+
+
 def bcrypt_hash(password: str) -> str:
     """A bcrypt hash made by the security plugin's own Hasher (in the test node's jars)."""
     import subprocess
+
+    if password.startswith("-"):
+        raise ValueError("the Hasher may read a password that starts with '-' as an option")
 
     from tests.opensearch_node.node import ensure_dist
 

@@ -7,7 +7,8 @@ question is recalled (top 10, ``record_use=False``); a hit is labelled relevant 
 question's gold rows (never-said questions have none). Three logistic regressions (scikit-learn) are
 fitted on those hits, one per stage that can give a hit its confidence:
 
-* reranked hits: logit(cross-encoder probability) and the raw MaxSim;
+* reranked hits: logit(cross-encoder probability) (with the raw MaxSim as a second feature, the fit gave
+  it a negative weight, the two being collinear on the reranked head: one feature it is);
 * late interaction alone: the raw MaxSim (the same hits, as if the cross-encoder had been skipped);
 * dense alone: the dense cosine.
 
@@ -103,7 +104,7 @@ def main():
     print(f"{len(rows)} hits, {int(labels.sum())} relevant, from {len(questions)} update-set questions + dev")
     result = {}
     specs = {
-        "rerank": lambda r: [logit(r["rerank"]), r["late"]] if None not in (r["rerank"], r["late"]) else None,
+        "rerank": lambda r: [logit(r["rerank"])] if r["rerank"] is not None else None,
         "late": lambda r: [r["late"]] if r["late"] is not None else None,
         "dense": lambda r: [r["dense"]] if r["dense"] is not None else None,
     }

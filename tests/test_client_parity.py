@@ -273,7 +273,7 @@ def test_recall_gives_confidence_and_event_time_and_a_compact_view(side: Side) -
     assert mem.recall("error E-4021 on the hub", record_use=False, min_confidence=1.0) == []
     compact = mem.recall("error E-4021 on the hub", record_use=False, view="compact")
     assert [c.id for c in compact] == ids(hits)
-    first = compact[0].model_dump(mode="json")
+    first = compact[0].as_json()
     assert first == {
         "id": turn.id,
         "type": "episodic",

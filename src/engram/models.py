@@ -21,9 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     field_serializer,
-    model_serializer,
 )
 
 from engram.errors import InvalidInput
@@ -292,8 +290,8 @@ class Hit(BaseModel):
     confidence: float = Field(
         ge=0,
         le=1,
-        description="how likely the row is relevant to the query, calibrated on development data: the "
-        "same scale for every query, tenant and backend, whether or not the cross-encoder ran",
+        description="the probability that the row is relevant to the query, by a calibration of the "
+        "strongest stage's raw score fitted on development data (engram.retrieval.confidence)",
     )
     event_time: datetime = Field(description="when what the row says happened (see engram.models.event_time)")
     explain: dict[str, Any]
@@ -323,10 +321,9 @@ class Hit(BaseModel):
 
 class CompactHit(BaseModel):
     """A recall hit sized for a model's context: what to read, when it happened, how sure recall is,
-    and the fields a playbook needs; no score breakdown. Fields that do not apply are left out of its
-    JSON."""
+    and the fields a playbook needs; no score breakdown (``as_json`` leaves out what does not apply)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="ignore")  # a client reads a newer server's hits
 
     id: str
     type: MemoryType
@@ -347,10 +344,10 @@ class CompactHit(BaseModel):
     def _to_the_second(self, at: datetime) -> str:
         return at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
-    @model_serializer(mode="wrap")
-    def _without_absent_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Every character is paid for in a model's context: a field that does not apply is left out.
-        return {key: value for key, value in handler(self).items() if value is not None}
+    def as_json(self) -> dict[str, Any]:
+        """The JSON a model reads: every character is paid for in its context, so the fields that do not
+        apply are left out (MCP, the agent and REST's compact view all send this)."""
+        return self.model_dump(mode="json", exclude_none=True)
 
 
 RecallView = Literal["full", "compact"]  # a hit with its row and explain, or a CompactHit

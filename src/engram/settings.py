@@ -63,9 +63,9 @@ DEFAULT_OUTDATED_FACTOR = 0.5
 DEFAULT_REPLACE_MARGIN = 0.05
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
 # fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).
-DEFAULT_CONFIDENCE_RERANK = (0.220, -0.335, -0.402)  # (a, b, c): σ(a·logit(cross-encoder p) + b·MaxSim + c)
-DEFAULT_CONFIDENCE_LATE = (18.458, -16.453)  # (a, c): σ(a·MaxSim + c) when the cross-encoder did not run
-DEFAULT_CONFIDENCE_DENSE = (10.602, -8.340)  # (a, c): σ(a·cosine + c) without late interaction
+DEFAULT_CONFIDENCE_RERANK = (0.217, -0.681)  # (a, c): σ(a·logit(cross-encoder p) + c)
+DEFAULT_CONFIDENCE_LATE = (18.458, -16.456)  # (a, c): σ(a·MaxSim + c) when the cross-encoder did not run
+DEFAULT_CONFIDENCE_DENSE = (10.570, -8.322)  # (a, c): σ(a·cosine + c) without late interaction
 # The agent's and the MCP tool's default min_confidence: hits below it are not shown to a model.
 DEFAULT_MIN_CONFIDENCE = 0.1
 # --- writes ----------------------------------------------------------------------------------------
@@ -87,6 +87,9 @@ DEFAULT_OS_REPLICAS = 1  # one more copy on another node; a single node runs yel
 # p50 40 ms a write on the test node, "wait_for" (the next periodic refresh, 1 s) 1016 ms.
 OsRefresh = Literal["true", "wait_for"]
 DEFAULT_OS_REFRESH: OsRefresh = "true"
+
+
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]  # a NaN coefficient would make every score NaN
 
 
 def default_home() -> Path:
@@ -190,13 +193,13 @@ class EngramSettings(BaseSettings):
     )
     replace_margin: float = Field(default=DEFAULT_REPLACE_MARGIN, ge=0, le=1)
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
-    confidence_rerank: tuple[float, float, float] = Field(
-        default=DEFAULT_CONFIDENCE_RERANK, description="calibration of a reranked hit's confidence: a, b, c"
+    confidence_rerank: tuple[FiniteFloat, FiniteFloat] = Field(
+        default=DEFAULT_CONFIDENCE_RERANK, description="calibration of a reranked hit's confidence: a, c"
     )
-    confidence_late: tuple[float, float] = Field(
+    confidence_late: tuple[FiniteFloat, FiniteFloat] = Field(
         default=DEFAULT_CONFIDENCE_LATE, description="calibration without the cross-encoder: a, c"
     )
-    confidence_dense: tuple[float, float] = Field(
+    confidence_dense: tuple[FiniteFloat, FiniteFloat] = Field(
         default=DEFAULT_CONFIDENCE_DENSE, description="calibration without late interaction: a, c"
     )
     min_confidence: float = Field(

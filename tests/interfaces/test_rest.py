@@ -332,6 +332,12 @@ def test_recall_takes_min_confidence_and_a_compact_view(service):
     ).json()
     assert set(compact["hits"][0]) == {"id", "type", "text", "event_time", "confidence"}
     assert compact["hits"][0]["id"] == full["hits"][0]["memory"]["id"]
+    import httpx
+
+    schemas = httpx.get(f"{service.url}/openapi.json").json()["components"]["schemas"]
+    assert {"id", "type", "text", "event_time", "confidence", "outdated_by", "steps"} <= set(
+        schemas["CompactHit"]["properties"]
+    )
     none = sarah.post(
         "/v1/recall", json={"query": "which router does Sarah have?", "min_confidence": 1}
     ).json()

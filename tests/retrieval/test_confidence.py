@@ -6,21 +6,36 @@ import pytest
 
 from engram.retrieval.confidence import Calibration, confidence, logit, sigmoid
 
-CAL = Calibration(rerank=(1.0, 2.0, -1.0), late=(10.0, -7.0), dense=(5.0, -3.0))
+CAL = Calibration(rerank=(1.0, 0.0), late=(10.0, -7.0), dense=(5.0, -3.0))
 
 
 def test_the_docstring_examples():
     assert sigmoid(0.0) == 0.5 and logit(0.5) == 0.0
-    assert confidence(CAL, 0.5, 0.5, None) == pytest.approx(0.5)
+    assert confidence(CAL, 0.5, None, None) == pytest.approx(0.5)
+    assert confidence(CAL, None, 0.7, None) == pytest.approx(0.5)
     assert sigmoid(-1000.0) == 0.0 and sigmoid(1000.0) == 1.0  # no overflow
     assert math.isfinite(logit(0.0)) and math.isfinite(logit(1.0))
 
 
 def test_the_strongest_stage_that_scored_a_hit_gives_its_confidence():
-    assert confidence(CAL, 0.9, 0.8, 0.7) == pytest.approx(sigmoid(logit(0.9) + 1.6 - 1.0))
+    assert confidence(CAL, 0.9, 0.8, 0.7) == pytest.approx(0.9)
     assert confidence(CAL, None, 0.8, 0.7) == pytest.approx(sigmoid(1.0))  # cross-encoder skipped
     assert confidence(CAL, None, None, 0.7) == pytest.approx(sigmoid(0.5))  # late interaction off
     assert confidence(CAL, None, None, None) == 0.0  # only BM25 found it: nothing absolute
+
+
+def test_a_score_that_is_not_a_number_counts_as_missing():
+    nan, inf = float("nan"), float("inf")
+    assert confidence(CAL, nan, 0.8, 0.7) == pytest.approx(sigmoid(1.0))  # the next stage answers
+    assert confidence(CAL, nan, nan, inf) == 0.0
+
+
+def test_a_calibration_that_is_not_finite_is_refused():
+    from engram.errors import ConfigError
+    from engram.settings import EngramSettings
+
+    with pytest.raises(ConfigError, match="confidence_late"):
+        EngramSettings.defaults(confidence_late=(float("nan"), 0.0))
 
 
 def test_confidence_rises_with_each_stage_score():

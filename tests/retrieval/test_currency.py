@@ -126,6 +126,41 @@ def test_a_live_fact_does_not_replace_a_turn_for_a_question_it_does_not_answer()
     assert put_current_first(order, lambda ids: [old], NOW, margin=0.05, outdated=0.5) == {}
 
 
+def test_a_successor_that_scores_nothing_cannot_be_lifted_and_replaces_nothing():
+    old = cand(turn(1, "we live in Bristol btw", 300), final=0.66, late=0.83, dense=0.51)
+    new = cand(turn(2, "we moved to Edinburgh last week!", 30), final=0.0, late=0.90, dense=0.60)
+    order = [old, new]
+    assert put_current_first(order, nothing_superseded, NOW, margin=0.05, outdated=0.5) == {}
+    assert order == [old, new] and "outdated" not in old.multipliers
+
+
+def test_a_turn_that_also_said_something_still_true_keeps_it_for_a_question_about_that():
+    # "I live in Bristol and work as a nurse at Southmead": the move superseded one of its two facts.
+    said = turn(1, "I live in Bristol and work as a nurse at Southmead", 500)
+    old = fact(1, "Sarah lives in Bristol", 500, supports=[said.id], superseded_by="sem_" + "3".zfill(22))
+    job = fact(2, "Sarah works as a nurse at Southmead", 500, supports=[said.id])
+    live = fact(3, "Sarah lives in Edinburgh", 30, supersedes=old.id)
+    rows = {old.id: old}
+
+    def superseded(ids):
+        return [rows[i] for i in ids if i in rows]
+
+    where_do_i_work = [cand(said, 0.6, late=0.80), cand(job, 0.5, late=0.78), cand(live, 0.1, late=0.76)]
+    assert put_current_first(where_do_i_work, superseded, NOW, margin=0.05, outdated=0.5) == {}
+    where_do_i_live = [cand(said, 0.6, late=0.80), cand(live, 0.1, late=0.79), cand(job, 0.05, late=0.70)]
+    assert put_current_first(where_do_i_live, superseded, NOW, margin=0.05, outdated=0.5) == {
+        said.id: live.id
+    }
+
+
+def test_a_fact_written_after_the_recalls_present_replaces_nothing():
+    said = turn(1, "we live in Bristol", 500)
+    old = fact(1, "Sarah lives in Bristol", 500, supports=[said.id], superseded_by="sem_" + "2".zfill(22))
+    later = fact(2, "Sarah lives in Edinburgh", -10, supersedes=old.id)  # written after NOW
+    order = [cand(said, 0.6, late=0.80), cand(later, 0.1, late=0.80)]
+    assert put_current_first(order, lambda ids: [old], NOW, margin=0.05, outdated=0.5) == {}
+
+
 # -- recall on a real store ----------------------------------------------------------------------------
 def test_recall_puts_the_newer_statement_first_and_marks_the_older_one(eng):
     mem = eng.for_user("sarah")

@@ -283,7 +283,7 @@ def hits_content(hits: list[Hit], min_confidence: float | None = None) -> str:
     """A recall result as the model reads it: the compact view of each hit (id, type, text, event time,
     confidence; no score breakdown: it costs tokens and tells the model nothing it can use), and a note
     when no hit reached ``min_confidence``."""
-    content: dict[str, Any] = {"hits": [h.compact().model_dump(mode="json") for h in hits]}
+    content: dict[str, Any] = {"hits": [h.compact().as_json() for h in hits]}
     if not hits and min_confidence is not None:
         content["note"] = no_confident_match(min_confidence)
     return json.dumps(content, ensure_ascii=False)

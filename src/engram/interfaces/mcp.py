@@ -129,7 +129,7 @@ def build_mcp_server(
             )
         )
         result: dict[str, Any] = {
-            "hits": [(h.compact() if view == "compact" else h).model_dump(mode="json") for h in hits]
+            "hits": [h.compact().as_json() if view == "compact" else h.model_dump(mode="json") for h in hits]
         }
         if not hits:
             result["note"] = no_confident_match(threshold)

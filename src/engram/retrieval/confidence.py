@@ -4,29 +4,33 @@ scored it, by logistic calibration fitted on development data (``bench/calibrate
 The stages' own scores do not mean the same across queries: RRF and min-max-scaled late-interaction
 scores are ranks in disguise (the best hit of a query about nothing stored still scores 1.0), and the
 cross-encoder's probability is sharp but fitted to web search, not to memories. Each stage that has an
-absolute score gets its own calibration into one scale, so a confidence means the same whether or not
-the cross-encoder ran for that recall (it is skipped under load):
+absolute score gets its own calibration into one scale, probabilities fitted on the same hits, so a
+confidence keeps its meaning when the cross-encoder is skipped (under load), though each calibration
+ranks hits only as well as its stage (docs/benchmarks.md):
 
-* reranked: ``σ(a · logit(p) + b · late + c)`` with ``p`` the cross-encoder's probability and ``late``
-  the raw MaxSim (mean cosine, before min-max scaling; 0 without one);
-* late interaction only: ``σ(a · late + c)``;
+* reranked: ``σ(a · logit(p) + c)`` with ``p`` the cross-encoder's probability;
+* late interaction only: ``σ(a · late + c)`` with ``late`` the raw MaxSim (mean cosine, before
+  min-max scaling);
 * neither (late interaction off or failed): ``σ(a · dense + c)`` with the dense leg's cosine; a row
   that only BM25 found gets 0, as nothing absolute says it is relevant.
+
+A score that is not a finite number (a broken provider) counts as missing: the next stage answers.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeGuard
 
 _EPS = 1e-6  # keeps logit(p) finite for a probability of exactly 0 or 1
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """Logistic coefficients per stage: ``rerank`` = (a, b, c), ``late`` = (a, c), ``dense`` = (a, c)."""
+    """Logistic coefficients (a, c) per stage: ``σ(a · score + c)``."""
 
-    rerank: tuple[float, float, float]
+    rerank: tuple[float, float]
     late: tuple[float, float]
     dense: tuple[float, float]
 
@@ -50,15 +54,20 @@ def confidence(
 ) -> float:
     """The calibrated probability that a hit is relevant (module docstring), in [0, 1].
 
-    Example with rerank (1.0, 2.0, -1.0): p = 0.5 and late = 0.5 -> σ(0 + 1 - 1) = 0.5.
+    Example with rerank (1.0, 0.0): p = 0.5 -> σ(0) = 0.5; with late (10.0, -7.0) and no rerank:
+    MaxSim 0.7 -> σ(0) = 0.5.
     """
-    if rerank is not None:
-        a, b, c = calibration.rerank
-        return sigmoid(a * logit(rerank) + b * (late or 0.0) + c)
-    if late is not None:
+    if _finite(rerank):
+        a, c = calibration.rerank
+        return sigmoid(a * logit(rerank) + c)
+    if _finite(late):
         a, c = calibration.late
         return sigmoid(a * late + c)
-    if dense is not None:
+    if _finite(dense):
         a, c = calibration.dense
         return sigmoid(a * dense + c)
     return 0.0
+
+
+def _finite(score: float | None) -> TypeGuard[float]:
+    return score is not None and math.isfinite(score)

@@ -8,15 +8,17 @@ Two kinds of evidence that one candidate replaces another (``successors``):
   supports "Sarah lives in Bristol", superseded by "Sarah lives in Leith, Edinburgh"); a superseded
   fact shown with ``include_superseded`` is replaced by the live fact at the end of its chain. The
   live fact must match the query nearly as well as what it replaces (raw MaxSim at least the old one's
-  less ``margin``): it replaces the Bristol turn for "where do I live?", not for "how thick are my walls?".
+  less ``margin``), and at least as well as any other live fact the episode supports: it replaces the
+  Bristol turn for "where do I live?", not for "how thick are my walls?" nor, when the turn also said
+  "I work as a nurse", for "where do I work?". A fact written after the recall's present replaces
+  nothing.
 * **A newer turn that announces a change** (raw turns, no LLM needed): when a turn leads the ranking,
-  the newest later turn that says something changed (``CHANGE_WORDS``: "moved", "switched", "no more",
-  "sorry ... wrong" ...) and that late interaction or the embedder finds at least as close to the query
-  replaces it.
+  the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
+  "switched", "anymore", "sorry ... wrong" ...) and that late interaction or the embedder finds at
+  least as close to the query replaces it.
 
-Measured on bench/updates.py (dev split, docs/benchmarks.md): raw turns current@1 0.32 -> 0.54, stale
-ranked above the current turn 43% -> 25% of "current" questions, "unchanged" and "past" unchanged; with
-consolidated facts current@1 0.71 -> 0.86, stale above 18% -> 7%.
+A successor scored 0 (the bottom of a min-max-scaled head) cannot be lifted by a multiplier, so such a
+pair is left alone. Measured on bench/updates.py and LoCoMo (docs/benchmarks.md, "Current truth").
 
 Only for queries about the present: a query that names a period (``temporal.time_window``) or asks about
 an earlier state (``asks_about_past``: "before", "used to", "old", "did" ...) is left as it was.
@@ -75,8 +77,18 @@ def successors(
     present: nothing said after it replaces anything."""
     found: dict[str, Candidate] = {}
     by_id = {c.memory.id: c for c in order}
+    still_said = _live_facts_by_episode(order)
     for old_id, new in _by_supersession(order, superseded).items():
-        if old_id in by_id and _matches_as_well(new, by_id[old_id], margin):
+        old = by_id.get(old_id)
+        if (
+            old is not None
+            and event_time(new.memory) <= now
+            and _matches_as_well(new, old, margin)
+            # a turn that also said something still true keeps it when the query is about that
+            and all(
+                _matches_as_well(new, other, 0.0) for other in still_said.get(old_id, []) if other is not new
+            )
+        ):
             found[old_id] = new
     old = order[0] if order else None  # a turn is checked for a newer one only when it leads
     if old is not None and old.memory.id not in found and isinstance(old.memory, EpisodicMemory):
@@ -95,13 +107,27 @@ def successors(
     return found
 
 
+def _live_facts_by_episode(order: Iterable[Candidate]) -> dict[str, list[Candidate]]:
+    """Episode id -> the live facts among the candidates that it supports."""
+    by_episode: dict[str, list[Candidate]] = {}
+    for c in order:
+        if isinstance(c.memory, SemanticMemory) and c.memory.superseded_by is None:
+            for episode_id in c.memory.supporting_episode_ids:
+                by_episode.setdefault(episode_id, []).append(c)
+    return by_episode
+
+
 def _by_supersession(
     order: Iterable[Candidate], superseded: Callable[[list[str]], list[Memory]]
 ) -> dict[str, Candidate]:
     """Episodes (and superseded facts) replaced by the live facts among the candidates, by following
     each live fact's chain of ``supersedes`` back and collecting the supporting episodes on it."""
     found: dict[str, Candidate] = {}
-    live = [c for c in order if isinstance(c.memory, SemanticMemory) and c.memory.superseded_by is None]
+    live = [
+        c
+        for c in order
+        if isinstance(c.memory, SemanticMemory) and c.memory.superseded_by is None and c.late_raw is not None
+    ]
     pointer = {c.memory.id: c.memory.supersedes for c in live if isinstance(c.memory, SemanticMemory)}
     heir = {c.memory.id: c for c in live}
     for _ in range(MAX_CHAIN):
@@ -149,18 +175,15 @@ def put_current_first(
     above it. Example: Bristol turn 0.66, Edinburgh fact 0.055, outdated 0.5 -> the fact 0.661 (lift
     12.0), the turn 0.33.
     """
-    pairs = successors(order, superseded, now, margin)
-    for old_id, new in sorted(pairs.items(), key=lambda p: -_final(order, p[0])):
-        old = next(c for c in order if c.memory.id == old_id)
-        if 0 < new.final < old.final:
+    pairs = {old: new for old, new in successors(order, superseded, now, margin).items() if new.final > 0}
+    by_id = {c.memory.id: c for c in order}
+    for old_id, new in sorted(pairs.items(), key=lambda p: -by_id[p[0]].final):  # a chain: highest first
+        old = by_id[old_id]
+        if new.final < old.final:
             new.multipliers["update_lift"] = new.multipliers.get("update_lift", 1.0) * (
                 old.final / new.final * 1.001
             )
     for old_id in pairs:
-        next(c for c in order if c.memory.id == old_id).multipliers["outdated"] = outdated
+        by_id[old_id].multipliers["outdated"] = outdated
     order.sort(key=lambda c: -c.final)
     return {old_id: new.memory.id for old_id, new in pairs.items()}
-
-
-def _final(order: Sequence[Candidate], memory_id: str) -> float:
-    return next(c.final for c in order if c.memory.id == memory_id)

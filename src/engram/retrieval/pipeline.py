@@ -154,8 +154,13 @@ def recall(
     confidences = {
         c.memory.id: confidence(config.calibration, c.rerank, c.late_raw, c.dense_score) for c in candidates
     }
-    for old_id, new_id in outdated_by.items():  # a successor answers what its predecessor answered
-        confidences[new_id] = max(confidences[new_id], confidences[old_id])
+    for _ in outdated_by:  # a successor answers what its predecessor answered, down a chain too
+        raised = False
+        for old_id, new_id in outdated_by.items():
+            if confidences[old_id] > confidences[new_id]:
+                confidences[new_id], raised = confidences[old_id], True
+        if not raised:
+            break
     return [
         Hit(
             memory=c.memory,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
 
 from engram.importer import UserDocument, import_document
 from engram.interfaces.rest.deps import EngramDep, UserMemoryDep
@@ -65,7 +66,7 @@ def write(body: MemoryCreate, mem: UserMemoryDep) -> SemanticMemory | Procedural
 
 
 @router.post("/recall", response_model=RecallResponse | CompactRecallResponse)
-def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse | CompactRecallResponse:
+def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse | JSONResponse:
     """Search all memory types and the catalog. Each hit carries its event time, a calibrated
     confidence and (``view="full"``) its score breakdown in ``explain``."""
     hits = mem.recall(
@@ -79,8 +80,8 @@ def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse | CompactR
         min_confidence=body.min_confidence,
     )
     abstained = body.min_confidence is not None and not hits
-    if body.view == "compact":
-        return CompactRecallResponse(hits=[h.compact() for h in hits], abstained=abstained)
+    if body.view == "compact":  # sent as CompactHit.as_json: without the fields that do not apply
+        return JSONResponse({"hits": [h.compact().as_json() for h in hits], "abstained": abstained})
     return RecallResponse(hits=hits, abstained=abstained)
 
 
