@@ -13,7 +13,9 @@ fitted on those hits, one per stage that can give a hit its confidence:
 * dense alone: the dense cosine.
 
 It prints the coefficients to put in engram.settings (DEFAULT_CONFIDENCE_*), each calibration's
-reliability (expected calibration error, ten bins) and log loss, and, for the default threshold, the
+reliability (expected calibration error, ten bins) and log loss, the reliability of the confidences
+recall reports now, apart for hits the cross-encoder scored and hits it did not (the two must mean
+the same: a hit's confidence comes from whichever stage scored it), and, for the default threshold, the
 balanced accuracy of "the top hit's confidence reaches t" between answerable and never-said questions
 of the knowledge-update set at several t, with the recalls' actual confidences as fitted.
 
@@ -52,6 +54,7 @@ def hit_rows(hits, gold, source):
             "rerank": h.explain.get("rerank"),
             "late": h.explain.get("late_interaction_raw"),
             "dense": h.explain.get("dense_score"),
+            "confidence": h.confidence,
             "relevant": h.memory.id in gold,
         }
         for h in hits
@@ -125,6 +128,22 @@ def main():
         print(
             f"{name:<7} ({shown})  hits {len(y)}  relevant {int(y.sum())}  "
             f"ECE {result[name]['ece']:.3f}  log loss {result[name]['log_loss']:.3f}"
+        )
+    print("\nreliability of the confidence as recalled now (the coefficients in engram.settings), by stage:")
+    result["as_recalled"] = {}
+    for stage, chosen in (
+        ("cross-encoder ran", [r for r in rows if r["rerank"] is not None]),
+        ("cross-encoder not run", [r for r in rows if r["rerank"] is None]),
+        ("all", rows),
+    ):
+        said = np.array([r["confidence"] for r in chosen])
+        y = np.array([r["relevant"] for r in chosen], dtype=float)
+        figures = {"hits": len(y), "mean_confidence": float(said.mean()), "share_relevant": float(y.mean())}
+        figures["ece"] = ece(said, y)
+        result["as_recalled"][stage] = figures
+        print(
+            f"  {stage:<22} hits {len(y):>5}  mean confidence {said.mean():.3f}  relevant {y.mean():.3f}  "
+            f"ECE {figures['ece']:.3f}"
         )
     print("\nthe top hit's confidence as recalled now (with the coefficients in engram.settings):")
     top = [(q["hits"][0].confidence if q["hits"] else 0.0, q["kind"] != "never") for q in questions]

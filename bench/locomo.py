@@ -45,6 +45,7 @@ PRESETS: dict[str, RetrievalConfig | None] = {
     "default": None,  # whatever Engram.config is: the shipped pipeline
     "no-current-first": RetrievalConfig(current_first=False),  # without engram.retrieval.currency
     "no-rerank": RetrievalConfig(rerank=False),  # late interaction still on
+    "full-rerank": RetrievalConfig(rerank_gap=1.0),  # the whole window reranked, as before contenders.py
     "no-late": RetrievalConfig(late_interaction=False),  # Engram 0.1's stages
     "fused": RetrievalConfig(late_interaction=False, rerank=False),
     "bm25": recipes.BM25_ONLY,

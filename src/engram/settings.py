@@ -47,6 +47,10 @@ DEFAULT_RECALL_NICE = 10  # recall's helper threads run at this nice value: writ
 # Relevance of a reranked row = w x cross-encoder probability + (1 - w) x late-interaction score: the
 # two models see different things (whole pair vs token matches); w is set from docs/benchmarks.md
 DEFAULT_RERANK_WEIGHT = 1.0
+# The cross-encoder scores only the leading candidates whose late-interaction MaxSim is within this of
+# the leader's (none when the leader stands alone): it changed the answer mostly among such near-ties,
+# and past them it cost R@5 on conversations. Dev sets (docs/benchmarks.md "Cross-encoder on near-ties").
+DEFAULT_RERANK_GAP = 0.015
 DEFAULT_LATE_WINDOW = 160  # late interaction scores every fused candidate (2 legs x 80): ~0.1 ms each
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
 DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
@@ -155,6 +159,13 @@ class EngramSettings(BaseSettings):
         le=1,
         description="share of the cross-encoder's probability in a reranked row's relevance, the rest "
         "its late-interaction score; 1: the cross-encoder alone",
+    )
+    rerank_gap: float = Field(
+        default=DEFAULT_RERANK_GAP,
+        ge=0,
+        description="the cross-encoder scores only the leading candidates whose late-interaction MaxSim "
+        "is within this of the leader's (none when the leader stands alone); a large value (e.g. 1) "
+        "scores the whole rerank_window as before",
     )
     recall_concurrency: int = Field(
         default=DEFAULT_RECALL_CONCURRENCY,

@@ -35,7 +35,7 @@ class Candidate:
     def final(self) -> float:
         return self.relevance * product(self.multipliers)
 
-    def explain(self, errors: dict[str, str], skipped: dict[str, str]) -> dict[str, Any]:
+    def explain(self, errors: dict[str, str], notes: dict[str, str]) -> dict[str, Any]:
         stage = (
             "rerank" if self.rerank is not None else "late_interaction" if self.late is not None else "rrf"
         )
@@ -55,7 +55,7 @@ class Candidate:
         if self.rerank is not None and self.rerank_weight != 1.0:
             info["rerank_weight"] = self.rerank_weight  # relevance mixes in the late score (blended)
         info.update({f"{name}_error": error for name, error in errors.items()})
-        info.update(skipped)  # a stage left out on purpose says why in its own field
+        info.update(notes)  # a stage left out on purpose, or run on part of its window, says why
         return info
 
 

@@ -8,7 +8,9 @@
    stored token vectors (``late_interaction.late_score``, min-max scaled within the head): cheap
    enough to score every fused candidate, so a relevant row deep in one leg can still reach the
    cross-encoder's window.
-5. The cross-encoder scores the top ``rerank_window`` candidates.
+5. The cross-encoder scores the near-ties of the leader among the top ``rerank_window`` candidates
+   (``contenders.contenders``: late-interaction MaxSim within ``rerank_gap`` of the leader's), and
+   nothing when the leader stands alone (explain ``"rerank": "skipped: clear leader ..."``).
 6. Final score = relevance × Π multipliers (relevance = rerank probability, else late-interaction
    score, else RRF). Each stage re-orders only its head: reranked candidates rank above the rest
    of the late-interaction head, which ranks above the RRF tail, and a ``stage_scale`` factor keeps
@@ -38,6 +40,7 @@ from engram.retrieval.admission import Admission
 from engram.retrieval.candidate import Candidate
 from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
+from engram.retrieval.contenders import contenders
 from engram.retrieval.currency import asks_about_past, put_current_first
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import Matrix, late_score, pack, token_maxima
@@ -116,7 +119,7 @@ def recall(
     candidates.sort(key=lambda c: -c.final)
 
     errors: dict[str, str] = {}
-    skipped: dict[str, str] = {}
+    notes: dict[str, str] = {}  # a stage skipped, or run on part of its window, says why
     heads = [len(candidates)]  # where each stage's re-ordered head ends
     if query_tokens is not None and token_encoder is not None and candidates:
         head = candidates[: config.late_window]
@@ -127,13 +130,21 @@ def recall(
             heads.append(len(head))
         else:
             errors["late_interaction"] = late_error
-    if config.rerank and reranker is not None and config.rerank_window > 0 and candidates:
+    window = candidates[: config.rerank_window] if config.rerank and reranker is not None else []
+    gap = config.rerank_gap
+    contested = contenders(window, gap, query)
+    if window and not contested:
+        notes["rerank"] = f"skipped: clear leader (no other late-interaction score within {gap})"
+    elif reranker is not None and window:
+        near_ties = f"{contested} of {len(window)}: within {gap} of the leader's late-interaction score"
+        partial, window = contested < len(window), window[:contested]
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
-            window = candidates[: config.rerank_window]
             rerank_error = apply_rerank(reranker, query, window, config.rerank_weight) if admitted else None
         if not admitted:
-            skipped["rerank"] = "skipped: load"
+            notes["rerank"] = "skipped: load"
         elif rerank_error is None:
+            if partial:
+                notes["rerank_contenders"] = near_ties
             window.sort(key=lambda c: -c.final)
             candidates[: len(window)] = window
             heads.append(len(window))
@@ -168,7 +179,7 @@ def recall(
             rank=rank,
             confidence=confidences[c.memory.id],
             event_time=event_time(c.memory),
-            explain=c.explain(errors, skipped)
+            explain=c.explain(errors, notes)
             | ({"outdated_by": outdated_by[c.memory.id]} if c.memory.id in outdated_by else {}),
         )
         for rank, c in enumerate(candidates[:k], start=1)

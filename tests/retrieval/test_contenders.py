@@ -1,0 +1,83 @@
+"""The cross-encoder scores the leader's near-ties only (engram.retrieval.contenders)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from engram.models import EpisodicMemory, Memory, SemanticMemory
+from engram.retrieval.candidate import Candidate
+from engram.retrieval.contenders import contenders
+
+AT = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def head(*raws: float | None, texts: tuple[str, ...] = (), fact_first: bool = False) -> list[Candidate]:
+    out = []
+    for i, raw in enumerate(raws):
+        text = texts[i] if i < len(texts) else f"turn {i}"
+        memory: Memory = EpisodicMemory(
+            id=f"epi_{i:022d}", text=text, user_id="u", created_at=AT, timestamp=AT
+        )
+        if fact_first and i == 0:
+            memory = SemanticMemory(id=f"sem_{i:022d}", text=text, user_id="u", created_at=AT)
+        out.append(Candidate(memory=memory, rrf=1.0, late_raw=raw))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("raws", "gap", "expected"),
+    [
+        ((0.86, 0.85, 0.80, 0.855), 0.015, 3),  # the docstring's example: three near-ties, first three scored
+        ((0.86, 0.82, 0.80), 0.015, 0),  # a clear leader: nothing to decide
+        ((0.86,), 0.015, 0),  # one row
+        ((0.86, 0.82, 0.80), 1.0, 3),  # a wide gap: the whole window, as before the stage existed
+        ((0.86, None, 0.80), 0.015, 3),  # a row without a late score: the whole window
+        ((), 0.015, 0),
+    ],
+)
+def test_only_the_leaders_near_ties_are_contested(raws, gap, expected):
+    assert contenders(head(*raws), gap, "which battery?") == expected
+
+
+def test_a_distilled_leader_gets_the_whole_window():
+    assert contenders(head(0.86, 0.82, 0.80, fact_first=True), 0.015, "which battery?") == 3
+
+
+def test_the_query_echoed_by_a_stored_turn_does_not_lead_the_contest():
+    query = "E-4012 is back. What did we find last time?"
+    echo_then_ties = head(0.99, 0.76, 0.755, 0.70, texts=(f"  {query.upper()} ",))
+    assert contenders(echo_then_ties, 0.015, query) == 3  # the echo and both near-ties
+    echo_then_leader = head(0.99, 0.76, 0.70, texts=(query,))
+    assert contenders(echo_then_leader, 0.015, query) == 0
+    assert contenders(head(0.99, 0.76, 0.755), 0.015, query) == 0  # not an echo: it leads alone
+
+
+def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
+    mem = eng.for_user("sarah")
+    twin = "Sarah's garage sensor runs on a CR2032 coin cell"
+    mem.remember_turn(twin)
+    mem.remember_turn(twin)  # the same text twice: the same raw MaxSim, tied whatever the CPU
+    mem.remember_turn("Sarah's dog chews cables")
+    query = "which battery does the garage sensor take?"
+    hits = mem.recall(query, config=eng.config.but(rerank_gap=0.0))
+    assert [h.explain["relevance"] for h in hits] == ["rerank", "rerank", "late_interaction"]
+    assert all(h.explain["rerank_contenders"].startswith("2 of 3") for h in hits)
+
+    other = eng.for_user("marco")
+    other.remember_turn(twin)
+    other.remember_turn("Marco's dog chews cables")
+    other.remember_turn("Marco lives in Leith")
+    alone = other.recall(query, config=eng.config.but(rerank_gap=0.0))
+    assert all(h.explain["rerank"].startswith("skipped: clear leader") for h in alone)
+    assert alone[0].memory.text == twin and alone[0].explain["relevance"] == "late_interaction"
+    assert 0 < alone[0].confidence <= 1  # calibrated on the late-interaction score instead
+    whole = other.recall(query, config=eng.config.but(rerank_gap=1.0))
+    assert [h.explain["relevance"] for h in whole] == ["rerank"] * 3
+    assert "rerank_contenders" not in whole[0].explain
+    facts = eng.for_user("lena")
+    for text in (twin, "Lena's dog chews cables", "Lena lives in Leith"):
+        facts.write(text)  # distilled memories lead: the whole window, whatever the gap
+    distilled = facts.recall(query, config=eng.config.but(rerank_gap=0.0))
+    assert [h.explain["relevance"] for h in distilled] == ["rerank"] * 3
