@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engram.agent.handle import MemoryHandle
+from engram.agent.handle import MAX_RECALL_K, MemoryHandle
 from engram.errors import EngramError, public_message
 from engram.models import (
     MAX_STEPS,
@@ -268,10 +268,12 @@ def recall(
     hidden_ids: set[str] | None = None,
     min_confidence: float | None = None,
 ) -> list[Hit]:
+    """The top ``k`` hits but the hidden ones. A few more are asked for, so hiding some still leaves
+    ``k``, but never more than every handle accepts (MAX_RECALL_K)."""
     hidden = hidden_ids or set()
     hits = memory.recall(
         query,
-        k=k + len(hidden),
+        k=min(k + len(hidden), MAX_RECALL_K),
         memory_types=memory_types,
         include_superseded=include_superseded,
         min_confidence=min_confidence,
