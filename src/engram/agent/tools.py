@@ -288,7 +288,15 @@ def hits_content(hits: list[Hit], min_confidence: float | None = None) -> str:
     content: dict[str, Any] = {"hits": [h.compact().as_json() for h in hits]}
     if not hits and min_confidence is not None:
         content["note"] = no_confident_match(min_confidence)
-    return json.dumps(content, ensure_ascii=False)
+    return as_data(content)
+
+
+def as_data(value: object) -> str:
+    """``value`` as one line of JSON that no text inside it can break out of: a newline or a quote is
+    escaped by JSON already; ``<`` (a closing tag) and U+2028/U+2029 (line breaks to many readers) are
+    escaped here, as JSON allows."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def _describe(exc: ValidationError) -> str:
