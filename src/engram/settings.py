@@ -136,11 +136,6 @@ class EngramSettings(BaseSettings):
         description="the one admin key of `engram serve` (else one is created on first start); setting a "
         "new one revokes the others; rules in engram.auth.check_admin_key",
     )
-    session_secret: SecretStr | None = Field(
-        default=None,
-        description="signs inspector sessions; unset: random per start (signing in again after a "
-        "restart); `serve --workers` shares one between its processes",
-    )
     leg_candidates: int = Field(default=DEFAULT_LEG_CANDIDATES, ge=1, le=1000)
     rrf_k: float = Field(default=DEFAULT_RRF_K, gt=0)
     late_interaction: bool = Field(

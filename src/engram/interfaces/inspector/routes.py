@@ -3,9 +3,11 @@ makes quicker (boosted links, a polled "this turn" view). It only reads: nothing
 
 Who sees what:
 - Sign in with an API key on the sign-in form (POST, so the key is never in a URL or an access log).
-  The key then travels in a cookie that scripts cannot read (HttpOnly), that no other site's page
-  can send (SameSite=Strict) and that only this path gets (Path=/inspector); sign out clears it.
-  Every request resolves the key again, so a revoked key stops working at once.
+  The browser then holds a session token (``engram.auth``: random, stored by its hash, never the
+  key) in a cookie that scripts cannot read (HttpOnly), that no other site's page can send
+  (SameSite=Strict) and that only this path gets (Path=/inspector). Signing out ends the session in
+  the store, so a copied token stops working too; "sign out everywhere" ends every session of the key.
+  Every request resolves the session and its key again, so a revoked key stops working at once.
 - A user key sees its own memories and the shared catalog, nothing else: any ``user`` parameter but
   its own is refused (403), and ids of other users' rows are not found (404), as on the REST API.
 - The admin key picks any user (``?user=``) and sees that user's memories through
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, cast
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -31,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 from engram.auth import ApiKeys, Principal
 from engram.errors import InvalidInput, NotFound
 from engram.interfaces.inspector.activity import ActivityLog, ids_in, without
+from engram.interfaces.inspector.explain import explain_parts, num, when
 from engram.memory import Engram, MemoryReader, validate_user_id
 from engram.models import Memory, MemoryType, is_superseded
 from engram.storage.base import CATALOG, SearchFilter
@@ -205,7 +207,24 @@ async def sign_in(request: Request) -> Response:
 
 @router.post(f"{ROOT}/sign-out")
 def sign_out(request: Request) -> Response:
+    """End this session: its token stops working for every process of the service, not only here."""
     _same_origin(request)
+    request.app.state.keys.end_session(request.cookies.get(COOKIE))
+    return _signed_out()
+
+
+@router.post(f"{ROOT}/sign-out-everywhere")
+def sign_out_everywhere(request: Request) -> Response:
+    """End every session of the signed-in key (other browsers, a copied cookie), this one too."""
+    _same_origin(request)
+    keys: ApiKeys = request.app.state.keys
+    principal = keys.resolve_session(request.cookies.get(COOKIE))
+    if principal is not None:
+        keys.end_sessions(principal.key_id)
+    return _signed_out()
+
+
+def _signed_out() -> Response:
     response = RedirectResponse(f"{ROOT}/sign-in", status_code=303)
     response.delete_cookie(COOKIE, path=ROOT, httponly=True, samesite="strict")
     return response
@@ -369,76 +388,6 @@ def _int(text: str, default: int, low: int, high: int) -> int:
         return default
 
 
-# -- what templates show ----------------------------------------------------------------------------
-STAGE_KEYS = (
-    "bm25_rank",
-    "bm25_score",
-    "dense_rank",
-    "dense_score",
-    "rrf",
-    "late_interaction",
-    "late_interaction_raw",
-    "outdated_by",  # shown on the hit itself, as a link
-    "rerank",
-    "relevance",
-    "final",
-)
-
-
-RELEVANCE_LABELS = {"rrf": "RRF", "late_interaction": "late interaction", "rerank": "cross-encoder"}
-
-
-@dataclass(frozen=True)
-class ExplainParts:
-    stages: list[tuple[str, str]]  # (stage, value) in pipeline order
-    relevance: str  # the stage whose score the final score starts from, as named in ``stages``
-    multipliers: list[tuple[str, float]]
-    notes: list[tuple[str, str]]  # stages that failed or were skipped, and why
-    final: float | None
-
-
-def explain_parts(explain: Mapping[str, Any]) -> ExplainParts:
-    """A hit's explain dict, grouped for display: each stage, each multiplier, each note."""
-
-    def leg(name: str) -> str:
-        rank, score = explain.get(f"{name}_rank"), explain.get(f"{name}_score")
-        return "not found" if rank is None else f"#{rank} ({_num(score)})"
-
-    stages = [
-        ("BM25", leg("bm25")),
-        ("dense", leg("dense")),
-        ("RRF", _num(explain.get("rrf"))),
-        ("late interaction", _num(explain.get("late_interaction"))),
-        ("cross-encoder", _num(explain.get("rerank"))),
-    ]
-    multipliers = [
-        (k, float(v))
-        for k, v in explain.items()
-        if k not in STAGE_KEYS and isinstance(v, int | float) and not isinstance(v, bool)
-    ]
-    notes = [(k, str(v)) for k, v in explain.items() if k not in STAGE_KEYS and isinstance(v, str)]
-    final = explain.get("final")
-    return ExplainParts(
-        stages,
-        RELEVANCE_LABELS.get(str(explain.get("relevance")), ""),
-        multipliers,
-        notes,
-        float(final) if isinstance(final, int | float) else None,
-    )
-
-
-def _num(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _when(value: datetime | None) -> str:
-    return "" if value is None else value.strftime("%Y-%m-%d %H:%M")
-
-
-_templates.filters["num"] = _num
-_templates.filters["when"] = _when
+_templates.filters["num"] = num
+_templates.filters["when"] = when
 _templates.globals["is_superseded"] = is_superseded
