@@ -164,6 +164,13 @@ class StoreRules(abc.ABC, Generic[K]):
         with self._tenant_statements(tenant, write=False) as statements:
             return statements.page(memory_type, include_superseded, limit, offset)
 
+    def count_memories(
+        self, tenant: Tenant, memory_type: MemoryType, *, include_superseded: bool = False, limit: int
+    ) -> int:
+        check_page(limit, 0)
+        with self._tenant_statements(tenant, write=False) as statements:
+            return statements.count(memory_type, include_superseded, limit)
+
     def tenants(self) -> list[str]:
         with self._store_statements(write=False) as statements:
             return statements.tenants()

@@ -54,6 +54,10 @@ class RowReads(Protocol):
         """The owner's rows of one type, newest first (created_at, then write order)."""
         ...
 
+    def count(self, memory_type: str, include_superseded: bool, limit: int) -> int:
+        """How many rows ``page`` could list, counted up to ``limit`` at most, reading none."""
+        ...
+
     def waiting(self, limit: int) -> list[Memory]:
         """The owner's episodes still WAITING, oldest first (created_at, then id)."""
         ...

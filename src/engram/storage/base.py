@@ -384,6 +384,13 @@ class MemoryStore(SearchStore, Protocol):
         """The tenant's rows of one type, newest first (catalog rows for the catalog tenant)."""
         ...
 
+    def count_memories(
+        self, tenant: Tenant, memory_type: MemoryType, *, include_superseded: bool = False, limit: int
+    ) -> int:
+        """How many of the tenant's rows of one type there are, counting no further than ``limit``;
+        no row is read (a tab's count on every page view)."""
+        ...
+
     def tenants(self) -> list[str]:
         """Every user id that has memories (ids only)."""
         ...

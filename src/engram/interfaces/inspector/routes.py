@@ -41,7 +41,7 @@ ROOT = "/inspector"
 COOKIE = "engram_inspector"
 COOKIE_MAX_AGE_S = 8 * 3600  # a working day: a forgotten browser session does not keep the key for good
 PAGE_SIZE = 20
-COUNT_CAP = 1_000  # a tab counts at most this many rows ("1000+"): counting reads the rows
+COUNT_CAP = 1_000  # a tab counts at most this many rows ("1000+"): a count stops there, reading no row
 SEARCH_CAP = 200  # best keyword matches a search shows
 POLL_SECONDS = 2
 HERE = Path(__file__).parent
@@ -119,10 +119,10 @@ def _redirect(url: str, request: Request) -> Response:
 def _page(request: Request, viewer: Viewer, tab: str, **context: Any) -> dict[str, Any]:
     """What every signed-in page shows: who is looking, the tabs with counts, the admin's user picker."""
     engram: Engram = request.app.state.engram
-    counts: dict[str, str] = {"catalog": _count(engram.catalog.list(limit=COUNT_CAP + 1))}
+    counts: dict[str, str] = {"catalog": _count(engram.catalog.count(limit=COUNT_CAP + 1))}
     if viewer.reader is not None:
         for t in ("episodic", "semantic", "procedural"):
-            counts[t] = _count(viewer.reader.list(t, include_superseded=True, limit=COUNT_CAP + 1))
+            counts[t] = _count(viewer.reader.count(t, include_superseded=True, limit=COUNT_CAP + 1))
     users: list[str] = []
     if viewer.is_admin:  # users with a key or with rows
         keyed = {k.user_id for k in request.app.state.keys.list() if k.user_id}
@@ -130,8 +130,8 @@ def _page(request: Request, viewer: Viewer, tab: str, **context: Any) -> dict[st
     return {"viewer": viewer, "tab": tab, "counts": counts, "users": users, **context}
 
 
-def _count(rows: list[Memory]) -> str:
-    return f"{COUNT_CAP}+" if len(rows) > COUNT_CAP else str(len(rows))
+def _count(n: int) -> str:
+    return f"{COUNT_CAP}+" if n > COUNT_CAP else str(n)
 
 
 # -- who is looking ---------------------------------------------------------------------------------

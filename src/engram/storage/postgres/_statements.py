@@ -57,6 +57,12 @@ class PostgresRows:
         rows = self.conn.execute(sql, (self.owner, memory_type, limit, offset)).fetchall()
         return [memory(r) for r in rows]
 
+    def count(self, memory_type: str, include_superseded: bool, limit: int) -> int:
+        sql = f"""SELECT count(*) FROM (SELECT 1 FROM memories WHERE owner = %s AND memory_type = %s
+                  {"" if include_superseded else "AND superseded_by IS NULL"} LIMIT %s) AS kept"""
+        row = self.conn.execute(sql, (self.owner, memory_type, limit)).fetchone()
+        return int(row[0]) if row else 0
+
     def waiting(self, limit: int) -> list[Memory]:
         sql = f"""SELECT {SELECT} FROM memories
                   WHERE owner = %s AND memory_type = 'episodic' AND consolidated = {WAITING}

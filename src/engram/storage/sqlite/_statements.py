@@ -52,6 +52,12 @@ class SQLiteRows:
                   ORDER BY created_at DESC, rid DESC LIMIT ? OFFSET ?"""
         return memories(self.conn, sql, (self.owner, memory_type, limit, offset))
 
+    def count(self, memory_type: str, include_superseded: bool, limit: int) -> int:
+        sql = f"""SELECT count(*) FROM (SELECT 1 FROM memories WHERE owner = ? AND memory_type = ?
+                  {"" if include_superseded else "AND superseded_by IS NULL"} LIMIT ?)"""
+        row = fetch_one(self.conn, sql, (self.owner, memory_type, limit))
+        return int(row[0]) if row else 0
+
     def waiting(self, limit: int) -> list[Memory]:
         sql = f"""SELECT {SELECT} FROM memories
                   WHERE owner = ? AND memory_type = 'episodic' AND consolidated = {WAITING}
