@@ -191,11 +191,12 @@ async def sign_in(request: Request) -> Response:
     principal = await anyio.to_thread.run_sync(request.app.state.keys.resolve, key)
     if principal is None:
         return render("sign_in.html", 401, viewer=None, error="That key is unknown or has been revoked.")
+    token = await anyio.to_thread.run_sync(request.app.state.keys.open_session, principal, COOKIE_MAX_AGE_S)
     target = f"{ROOT}/semantic" if principal.user_id else f"{ROOT}/catalog"
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,
-        request.app.state.keys.open_session(principal, COOKIE_MAX_AGE_S),  # names the key, never holds it
+        token,  # a stored session's token: random, never the key
         path=ROOT,
         httponly=True,
         samesite="strict",
