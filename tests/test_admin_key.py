@@ -1,6 +1,9 @@
 """The admin key in effect is exactly the configured ENGRAM_ADMIN_KEY, and a weak one is refused
-(issue 12 #21)."""
+(issue 12 #21); sign-in sessions end for good (issue 26 #1-3)."""
 
+import base64
+import hashlib
+import hmac
 import os
 import subprocess
 import sys
@@ -9,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from engram.auth import ApiKeys
+from engram.auth import SESSION_PREFIX, ApiKeys, hash_key
 from engram.errors import InvalidInput
 from engram.interfaces.rest.background import free_port
 from engram.storage.sqlite import SQLiteStore
@@ -116,26 +119,43 @@ def test_serve_refuses_a_weak_admin_key(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "engram.db").exists()
 
 
-def test_a_session_token_is_signed_expires_and_dies_with_its_key(tmp_path):
-    """The inspector's cookie: names a key (never holds it), signed with the server's secret."""
-    import time as clock
+def test_sessions_are_stored_end_at_sign_out_everywhere_and_with_their_key(store):
+    """The inspector's sessions live in the store, by hash, on every backend: a token stops working at
+    sign-out (a copied one too), "sign out everywhere" ends all of a key's, revoking the key ends them,
+    and another process on the store (a worker, a restart) sees the same."""
+    keys = ApiKeys(store)
+    key, record = keys.create("sarah")
+    sarah = keys.resolve(key)
+    token = keys.open_session(sarah, 60)
+    assert token.startswith(SESSION_PREFIX) and key not in token and record.id not in token
+    assert keys.resolve_session(token) == sarah and ApiKeys(store).resolve_session(token) == sarah
 
-    from engram.auth import ApiKeys
-    from engram.storage.sqlite import SQLiteStore
+    # Nothing is signed, so nothing can be minted: the key id (public) and any secret give nothing.
+    body = f"{record.id}.9999999999"
+    signature = base64.urlsafe_b64encode(hmac.new(b"a", body.encode(), hashlib.sha256).digest()).decode()
+    for forged in (f"{body}.{signature.rstrip('=')}", record.id, f"{SESSION_PREFIX}{record.id}"):
+        assert keys.resolve_session(forged) is None
+    # Whatever a cookie holds, nobody (never an exception): not ASCII, a lone surrogate, too long.
+    for junk in (f"{body}.é", f"{SESSION_PREFIX}é", "\ud800", SESSION_PREFIX + "a" * 600, "", None):
+        assert keys.resolve_session(junk) is None and keys.end_session(junk) is False
+    assert keys.resolve_session(keys.open_session(sarah, -1)) is None  # expired
 
-    store = SQLiteStore(tmp_path / "k.db")
-    try:
-        keys = ApiKeys(store, session_secret=b"s" * 32)
-        key, record = keys.create("sarah")
-        principal = keys.resolve(key)
-        token = keys.open_session(principal, 60)
-        assert key not in token and keys.resolve_session(token) == principal
-        assert ApiKeys(store, session_secret=b"t" * 32).resolve_session(token) is None  # other secret
-        key_id, _, signature = token.split(".")
-        assert keys.resolve_session(f"{key_id}.9999999999.{signature}") is None  # expiry not signed so
-        assert keys.resolve_session(keys.open_session(principal, -1)) is None  # expired
-        assert clock.time() > 0 and keys.resolve_session("a.b") is None
-        keys.revoke(record.id)
-        assert keys.resolve_session(token) is None  # the key is revoked: the session is over
-    finally:
-        store.close()
+    other = keys.open_session(sarah, 60)  # another browser
+    assert keys.end_session(token) and not keys.end_session(token)  # sign out
+    assert keys.resolve_session(token) is None and keys.resolve_session(other) == sarah
+
+    bob_key, _ = keys.create("bob")
+    bob = keys.resolve(bob_key)
+    bobs = keys.open_session(bob, 60)
+    third = keys.open_session(sarah, 60)
+    assert keys.end_sessions(record.id) == 2  # sign out everywhere: sarah's key's sessions only
+    assert keys.resolve_session(other) is None and keys.resolve_session(third) is None
+    assert keys.resolve_session(bobs) == bob
+
+    fourth = keys.open_session(sarah, 60)
+    keys.revoke(record.id)
+    assert keys.resolve_session(fourth) is None and store.find_session(hash_key(fourth)) is None
+
+    stale = keys.open_session(bob, -1)
+    keys.open_session(bob, 60)  # opening a session drops the expired ones
+    assert store.find_session(hash_key(stale)) is None and store.find_session(hash_key(bobs)) is not None

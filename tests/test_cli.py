@@ -69,6 +69,18 @@ def test_import_recall_forget_round_trip(tmp_path):
     assert json.loads(run("recall", "fritzbox", "--user", "sarah", "--json", env_home=tmp_path).stdout) == []
 
 
+def test_recall_prints_stored_text_as_it_is(tmp_path):
+    """Stored text is never rich markup: "[/b]" made `engram recall` (and the demo, which prints hits the
+    same way) crash with a MarkupError, other tags restyled the output; control characters are dropped."""
+    text = "the hub says [/b] then [red]E-4012[/red] \x1b[2J after the update"
+    run("remember-turn", text, "--user", "sarah", env_home=tmp_path)
+    shown = run("recall", "hub E-4012 update", "--user", "sarah", "--explain", env_home=tmp_path).stdout
+    assert "the hub says [/b] then [red]E-4012[/red] [2J after the update" in " ".join(shown.split())
+    assert "\x1b" not in shown
+    missing = run("forget", "[/b]", "--user", "sarah", env_home=tmp_path, check=False)  # quoted in the error
+    assert missing.returncode == 1 and "[/b]" in missing.stdout
+
+
 def test_bad_import_file_is_a_clear_error(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text('{"user_id": "sarah", "episodic": [{"text": "ok"}, {"text": ""}]}')

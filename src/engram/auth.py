@@ -7,23 +7,30 @@ through the API; the inspector alone lets it look at a chosen user's, read only 
 
 An admin key given from outside (``ENGRAM_ADMIN_KEY``) is the only admin key: adopting it revokes every
 other, so an old key stops working when the setting changes. It must pass ``check_admin_key``.
+
+A sign-in session (the inspector's) is made the same way: ``egs_`` + 256 random bits held by the browser,
+its SHA-256 stored with the key's id and an expiry (``SessionStore``). Nothing is signed, so there is no
+secret to guess and a key id (``engram keys list`` prints them) opens nothing. Every process of the
+service reads the one store: signing out ends the session everywhere at once, "sign out everywhere"
+ends every session of the key, revoking the key ends them too, and a restart ends none.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import secrets
-import time
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Protocol
 
 from engram.errors import InvalidInput, NotFound
 from engram.models import utcnow
-from engram.storage.base import ApiKeyRecord, KeyStore
+from engram.storage.base import ApiKeyRecord, KeyStore, SessionStore
 from engram.validation import validate_user_id
 
 KEY_PREFIX = "egk_"
+SESSION_PREFIX = "egs_"
+MAX_TOKEN_CHARS = 512  # longer than any key or session token: not looked up
 ADMIN_KEY_MIN_CHARS = 32
 ADMIN_KEY_MIN_DISTINCT = 8  # 32 random hex digits have fewer in under 1 in a million draws
 
@@ -49,12 +56,21 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+class AuthStore(KeyStore, SessionStore, Protocol):
+    """What ApiKeys needs of a store: its keys and its sessions."""
+
+
+def _session_hash(token: str | None) -> str | None:
+    """The stored hash of a token that could be a session we issued, else None: a header can carry
+    anything (a non-ASCII cookie made the old signature check raise: every page answered 500)."""
+    if not token or len(token) > MAX_TOKEN_CHARS or not token.isascii():
+        return None
+    return hash_key(token) if token.startswith(SESSION_PREFIX) else None
+
+
 class ApiKeys:
-    def __init__(self, store: KeyStore, session_secret: bytes | None = None) -> None:
+    def __init__(self, store: AuthStore) -> None:
         self._store = store
-        # Signs sessions (the inspector's cookie); random per process unless the server shares one
-        # between its workers. A new one signs everyone out, which is all a restart costs.
-        self._session_secret = session_secret or secrets.token_bytes(32)
 
     def create(self, user_id: str | None, label: str = "") -> tuple[str, ApiKeyRecord]:
         """A new key for ``user_id`` (None: an admin key). Returns (the key, shown once; its record)."""
@@ -91,7 +107,7 @@ class ApiKeys:
 
     def resolve(self, key: str | None) -> Principal | None:
         """The principal of a live key, or None for a missing, unknown or revoked key."""
-        if not key or len(key) > 512:
+        if not key or len(key) > MAX_TOKEN_CHARS:
             return None
         record = self._store.find_key(hash_key(key))
         if record is None or record.revoked_at is not None:
@@ -99,35 +115,41 @@ class ApiKeys:
         return Principal(key_id=record.id, user_id=record.user_id)
 
     def open_session(self, principal: Principal, lifetime_s: int) -> str:
-        """A token naming the key (never containing it), valid for ``lifetime_s`` seconds and only while
-        the key stays live: ``key_id.expiry.signature`` (HMAC-SHA256 with the session secret)."""
-        body = f"{principal.key_id}.{int(time.time()) + lifetime_s}"
-        return f"{body}.{self._sign(body)}"
+        """A new session of the principal's key for ``lifetime_s`` seconds: its token, shown once (the
+        store keeps its hash). It names nothing and contains nothing: it is looked up."""
+        token = SESSION_PREFIX + secrets.token_urlsafe(32)
+        now = utcnow()
+        self._store.add_session(hash_key(token), principal.key_id, now + timedelta(seconds=lifetime_s), now)
+        return token
 
     def resolve_session(self, token: str | None) -> Principal | None:
-        """The principal of a token from ``open_session``; None if forged, expired, or its key revoked."""
-        if not token or len(token) > 256 or token.count(".") != 2:
+        """The principal of a session token; None if unknown, ended, expired, or its key revoked."""
+        token_hash = _session_hash(token)
+        found = None if token_hash is None else self._store.find_session(token_hash)
+        if found is None or found[1] <= utcnow():
             return None
-        key_id, expires, signature = token.split(".")
-        if not hmac.compare_digest(signature, self._sign(f"{key_id}.{expires}")):
-            return None
-        if not expires.isdigit() or int(expires) < time.time():
-            return None
-        record = self._store.get_key(key_id)
+        record = self._store.get_key(found[0])
         if record is None or record.revoked_at is not None:
             return None
         return Principal(key_id=record.id, user_id=record.user_id)
 
-    def _sign(self, body: str) -> str:
-        digest = hmac.new(self._session_secret, body.encode(), hashlib.sha256).digest()
-        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    def end_session(self, token: str | None) -> bool:
+        """Sign out: the session stops working for every process at once. Whether there was one."""
+        token_hash = _session_hash(token)
+        return token_hash is not None and self._store.end_sessions("token_hash", token_hash) > 0
+
+    def end_sessions(self, key_id: str) -> int:
+        """Sign out everywhere: end every session made from the key. How many there were."""
+        return self._store.end_sessions("key_id", key_id)
 
     def list(self, user_id: str | None = None) -> list[ApiKeyRecord]:
         return self._store.list_keys(user_id)
 
     def revoke(self, key_id: str) -> None:
+        """Revoke a live key and end its sessions (a revoked key's sessions resolve to nobody anyway)."""
         if not self._store.revoke_key(key_id, utcnow()):
             raise NotFound(key_id, what="API key")
+        self._store.end_sessions("key_id", key_id)
 
 
 def check_admin_key(key: str) -> None:

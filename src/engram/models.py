@@ -178,6 +178,9 @@ def episode_context(
 
 
 SPEAKER_KEY = "speaker"  # metadata key: who said a turn, in a conversation with several people
+# Control characters, and the line and paragraph separators (U+2028, U+2029) that JSON, JavaScript and
+# many prompt templates read as a line break: a speaker with one would start a line of its own.
+_NOT_IN_ONE_LINE = frozenset({"Cc", "Zl", "Zp"})
 
 
 def episode_speaker(metadata: dict[str, Any]) -> str | None:
@@ -190,7 +193,7 @@ def episode_speaker(metadata: dict[str, Any]) -> str | None:
     if speaker is None:
         return None
     speaker = check_text(speaker, f"metadata.{SPEAKER_KEY}", MAX_NAME_CHARS)
-    if any(unicodedata.category(c) == "Cc" for c in speaker):
+    if any(unicodedata.category(c) in _NOT_IN_ONE_LINE for c in speaker):
         raise InvalidInput(f"metadata.{SPEAKER_KEY} must be one line without control characters")
     return speaker
 

@@ -72,6 +72,8 @@ DEFAULT_CONFIDENCE_LATE = (18.458, -16.456)  # (a, c): σ(a·MaxSim + c) when th
 DEFAULT_CONFIDENCE_DENSE = (10.570, -8.322)  # (a, c): σ(a·cosine + c) without late interaction
 # The agent's and the MCP tool's default min_confidence: hits below it are not shown to a model.
 DEFAULT_MIN_CONFIDENCE = 0.1
+# A local model on CPUs answers one tool round in tens of seconds; a person waits for a reply about this long.
+DEFAULT_AGENT_TURN_TIMEOUT_S = 120.0
 # --- writes ----------------------------------------------------------------------------------------
 DEFAULT_SUPERSEDE_PENALTY = 0.1  # a harshly contradicted user was wrong once: trust the new fact less
 DEFAULT_MAX_TEXT_CHARS = 16_000  # a turn or fact longer than this is a document, not a memory
@@ -137,11 +139,6 @@ class EngramSettings(BaseSettings):
         default=None,
         description="the one admin key of `engram serve` (else one is created on first start); setting a "
         "new one revokes the others; rules in engram.auth.check_admin_key",
-    )
-    session_secret: SecretStr | None = Field(
-        default=None,
-        description="signs inspector sessions; unset: random per start (signing in again after a "
-        "restart); `serve --workers` shares one between its processes",
     )
     leg_candidates: int = Field(default=DEFAULT_LEG_CANDIDATES, ge=1, le=1000)
     rrf_k: float = Field(default=DEFAULT_RRF_K, gt=0)
@@ -275,6 +272,14 @@ class EngramSettings(BaseSettings):
         ge=0,
         le=200,
         description="core facts in the system prompt: the user at a glance, small contexts",
+    )
+    # Consolidation's LLM settings allow one call 60 s and 3 retries: several tool rounds of that made a
+    # turn wait ~20 minutes for its fallback reply. A person waiting for a reply gets this bound instead.
+    agent_turn_timeout_s: float = Field(
+        default=DEFAULT_AGENT_TURN_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        description="the model calls of one agent turn, retries included, end by then (a fallback reply)",
     )
     agent_recall_k: int = Field(
         default=8, ge=1, le=100, description="hits recalled on the raw message before the model's first call"

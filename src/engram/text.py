@@ -1,5 +1,5 @@
 """Word handling shared by the BM25 query builders (storage), consolidation's dedup guard and recall's
-speaker match."""
+speaker match; stored text made safe for a terminal."""
 
 from __future__ import annotations
 
@@ -19,6 +19,14 @@ STOPWORDS = frozenset(
 )
 _WORD = re.compile(r"\w+(?:[.\-']\w+)*")  # keeps v15.3, E-214, don't together as one query term
 MAX_QUERY_TERMS = 32
+# C0 and C1 control characters but newline and tab: terminal escapes start with ESC (or CSI, U+009B).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` without control characters (but newlines and tabs): stored text printed to a terminal
+    could otherwise clear the screen, or retitle and recolour it."""
+    return _CONTROL.sub("", text)
 
 
 def fts_words(text: str) -> list[str]:

@@ -73,3 +73,24 @@ def test_engram_chat_through_a_running_service(tmp_path, fake_chat, eng):
     assert "Hello from the service." in proc.stdout
     assert [m.text for m in eng.for_user("sarah").list("episodic")] == ["hi there"]
     assert wrong.returncode == 1 and "the key is sarah's, not bob's" in wrong.stdout
+
+
+def test_the_largest_recall_k_works_through_a_client(eng, fake_chat):
+    """The pre-recall asks for a few more hits than recall_k (the message itself is hidden), never more
+    than the REST API takes: at ENGRAM_AGENT_RECALL_K=100 it asked for 101, and every one failed (422)."""
+    mem = eng.for_user("sarah")
+    mem.write("Sarah's hub is a Nimbus H2")
+    key, _ = ApiKeys(eng.store).create("sarah")
+    settings = EngramSettings.defaults(
+        llm_base_url=fake_chat.url, llm_model="test-model", llm_max_retries=0, agent_recall_k=100
+    )
+    fake_chat.script(say("ok"))
+    with (
+        BackgroundServer(create_app(eng, ApiKeys(eng.store))) as url,
+        Client(url, key) as client,
+        Agent.from_settings(client, settings) as agent,
+    ):
+        result = agent.respond("which hub do I have?")
+    (pre,) = result.recalled
+    assert pre.error is None and [h.memory.text for h in pre.hits] == ["Sarah's hub is a Nimbus H2"]
+    assert "hits" in last_tool_results(fake_chat.requests[0])[0]

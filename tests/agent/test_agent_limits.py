@@ -4,13 +4,15 @@ forget what it was never shown, or leave the chat stuck for good."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from engram.agent.agent import ASSISTANT_CONTEXT_CHARS, HISTORY_CHARS, NO_ANSWER
 from engram.consolidation.llm import LLMClient, LLMOutputError
-from engram.errors import InvalidInput
+from engram.errors import ConfigError, InvalidInput
 from engram.models import SemanticMemory
+from engram.settings import DEFAULT_AGENT_TURN_TIMEOUT_S, EngramSettings, load_settings
 from tests.agent.conftest import NESTED, calls, last_tool_results, say, tool_call
 from tests.agent.test_agent import profile_ids
 
@@ -199,3 +201,39 @@ def test_a_failed_turn_cannot_leave_the_chat_stuck(make_agent, fake_chat):
     assert refused.reply == NO_ANSWER and "400" in refused.error
     assert agent.respond("still there?").reply == "Back."
     assert history_of(fake_chat.requests[-1]) == []
+
+
+def test_a_turn_has_its_own_deadline_whatever_consolidations_llm_settings(make_agent, fake_chat):
+    """The agent used consolidation's settings (60 s a call, 3 retries): several slow rounds kept a person
+    waiting ~20 minutes for the fallback. agent_turn_timeout_s bounds the turn's model calls together."""
+    agent, eng = make_agent(agent_turn_timeout_s=1.5, llm_timeout_s=60, llm_max_retries=3)
+
+    def slow_tool_round(body):
+        time.sleep(0.8)
+        return {"tool_calls": [tool_call("recall_memory", {"query": "hub"}, "r1")]}
+
+    def slower(body):
+        time.sleep(4)
+        return {"content": "too late"}
+
+    fake_chat.script(slow_tool_round, slower)
+    started = time.monotonic()
+    result = agent.respond("my hub froze")
+    took = time.monotonic() - started
+    assert result.reply == NO_ANSWER and result.error is not None and "timed out" in result.error.lower()
+    assert result.tool_rounds == 1  # the first round ran; the second outlasted what was left
+    assert took < 3.0, took  # the deadline, the local recall and the models' start, never a retry
+    assert len(fake_chat.requests) == 2  # no retry started that could not finish in time
+    assert [m.text for m in eng.for_user("sarah").list("episodic")] == ["my hub froze"]  # stored first
+
+    fake_chat.script(say("Back."))  # the next turn has a deadline of its own
+    assert agent.respond("hello?").reply == "Back."
+
+
+def test_the_turn_timeout_is_a_setting(monkeypatch):
+    monkeypatch.setenv("ENGRAM_AGENT_TURN_TIMEOUT_S", "45")
+    assert load_settings().agent_turn_timeout_s == 45
+    assert EngramSettings.defaults().agent_turn_timeout_s == DEFAULT_AGENT_TURN_TIMEOUT_S
+    monkeypatch.setenv("ENGRAM_AGENT_TURN_TIMEOUT_S", "0")
+    with pytest.raises(ConfigError, match="ENGRAM_AGENT_TURN_TIMEOUT_S"):
+        load_settings()

@@ -114,7 +114,7 @@ def test_sign_in_cookie_sign_out_and_revocation(service):
     cookie = signed.headers["set-cookie"]
     assert re.search(r"(?i)httponly", cookie) and re.search(r"(?i)samesite=strict", cookie)
     assert "Path=/inspector" in cookie and key not in cookie and key not in signed.headers["location"]
-    token = anon.cookies["engram_inspector"]  # names the key and is signed; never the key, even encoded
+    token = anon.cookies["engram_inspector"]  # a random session token; never the key, even encoded
     assert (
         base64.urlsafe_b64encode(key.encode()).decode().rstrip("=") not in token and "Max-Age=28800" in cookie
     )
@@ -144,6 +144,59 @@ def test_sign_in_cookie_sign_out_and_revocation(service):
     assert client.get("/inspector/episodic").status_code == 200
     service.keys.revoke(record.id)
     assert client.get("/inspector/episodic").headers["location"] == "/inspector/sign-in"
+
+
+def copy_of(service, client: httpx.Client) -> httpx.Client:
+    """Another client holding the same session token (a copied cookie)."""
+    copy = httpx.Client(
+        base_url=service.url, timeout=30, cookies={"engram_inspector": client.cookies["engram_inspector"]}
+    )
+    service.clients.append(copy)
+    return copy
+
+
+def test_signing_out_ends_the_session_on_the_server(service):
+    """Sign-out only deleted the browser's cookie: a copied token kept working for 8 hours."""
+    sarah = sign_in(service, service.user_keys["sarah"])
+    copied = copy_of(service, sarah)
+    assert copied.get("/inspector/semantic").status_code == 200
+    assert sarah.post("/inspector/sign-out").status_code == 303
+    assert copied.get("/inspector/semantic").headers["location"] == "/inspector/sign-in"
+
+    # Sign out everywhere: every session of the key (another browser, a copy), not another key's.
+    first, second = (sign_in(service, service.user_keys["sarah"]) for _ in range(2))
+    copied, bob = copy_of(service, first), sign_in(service, service.user_keys["bob"])
+    page = first.get("/inspector/semantic")
+    assert 'action="/inspector/sign-out-everywhere"' in page.text
+    evil = {"Origin": "http://evil.example"}
+    assert second.post("/inspector/sign-out-everywhere", headers=evil).status_code == 403
+    assert first.get("/inspector/semantic").status_code == 200  # refused: nothing ended
+    out = second.post("/inspector/sign-out-everywhere")
+    assert out.status_code == 303 and 'engram_inspector=""' in out.headers["set-cookie"]
+    for client in (first, second, copied):
+        assert client.get("/inspector/semantic").status_code == 303
+    assert bob.get("/inspector/semantic").status_code == 200
+
+    # Revoking the key through the API ends its sessions.
+    extra_key, record = service.keys.create("sarah", "to revoke")
+    client = sign_in(service, extra_key)
+    assert service.client().delete(f"/v1/keys/{record.id}").status_code == 204
+    assert client.get("/inspector/semantic").status_code == 303
+
+
+def test_any_cookie_is_a_sign_in_page_never_a_500(service):
+    """A signature with a non-ASCII character made hmac.compare_digest raise: every page answered 500,
+    before any sign-in."""
+    anon = httpx.Client(base_url=service.url, timeout=30)
+    service.clients.append(anon)
+    _, record = service.keys.create("sarah")
+    for value in (f"{record.id}.9999999999.é".encode(), "egs_é".encode(), b"egs_\xff\xfe", b"x" * 3000):
+        cookie = {"Cookie": b"engram_inspector=" + value}
+        for path in ("/inspector/semantic", "/inspector/turn/live"):
+            response = anon.get(path, headers=cookie)
+            assert response.status_code == 303 and response.headers["location"] == "/inspector/sign-in"
+        assert anon.post("/inspector/sign-out", headers=cookie).status_code == 303
+        assert anon.post("/inspector/sign-out-everywhere", headers=cookie).status_code == 303
 
 
 def test_the_key_stays_out_of_urls_and_the_access_log(service, caplog):

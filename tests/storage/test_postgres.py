@@ -102,6 +102,7 @@ def test_migrations_are_idempotent(pg):
             (2,),
             (3,),
             (4,),
+            (5,),
         ]
 
 
@@ -145,13 +146,14 @@ def test_a_runtime_store_refuses_an_older_schema_and_migration_4_marks_the_water
     with psycopg.connect(admin) as conn:  # back to schema 3: a watermark past turn 0, no marks...
         conn.execute("DROP INDEX memories_waiting, memories_owner_rid, tombstones_owner")
         conn.execute("ALTER TABLE memories DROP COLUMN consolidated")
-        conn.execute("DELETE FROM engram_migrations WHERE version = 4")
+        conn.execute("DROP TABLE inspector_sessions")  # migration 5's
+        conn.execute("DELETE FROM engram_migrations WHERE version >= 4")
         conn.execute("DELETE FROM engram_tenants")  # ... and migration 2's backfill, empty under RLS
         conn.execute("SELECT set_config('engram.tenant', 'sarah', true)")  # the owner is under RLS
         conn.execute("INSERT INTO consolidation_state VALUES ('sarah', %s, %s, %s)", (T0, turns[0].id, T0))
-    with pytest.raises(StorageError, match="predates migration 4"):
+    with pytest.raises(StorageError, match="predates migration 5"):
         PostgresStore(runtime)
-    assert migrate(admin) == [4]
+    assert migrate(admin) == [4, 5]
     store = PostgresStore(runtime)
     try:
         assert [e.text for e in store.waiting_episodes("sarah", 10)] == ["turn 1"]

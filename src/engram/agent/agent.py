@@ -42,7 +42,7 @@ from engram.consolidation.llm import LLMClient, LLMError
 from engram.consolidation.prompts import ASSISTANT_CONTEXT_KEY
 from engram.errors import ConfigError, EngramError, public_message
 from engram.models import EpisodicMemory, Hit, Memory, Tombstone, utcnow
-from engram.settings import DEFAULT_MIN_CONFIDENCE, EngramSettings
+from engram.settings import DEFAULT_AGENT_TURN_TIMEOUT_S, DEFAULT_MIN_CONFIDENCE, EngramSettings
 
 if TYPE_CHECKING:
     from engram.consolidation.consolidator import ConsolidationReport
@@ -166,6 +166,7 @@ class Agent:
         max_tokens: int | None = 1024,
         profile_facts: int = 24,
         recall_k: int = 8,
+        turn_timeout_s: float = DEFAULT_AGENT_TURN_TIMEOUT_S,
         min_confidence: float | None = DEFAULT_MIN_CONFIDENCE,
         consolidation: EmbeddedConsolidation | None = None,
         session_id: str | None = None,
@@ -178,6 +179,7 @@ class Agent:
         self.max_tokens = max_tokens
         self.profile_facts = profile_facts
         self.recall_k = recall_k
+        self.turn_timeout_s = turn_timeout_s  # the model calls of a turn end by then, retries included
         self.min_confidence = min_confidence  # hits below it are not shown to the model
         self.consolidation = consolidation
         self.session_id = session_id or f"chat-{secrets.token_hex(6)}"
@@ -209,6 +211,7 @@ class Agent:
             max_tokens=settings.agent_max_tokens,
             profile_facts=settings.agent_profile_facts,
             recall_k=settings.agent_recall_k,
+            turn_timeout_s=settings.agent_turn_timeout_s,
             min_confidence=settings.min_confidence,
             consolidation=consolidation,
             owns_llm=True,
@@ -261,7 +264,9 @@ class Agent:
         return result
 
     def _model_round(self, message: str, episode_id: str, result: TurnResult) -> str:
-        """The profile, the pre-recall and the model's calls; returns the model's text ("" if none)."""
+        """The profile, the pre-recall and the model's calls; returns the model's text ("" if none).
+        The model's calls end by ``turn_timeout_s`` from now (LLMError: the fallback reply)."""
+        deadline = time.monotonic() + self.turn_timeout_s
         hidden = {episode_id}  # the model has the message itself: a hit on it would waste a slot
         try:
             facts = profile_facts(self.memory, self.profile_facts)
@@ -275,7 +280,7 @@ class Agent:
             {"role": "user", "content": message},
             *self._pre_recall(message, hidden, shown, result),
         ]
-        return self._run_model(messages, episode_id, hidden, shown, result)
+        return self._run_model(messages, episode_id, hidden, shown, result, deadline)
 
     def _remember_exchange(self, message: str, reply: str) -> None:
         """Add an exchange to the history the model sees, then drop the oldest exchanges beyond
@@ -320,15 +325,21 @@ class Agent:
         hidden: set[str],
         shown: set[str],
         result: TurnResult,
+        deadline: float,
     ) -> str:
-        """Call the model until it answers; returns its text ("" if none). After ``max_tool_rounds``
+        """Call the model until it answers, each call ending by ``deadline`` (``LLMClient.chat``);
+        returns its text ("" if none). After ``max_tool_rounds``
         rounds of tool calls the last call forbids tools (tool_choice "none"), and tool calls it makes
         anyway are not run. Of one round's calls the first ``max_tool_calls`` run; each other one is
         answered with a tool error (every call of the assistant message must have its result)."""
         for round_ in range(self.max_tool_rounds + 1):
             last = round_ == self.max_tool_rounds
             answer = self.llm.chat(
-                messages, self._tools, tool_choice="none" if last else "auto", max_tokens=self.max_tokens
+                messages,
+                self._tools,
+                tool_choice="none" if last else "auto",
+                max_tokens=self.max_tokens,
+                deadline=deadline,
             )
             calls = parse_tool_calls(answer)
             text = _text(answer.get("content"))

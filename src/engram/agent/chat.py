@@ -8,7 +8,6 @@ before printing (an ESC could clear the screen, or retitle and recolour the term
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from contextlib import nullcontext
 
@@ -19,11 +18,10 @@ from rich.text import Text
 from engram.agent.agent import Agent, Recall, TurnResult
 from engram.errors import EngramError
 from engram.models import search_text_of
+from engram.text import printable
 
 SHOWN_HITS = 3  # hits listed per recall under a reply; the rest are counted
 SHOWN_CHARS = 90  # a memory's text is cut to this in those lists
-# C0 and C1 control characters but newline and tab: terminal escapes start with ESC (or CSI, U+009B).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +125,7 @@ def _count(n: int, what: str) -> str:
 
 def _clean(text: str) -> str:
     """``text`` without control characters (but newlines and tabs): safe to print to a terminal."""
-    return _CONTROL.sub("", text)
+    return printable(text)
 
 
 def _cut(text: str, limit: int = SHOWN_CHARS) -> str:

@@ -18,6 +18,10 @@ from engram.models import (
     Tombstone,
 )
 
+# The most hits one recall may ask for through every handle: the REST API (so ``engram.Client``) and
+# the MCP tool refuse more (422); the embedded handle takes more, but the agent must work on either.
+MAX_RECALL_K = 100
+
 
 class MemoryHandle(Protocol):
     def remember_turn(

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engram.agent.handle import MemoryHandle
+from engram.agent.handle import MAX_RECALL_K, MemoryHandle
 from engram.errors import EngramError, public_message
 from engram.models import (
     MAX_STEPS,
@@ -268,10 +268,12 @@ def recall(
     hidden_ids: set[str] | None = None,
     min_confidence: float | None = None,
 ) -> list[Hit]:
+    """The top ``k`` hits but the hidden ones. A few more are asked for, so hiding some still leaves
+    ``k``, but never more than every handle accepts (MAX_RECALL_K)."""
     hidden = hidden_ids or set()
     hits = memory.recall(
         query,
-        k=k + len(hidden),
+        k=min(k + len(hidden), MAX_RECALL_K),
         memory_types=memory_types,
         include_superseded=include_superseded,
         min_confidence=min_confidence,
@@ -286,7 +288,15 @@ def hits_content(hits: list[Hit], min_confidence: float | None = None) -> str:
     content: dict[str, Any] = {"hits": [h.compact().as_json() for h in hits]}
     if not hits and min_confidence is not None:
         content["note"] = no_confident_match(min_confidence)
-    return json.dumps(content, ensure_ascii=False)
+    return as_data(content)
+
+
+def as_data(value: object) -> str:
+    """``value`` as one line of JSON that no text inside it can break out of: a newline or a quote is
+    escaped by JSON already; ``<`` (a closing tag) and U+2028/U+2029 (line breaks to many readers) are
+    escaped here, as JSON allows."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def _describe(exc: ValidationError) -> str:

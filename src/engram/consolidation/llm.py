@@ -2,7 +2,8 @@
 
 JSON mode, a timeout per call, retries with exponential backoff on timeouts, connection errors, 429
 and 5xx, and the reply validated against a pydantic model. ``chat`` (tool calling) serves the agent
-(engram.agent); nothing else in Engram needs an LLM.
+(engram.agent), which also gives each call a ``deadline``: no attempt, wait or retry runs past it (a
+person is waiting for the turn); nothing else in Engram needs an LLM.
 """
 
 from __future__ import annotations
@@ -93,26 +94,29 @@ class LLMClient:
         *,
         tool_choice: str = "auto",
         max_tokens: int | None = None,
+        deadline: float | None = None,
     ) -> dict[str, Any]:
         """One chat call, with tools if given (the agent); returns the assistant message as the
         endpoint sent it (``content``, ``tool_calls``), unvalidated: the caller judges tool calls.
-        ``max_tokens`` bounds the reply (a model that never stops costs time, and its reply context)."""
+        ``max_tokens`` bounds the reply (a model that never stops costs time, and its reply context).
+        ``deadline`` (a ``time.monotonic()`` value): each attempt waits at most until then, and no retry
+        starts that could not; LLMError once it has passed."""
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         if tools:
             body["tools"] = tools
             body["tool_choice"] = tool_choice
-        return self._message(body)
+        return self._message(body, deadline)
 
     def _post(self, body: dict[str, object]) -> str:
         return str(self._message(body).get("content"))
 
-    def _message(self, body: dict[str, object]) -> dict[str, Any]:
+    def _message(self, body: dict[str, object], deadline: float | None = None) -> dict[str, Any]:
         attempt = 0
         while True:
             try:
-                response = self._http.post("/chat/completions", json=body)
+                response = self._http.post("/chat/completions", json=body, timeout=self._timeout(deadline))
                 if response.status_code in RETRY_STATUSES:
                     raise httpx.HTTPStatusError(
                         f"HTTP {response.status_code}", request=response.request, response=response
@@ -125,16 +129,29 @@ class LLMClient:
             except (httpx.TransportError, httpx.HTTPStatusError) as exc:
                 status = exc.response.status_code if isinstance(exc, httpx.HTTPStatusError) else None
                 retryable = status is None or status in RETRY_STATUSES
-                if not retryable or attempt >= self.max_retries:
-                    message = f"LLM request to {self._http.base_url} failed: {exc}"
-                    raise LLMError(message, status=status) from exc
                 delay = self.backoff * 2**attempt
+                late = deadline is not None and time.monotonic() + delay >= deadline
+                if not retryable or attempt >= self.max_retries or late:
+                    message = f"LLM request to {self._http.base_url} failed: {exc}"
+                    if late and retryable and attempt < self.max_retries:
+                        message += " (no time left for a retry before the turn's deadline)"
+                    raise LLMError(message, status=status) from exc
                 log.warning("LLM call failed (%s), retrying in %.1fs", exc, delay)
                 time.sleep(delay)
                 attempt += 1
             except (KeyError, IndexError, TypeError, ValueError, RecursionError) as exc:
                 # RecursionError: a body nested deeper than the JSON parser's recursion limit
                 raise LLMOutputError(f"unexpected chat-completions response: {exc}") from exc
+
+    def _timeout(self, deadline: float | None) -> httpx.Timeout:
+        """The client's timeout, or less: each of connect, send and read ends by the deadline."""
+        if deadline is None:
+            return self._http.timeout
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LLMError(f"LLM request to {self._http.base_url} not sent: the turn's deadline has passed")
+        configured = self._http.timeout.read
+        return httpx.Timeout(left if configured is None else min(configured, left))
 
     def close(self) -> None:
         self._http.close()

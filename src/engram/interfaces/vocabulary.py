@@ -57,6 +57,9 @@ _NOT_A_TOOL = Absent(
     "each turn, so the agent's toolset stays at what a conversation uses"
 )
 _INSPECTOR = Absent("the admin's read-only view of one user: served by the inspector (/inspector) only")
+_TAB_COUNT = Absent(
+    "the catalog tab's count in the inspector; `catalog list` and GET /v1/catalog page the rows"
+)
 _LIFECYCLE = Absent("opens or closes the store: the CLI's --store option, `engram serve` at start")
 _MAINTENANCE = Absent("store maintenance run by an operator, not by a request")
 
@@ -115,6 +118,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
     # -- CatalogAdmin: the shared catalog (admin) ---------------------------------------------------
     "CatalogAdmin.add": Operation("catalog add", Route("POST", "/v1/catalog"), _ADMIN_ONLY),
     "CatalogAdmin.list": Operation("catalog list", Route("GET", "/v1/catalog"), _ADMIN_ONLY),
+    "CatalogAdmin.count": Operation(_TAB_COUNT, _TAB_COUNT, _TAB_COUNT),
     "CatalogAdmin.get": Operation("catalog get", Route("GET", "/v1/catalog/{memory_id}"), _ADMIN_ONLY),
     "CatalogAdmin.forget": Operation(
         "catalog forget", Route("DELETE", "/v1/catalog/{memory_id}"), _ADMIN_ONLY
@@ -124,6 +128,7 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
     "MemoryReader.get": Operation(_INSPECTOR, _INSPECTOR, _INSPECTOR),
     "MemoryReader.history": Operation(_INSPECTOR, _INSPECTOR, _INSPECTOR),
     "MemoryReader.list": Operation(_INSPECTOR, _INSPECTOR, _INSPECTOR),
+    "MemoryReader.count": Operation(_INSPECTOR, _INSPECTOR, _INSPECTOR),
     "MemoryReader.recall": Operation(_INSPECTOR, _INSPECTOR, _INSPECTOR),
     "MemoryReader.present": Operation(_INSPECTOR, _INSPECTOR, _INSPECTOR),
 }

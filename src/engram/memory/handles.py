@@ -71,6 +71,10 @@ class CatalogAdmin(TenantHandle):
     def list(self, *, limit: int = 50, offset: int = 0) -> builtins.list[Memory]:
         return self._engram.store.list_memories(CATALOG, "catalog", limit=limit, offset=offset)
 
+    def count(self, *, limit: int) -> int:
+        """How many catalog rows there are, counted up to ``limit``, reading none."""
+        return self._engram.store.count_memories(CATALOG, "catalog", limit=limit)
+
     def import_json(self, items: Sequence[Any], *, progress: bool = False) -> dict[str, Any]:
         """Import catalog items ``[{"title", "text", ...}]``; an invalid list writes nothing."""
         if not isinstance(items, Sequence) or isinstance(items, str | bytes):

@@ -368,6 +368,15 @@ class MemoryReader:
             memory_type, include_superseded=include_superseded, limit=limit, offset=offset
         )
 
+    def count(self, memory_type: MemoryType, *, include_superseded: bool = False, limit: int) -> int:
+        """How many rows of one type ``list`` could show, counted up to ``limit``, reading none."""
+        (checked,) = check_types([memory_type])
+        if checked == "catalog":
+            raise InvalidInput("count the catalog through the catalog handle")
+        return self._store.count_memories(
+            self.user_id, checked, include_superseded=include_superseded, limit=limit
+        )
+
     def recall(
         self,
         query: str,

@@ -3,7 +3,7 @@
 ``StoreRules`` implements the methods whose logic does not depend on the engine: validation, the
 supersession checks, forgetting (a tombstone, quotes dropped from the turns that replied to the
 forgotten one, a supersession chain mended around the gap), the consolidation compare-and-set, the
-model records and the API keys. A backend subclasses it, opens its transactions
+model records, the API keys and sign-in sessions. A backend subclasses it, opens its transactions
 (``_tenant_statements``, ``_store_statements``) and supplies the statements
 (``engram.storage._statements``); it implements itself only what is the engine's own: the two search
 legs, the use counts (each engine has its own way not to wait on a busy writer), ``stats``, ``close``.
@@ -38,6 +38,7 @@ from engram.storage.base import (
     BATCH_CHANGED,
     ApiKeyRecord,
     ConsolidationWrite,
+    SessionLookup,
     Supersession,
     Tenant,
     check_insert,
@@ -52,7 +53,8 @@ from engram.validation import check_page
 
 
 class StoreRules(abc.ABC, Generic[K]):
-    """Store, KeyStore, ConsolidationStore and TransferStore methods over a backend's statements."""
+    """Store, KeyStore, SessionStore, ConsolidationStore and TransferStore methods over a backend's
+    statements."""
 
     @property
     @abc.abstractmethod
@@ -162,6 +164,13 @@ class StoreRules(abc.ABC, Generic[K]):
         with self._tenant_statements(tenant, write=False) as statements:
             return statements.page(memory_type, include_superseded, limit, offset)
 
+    def count_memories(
+        self, tenant: Tenant, memory_type: MemoryType, *, include_superseded: bool = False, limit: int
+    ) -> int:
+        check_page(limit, 0)
+        with self._tenant_statements(tenant, write=False) as statements:
+            return statements.count(memory_type, include_superseded, limit)
+
     def tenants(self) -> list[str]:
         with self._store_statements(write=False) as statements:
             return statements.tenants()
@@ -232,6 +241,20 @@ class StoreRules(abc.ABC, Generic[K]):
     def revoke_key(self, key_id: str, at: datetime) -> bool:
         with self._store_statements(write=True) as statements:
             return statements.revoke_key(key_id, at)
+
+    # -- SessionStore --------------------------------------------------------------------------
+    def add_session(self, token_hash: str, key_id: str, expires_at: datetime, at: datetime) -> None:
+        with self._store_statements(write=True) as statements:
+            statements.delete_expired_sessions(at)
+            statements.insert_session(token_hash, key_id, expires_at)
+
+    def find_session(self, token_hash: str) -> tuple[str, datetime] | None:
+        with self._store_statements(write=False) as statements:
+            return statements.select_session(token_hash)
+
+    def end_sessions(self, by: SessionLookup, value: str) -> int:
+        with self._store_statements(write=True) as statements:
+            return statements.delete_sessions(by, value)
 
     def _keys(self, by: KeyLookup | None, value: str | None) -> list[tuple[ApiKeyRecord, str]]:
         with self._store_statements(write=False) as statements:

@@ -1,7 +1,7 @@
 """What a backend supplies to the shared rules (``engram.storage._rules``): statements, not logic.
 
 The rules of the Store protocol (supersession, forgetting with chain mending and quote dropping, the
-consolidation compare-and-set, model records, API keys) are written once, against the roles below. A
+consolidation compare-and-set, model records, API keys, sessions) are written once, against the roles below. A
 backend implements them over its engine: each method is one statement, or the few statements one step
 needs in its dialect (SQLite also keeps its FTS and vector tables in step), and makes no decision the
 other backends would have to make again. A new backend (OpenSearch) implements the same roles.
@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from engram.models import Memory, Tombstone, Vectors
-from engram.storage.base import ApiKeyRecord
+from engram.storage.base import ApiKeyRecord, SessionLookup
 
 K = TypeVar("K")  # a backend's handle on a row it found (SQLite's and PostgreSQL's rid)
 
@@ -52,6 +52,10 @@ class RowReads(Protocol):
 
     def page(self, memory_type: str, include_superseded: bool, limit: int, offset: int) -> list[Memory]:
         """The owner's rows of one type, newest first (created_at, then write order)."""
+        ...
+
+    def count(self, memory_type: str, include_superseded: bool, limit: int) -> int:
+        """How many rows ``page`` could list, counted up to ``limit`` at most, reading none."""
         ...
 
     def waiting(self, limit: int) -> list[Memory]:
@@ -172,6 +176,20 @@ class StoreStatements(Protocol):
 
     def tenants(self) -> list[str]:
         """Every user id with rows or tombstones, sorted."""
+        ...
+
+    def insert_session(self, token_hash: str, key_id: str, expires_at: datetime) -> None: ...
+
+    def select_session(self, token_hash: str) -> tuple[str, datetime] | None:
+        """(key id, expiry) of the session, or None."""
+        ...
+
+    def delete_sessions(self, by: SessionLookup, value: str) -> int:
+        """Delete the sessions whose ``by`` column is ``value``; how many."""
+        ...
+
+    def delete_expired_sessions(self, at: datetime) -> None:
+        """Delete the sessions that expired before ``at``."""
         ...
 
 

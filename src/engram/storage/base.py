@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -29,6 +29,7 @@ CATALOG_OWNER = ""  # the owner column of catalog rows: NOT NULL for indexes and
 # transaction that bound nothing must not write the catalog); '*' is in no user id (engram.validation).
 CATALOG_SESSION = "*catalog*"
 Tenant = str | None
+SessionLookup = Literal["token_hash", "key_id"]  # what SessionStore.end_sessions deletes by
 
 
 def owner_of(tenant: Tenant) -> str:
@@ -207,6 +208,24 @@ class KeyStore(Protocol):
         ...
 
 
+class SessionStore(Protocol):
+    """Where sign-in sessions live (the inspector's), by the hash of their token only: a session ends
+    for every process of the service at once, and outlives none of them by a restart."""
+
+    def add_session(self, token_hash: str, key_id: str, expires_at: datetime, at: datetime) -> None:
+        """Store a session made from key ``key_id``; sessions expired at ``at`` are dropped meanwhile."""
+        ...
+
+    def find_session(self, token_hash: str) -> tuple[str, datetime] | None:
+        """(key id, expiry) of a stored session, expired or not, or None."""
+        ...
+
+    def end_sessions(self, by: SessionLookup, value: str) -> int:
+        """Delete one session (by ``token_hash``) or all sessions made from a key (by ``key_id``);
+        how many were deleted."""
+        ...
+
+
 def model_keys(kind: str) -> tuple[str, str]:
     """The meta keys recording the model of one kind ("embedding", "token")."""
     return f"{kind}_model", f"{kind}_dim"
@@ -365,6 +384,13 @@ class MemoryStore(SearchStore, Protocol):
         """The tenant's rows of one type, newest first (catalog rows for the catalog tenant)."""
         ...
 
+    def count_memories(
+        self, tenant: Tenant, memory_type: MemoryType, *, include_superseded: bool = False, limit: int
+    ) -> int:
+        """How many of the tenant's rows of one type there are, counting no further than ``limit``;
+        no row is read (a tab's count on every page view)."""
+        ...
+
     def tenants(self) -> list[str]:
         """Every user id that has memories (ids only)."""
         ...
@@ -376,6 +402,7 @@ class MemoryStore(SearchStore, Protocol):
     def close(self) -> None: ...
 
 
-class Store(MemoryStore, ConsolidationStore, TransferStore, KeyStore, Protocol):
+class Store(MemoryStore, ConsolidationStore, TransferStore, KeyStore, SessionStore, Protocol):
     """A storage backend: every role above. The facade holds one; each consumer names only the role
-    it uses (retrieval a SearchStore, auth a KeyStore, consolidation a ConsolidationStore)."""
+    it uses (retrieval a SearchStore, auth a KeyStore and a SessionStore, consolidation a
+    ConsolidationStore)."""

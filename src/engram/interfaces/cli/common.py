@@ -11,11 +11,13 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from engram.errors import ConfigError, EngramError
 from engram.memory import Engram, sqlite_path
 from engram.models import Hit, no_confident_match, search_text_of
 from engram.settings import EngramSettings, load_settings
+from engram.text import printable
 
 app = typer.Typer(help="Engram: persistent, multi-tenant memory for LLM agents.", no_args_is_help=True)
 catalog_app = typer.Typer(help="Manage the shared catalog (admin).", no_args_is_help=True)
@@ -31,7 +33,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a t
 
 
 def _fail(message: object) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    """An error as one line (its text may quote stored or given text: never read as markup)."""
+    console.print(
+        Text.assemble(("error:", "red"), f" {printable(str(message))}"), highlight=False, soft_wrap=True
+    )
     return typer.Exit(1)
 
 
@@ -74,22 +79,27 @@ def _print_json(value: Any) -> None:
 
 
 def print_hits(hits: list[Hit], explain: bool, min_confidence: float | None = None) -> None:
+    """Hits, one a line. Stored text is data: never read as rich markup (a "[/b]" in a turn raised
+    MarkupError, other tags restyled the output), its control characters dropped (engram.text)."""
     if not hits:
         why = "no hits" if min_confidence is None else no_confident_match(min_confidence)
         console.print(f"  ({why})")
     for hit in hits:
         m = hit.memory
-        text = search_text_of(m).replace("\n", " | ")
-        flag = " [yellow](superseded)[/yellow]" if getattr(m, "superseded_by", None) else ""
-        if outdated := hit.explain.get("outdated_by"):
-            flag += f" [yellow](outdated by {outdated})[/yellow]"
-        console.print(
-            f"  {hit.rank}. [cyan]{m.memory_type:<10}[/cyan] {hit.event_time:%Y-%m-%d} "
-            f"confidence={hit.confidence:.2f} score={hit.score:.3g}  {text}{flag}  [dim]{m.id}[/dim]",
-            highlight=False,
+        line = Text.assemble(
+            f"  {hit.rank}. ",
+            (f"{m.memory_type:<10}", "cyan"),
+            f" {hit.event_time:%Y-%m-%d} confidence={hit.confidence:.2f} score={hit.score:.3g}  ",
+            printable(search_text_of(m).replace("\n", " | ")),
         )
+        if getattr(m, "superseded_by", None):
+            line.append(" (superseded)", "yellow")
+        if outdated := hit.explain.get("outdated_by"):
+            line.append(f" (outdated by {printable(str(outdated))})", "yellow")
+        line.append("  ").append(m.id, "dim")
+        console.print(line, highlight=False)
         if explain:
-            console.print(f"     [dim]{format_explain(hit.explain)}[/dim]", highlight=False)
+            console.print(Text(f"     {printable(format_explain(hit.explain))}", "dim"), highlight=False)
 
 
 def format_explain(explain: dict[str, Any]) -> str:

@@ -37,8 +37,7 @@ def demo(store: StoreOpt = None) -> None:
     try:
         run_demo(store, console)
     except EngramError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        raise _fail(exc) from None
 
 
 @app.command("import")

@@ -47,8 +47,7 @@ def serve(
         except EngramError as exc:
             raise _fail(exc) from None
     with _engram(store, settings) as eng:
-        secret = settings.session_secret.get_secret_value().encode() if settings.session_secret else None
-        keys = ApiKeys(eng.store, session_secret=secret)
+        keys = ApiKeys(eng.store)
         if admin_key:
             revoked = keys.adopt_admin_key(admin_key)
             console.print(
@@ -76,7 +75,6 @@ def _serve_processes(workers: int, settings: EngramSettings, store: str, host: s
     share of the cores for its models and its recall slots (half the cores in all, at least one per
     process), so together they do not oversubscribe them."""
     import os
-    import secrets
 
     import uvicorn
 
@@ -84,8 +82,6 @@ def _serve_processes(workers: int, settings: EngramSettings, store: str, host: s
 
     os.environ["ENGRAM_STORE"] = store
     os.environ["ENGRAM_HOST"] = host
-    if settings.session_secret is None:  # one inspector sign-in valid whichever process answers
-        os.environ["ENGRAM_SESSION_SECRET"] = secrets.token_hex(32)
     if "model_threads" not in settings.model_fields_set:
         os.environ["ENGRAM_MODEL_THREADS"] = str(max(1, available_cores() // workers))
     if "recall_concurrency" not in settings.model_fields_set:

@@ -9,9 +9,11 @@ catalog rows only. Forgetting a row also removes its text from the log, and what
 against the store first (``without``), so a row forgotten through another process, the CLI or the
 Python API is never shown either.
 
-Rows are kept slim (``slim``: text cut, metadata dropped), so the log's memory has a bound whatever the
-rows hold: at most USERS_KEPT x TURNS_KEPT x EVENTS_PER_TURN events of HITS_PER_RECALL slim rows
-(a few hundred bytes each), about 100 MB if every kept user hammers recall, far less in practice.
+Rows are kept slim (``slim``: every text cut to TEXT_KEPT, metadata and provenance lists dropped, at most
+STEPS_KEPT steps, an explain of numbers and short notes), and each entry's memory is estimated as it is
+added (``size_of``, from its rows' JSON): a user's log holds at most USER_BYTES,
+its oldest turns going first, so the whole log stays under USERS_KEPT x USER_BYTES (100 MB) whatever
+the rows hold and however hard the kept users recall.
 
 With ``engram serve --workers N`` each process keeps its own log, and the view shows what the process
 that answers it saw; with one worker (the default) it shows everything.
@@ -45,24 +47,61 @@ TURNS_KEPT = 5  # the current turn and a few before it
 EVENTS_PER_TURN = 50  # an agent turn makes a handful; a runaway loop is cut here (and counted)
 HITS_PER_RECALL = 10  # what an agent reads of a recall
 USERS_KEPT = 200  # least recently active users are dropped first: the inspector looks at recent ones
-TEXT_KEPT = 300  # characters of a row's text (and of a query) the log keeps
+TEXT_KEPT = 300  # characters of a row's text (and of a query, a step, a note) the log keeps
+STEPS_KEPT = 10  # of a playbook's steps
+EXPLAIN_KEPT = 40  # entries of a hit's explain (a dozen stages and multipliers in practice)
+# What a user's log may hold in memory, estimated by size_of: about 30 recalls of 10 hits at the longest
+# texts, hundreds of short ones. 200 users: 100 MB at most.
+USER_BYTES = 512 * 1024
+# size_of's estimate: a slim row holds 2.2x (short fact) to 2.6x (playbook with steps) its JSON length
+# as Python objects (measured with tracemalloc), plus up to 2 KB for the objects around it.
+BYTES_PER_JSON_CHAR = 3
+ENTRY_OVERHEAD = 2048
 
 
 def slim(memory: MemoryT) -> MemoryT:
-    """What the log keeps of a row: its text and a few long fields cut to TEXT_KEPT, no metadata, at most
-    ten steps (a row can carry a megabyte of metadata; the view shows none of it)."""
+    """What the log keeps of a row: every text field cut to TEXT_KEPT, no metadata, no provenance list
+    (a fact can cite thousands of turns), at most STEPS_KEPT steps, each cut, no refined steps. A row
+    can carry a megabyte of metadata; the view shows none of it."""
     update: dict[str, Any] = {"metadata": {}}
-    for name in ("text", "context", "description", "trigger_text"):
+    for name in ("text", "context", "description", "trigger_text", "name", "title", "session_id"):
         value = getattr(memory, name, None)
         if isinstance(value, str) and len(value) > TEXT_KEPT:
-            update[name] = value[:TEXT_KEPT] + "…"
-    if isinstance(memory, ProceduralMemory) and len(memory.steps) > 10:
-        update["steps"] = memory.steps[:10]
+            update[name] = _cut(value)
+    if isinstance(memory, SemanticMemory):
+        update["supporting_episode_ids"] = []
+    if isinstance(memory, ProceduralMemory):
+        update["refined_steps"] = None
+        update["steps"] = [
+            step.model_copy(
+                update={"instruction": _cut(step.instruction), "tool": step.tool and _cut(step.tool)}
+            )
+            for step in memory.steps[:STEPS_KEPT]
+        ]
     return memory.model_copy(update=update)
 
 
 def _slim_hit(hit: Hit) -> Hit:
-    return hit.model_copy(update={"memory": slim(hit.memory)})
+    """The hit with its row slim and its explain cut to numbers and short notes."""
+    explain: dict[str, Any] = {}
+    for key, value in list(hit.explain.items())[:EXPLAIN_KEPT]:
+        if isinstance(value, str):
+            explain[_cut(key)] = _cut(value)
+        elif value is None or isinstance(value, int | float):
+            explain[_cut(key)] = value
+    return hit.model_copy(update={"memory": slim(hit.memory), "explain": explain})
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= TEXT_KEPT else text[:TEXT_KEPT] + "…"
+
+
+def size_of(*rows: BaseModel | None) -> int:
+    """The memory an entry holding these (slim) rows takes, estimated from their JSON (an over-estimate:
+    see BYTES_PER_JSON_CHAR)."""
+    kept = [row for row in rows if row is not None]
+    json_chars = sum(len(row.model_dump_json()) for row in kept)
+    return ENTRY_OVERHEAD * (1 + len(kept)) + BYTES_PER_JSON_CHAR * json_chars
 
 
 def ids_in(turns: Iterable[Turn]) -> set[str]:
@@ -105,7 +144,7 @@ def without(turns: list[Turn], gone: set[str]) -> list[Turn]:
             else:
                 events.append(event)
         episode = None if turn.episode is not None and turn.episode.id in gone else turn.episode
-        kept.append(Turn(turn.number, turn.started_at, episode, events, turn.dropped_events))
+        kept.append(Turn(turn.number, turn.started_at, episode, events, turn.dropped_events, turn.size))
     return kept
 
 
@@ -117,6 +156,9 @@ class RecallEvent:
     dropped_hits: int = 0  # hits past HITS_PER_RECALL, or forgotten since
     kind: str = "recall"
 
+    def size(self) -> int:
+        return size_of(*self.hits) + len(self.query)
+
 
 @dataclass
 class WriteEvent:
@@ -126,12 +168,18 @@ class WriteEvent:
     contradiction: str | None = None
     kind: str = "write"
 
+    def size(self) -> int:
+        return size_of(self.memory, self.superseded)
+
 
 @dataclass
 class ForgetEvent:
     at: datetime
     tombstone: Tombstone
     kind: str = "forget"
+
+    def size(self) -> int:
+        return size_of(self.tombstone)
 
 
 Event = RecallEvent | WriteEvent | ForgetEvent
@@ -144,6 +192,7 @@ class Turn:
     episode: EpisodicMemory | None  # the user's message; None before any turn or once forgotten
     events: list[Event] = field(default_factory=list)
     dropped_events: int = 0
+    size: int = 0  # what its episode and events count (size_of), as they were added
 
     def touched(self) -> dict[str, str]:
         """Ids this turn recalled or wrote: ``{id: "recalled" | "written"}`` (writing wins)."""
@@ -180,7 +229,8 @@ class ActivityLog:
             if log is None:
                 return 0, []
             turns = [
-                Turn(t.number, t.started_at, t.episode, list(t.events), t.dropped_events) for t in log.turns
+                Turn(t.number, t.started_at, t.episode, list(t.events), t.dropped_events, t.size)
+                for t in log.turns
             ]
             return log.version, turns[::-1]
 
@@ -190,20 +240,25 @@ class ActivityLog:
             return 0 if log is None else log.version
 
     def start_turn(self, user_id: str, episode: EpisodicMemory) -> None:
+        size = size_of(episode)
         with self._lock:
             log = self._log(user_id)
-            log.turns.append(Turn(log.next_number, episode.created_at, episode))
+            log.turns.append(Turn(log.next_number, episode.created_at, episode, size=size))
             log.next_number += 1
+            _within_budget(log)
 
     def add(self, user_id: str, event: Event) -> None:
+        size = event.size()  # measured outside the lock: it serialises the rows
         with self._lock:
             log = self._log(user_id)
             if not log.turns:  # activity before any turn (or before this process started)
                 log.turns.append(Turn(0, event.at, None))
             turn = log.turns[-1]
-            if len(turn.events) < EVENTS_PER_TURN:
+            if len(turn.events) < EVENTS_PER_TURN and turn.size + size <= USER_BYTES:
                 turn.events.append(event)
-            else:
+                turn.size += size
+                _within_budget(log)
+            else:  # a runaway turn: counted, not kept
                 turn.dropped_events += 1
 
     def scrub(self, user_id: str, memory_id: str) -> None:
@@ -235,6 +290,13 @@ class ActivityLog:
             self._users.popitem(last=False)
         log.version += 1
         return log
+
+
+def _within_budget(log: _UserLog) -> None:
+    """Drop the user's oldest turns until the log holds at most USER_BYTES (the current turn stays:
+    ``add`` keeps it under the budget on its own)."""
+    while len(log.turns) > 1 and sum(t.size for t in log.turns) > USER_BYTES:
+        log.turns.popleft()
 
 
 class RecordingMemory(UserMemory):

@@ -3,9 +3,11 @@ makes quicker (boosted links, a polled "this turn" view). It only reads: nothing
 
 Who sees what:
 - Sign in with an API key on the sign-in form (POST, so the key is never in a URL or an access log).
-  The key then travels in a cookie that scripts cannot read (HttpOnly), that no other site's page
-  can send (SameSite=Strict) and that only this path gets (Path=/inspector); sign out clears it.
-  Every request resolves the key again, so a revoked key stops working at once.
+  The browser then holds a session token (``engram.auth``: random, stored by its hash, never the
+  key) in a cookie that scripts cannot read (HttpOnly), that no other site's page can send
+  (SameSite=Strict) and that only this path gets (Path=/inspector). Signing out ends the session in
+  the store, so a copied token stops working too; "sign out everywhere" ends every session of the key.
+  Every request resolves the session and its key again, so a revoked key stops working at once.
 - A user key sees its own memories and the shared catalog, nothing else: any ``user`` parameter but
   its own is refused (403), and ids of other users' rows are not found (404), as on the REST API.
 - The admin key picks any user (``?user=``) and sees that user's memories through
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, cast
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -31,6 +32,7 @@ from starlette.staticfiles import StaticFiles
 from engram.auth import ApiKeys, Principal
 from engram.errors import InvalidInput, NotFound
 from engram.interfaces.inspector.activity import ActivityLog, ids_in, without
+from engram.interfaces.inspector.explain import explain_parts, num, when
 from engram.memory import Engram, MemoryReader, validate_user_id
 from engram.models import Memory, MemoryType, is_superseded
 from engram.storage.base import CATALOG, SearchFilter
@@ -39,7 +41,7 @@ ROOT = "/inspector"
 COOKIE = "engram_inspector"
 COOKIE_MAX_AGE_S = 8 * 3600  # a working day: a forgotten browser session does not keep the key for good
 PAGE_SIZE = 20
-COUNT_CAP = 1_000  # a tab counts at most this many rows ("1000+"): counting reads the rows
+COUNT_CAP = 1_000  # a tab counts at most this many rows ("1000+"): a count stops there, reading no row
 SEARCH_CAP = 200  # best keyword matches a search shows
 POLL_SECONDS = 2
 HERE = Path(__file__).parent
@@ -117,10 +119,10 @@ def _redirect(url: str, request: Request) -> Response:
 def _page(request: Request, viewer: Viewer, tab: str, **context: Any) -> dict[str, Any]:
     """What every signed-in page shows: who is looking, the tabs with counts, the admin's user picker."""
     engram: Engram = request.app.state.engram
-    counts: dict[str, str] = {"catalog": _count(engram.catalog.list(limit=COUNT_CAP + 1))}
+    counts: dict[str, str] = {"catalog": _count(engram.catalog.count(limit=COUNT_CAP + 1))}
     if viewer.reader is not None:
         for t in ("episodic", "semantic", "procedural"):
-            counts[t] = _count(viewer.reader.list(t, include_superseded=True, limit=COUNT_CAP + 1))
+            counts[t] = _count(viewer.reader.count(t, include_superseded=True, limit=COUNT_CAP + 1))
     users: list[str] = []
     if viewer.is_admin:  # users with a key or with rows
         keyed = {k.user_id for k in request.app.state.keys.list() if k.user_id}
@@ -128,8 +130,8 @@ def _page(request: Request, viewer: Viewer, tab: str, **context: Any) -> dict[st
     return {"viewer": viewer, "tab": tab, "counts": counts, "users": users, **context}
 
 
-def _count(rows: list[Memory]) -> str:
-    return f"{COUNT_CAP}+" if len(rows) > COUNT_CAP else str(len(rows))
+def _count(n: int) -> str:
+    return f"{COUNT_CAP}+" if n > COUNT_CAP else str(n)
 
 
 # -- who is looking ---------------------------------------------------------------------------------
@@ -189,11 +191,12 @@ async def sign_in(request: Request) -> Response:
     principal = await anyio.to_thread.run_sync(request.app.state.keys.resolve, key)
     if principal is None:
         return render("sign_in.html", 401, viewer=None, error="That key is unknown or has been revoked.")
+    token = await anyio.to_thread.run_sync(request.app.state.keys.open_session, principal, COOKIE_MAX_AGE_S)
     target = f"{ROOT}/semantic" if principal.user_id else f"{ROOT}/catalog"
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,
-        request.app.state.keys.open_session(principal, COOKIE_MAX_AGE_S),  # names the key, never holds it
+        token,  # a stored session's token: random, never the key
         path=ROOT,
         httponly=True,
         samesite="strict",
@@ -205,7 +208,24 @@ async def sign_in(request: Request) -> Response:
 
 @router.post(f"{ROOT}/sign-out")
 def sign_out(request: Request) -> Response:
+    """End this session: its token stops working for every process of the service, not only here."""
     _same_origin(request)
+    request.app.state.keys.end_session(request.cookies.get(COOKIE))
+    return _signed_out()
+
+
+@router.post(f"{ROOT}/sign-out-everywhere")
+def sign_out_everywhere(request: Request) -> Response:
+    """End every session of the signed-in key (other browsers, a copied cookie), this one too."""
+    _same_origin(request)
+    keys: ApiKeys = request.app.state.keys
+    principal = keys.resolve_session(request.cookies.get(COOKIE))
+    if principal is not None:
+        keys.end_sessions(principal.key_id)
+    return _signed_out()
+
+
+def _signed_out() -> Response:
     response = RedirectResponse(f"{ROOT}/sign-in", status_code=303)
     response.delete_cookie(COOKIE, path=ROOT, httponly=True, samesite="strict")
     return response
@@ -369,76 +389,6 @@ def _int(text: str, default: int, low: int, high: int) -> int:
         return default
 
 
-# -- what templates show ----------------------------------------------------------------------------
-STAGE_KEYS = (
-    "bm25_rank",
-    "bm25_score",
-    "dense_rank",
-    "dense_score",
-    "rrf",
-    "late_interaction",
-    "late_interaction_raw",
-    "outdated_by",  # shown on the hit itself, as a link
-    "rerank",
-    "relevance",
-    "final",
-)
-
-
-RELEVANCE_LABELS = {"rrf": "RRF", "late_interaction": "late interaction", "rerank": "cross-encoder"}
-
-
-@dataclass(frozen=True)
-class ExplainParts:
-    stages: list[tuple[str, str]]  # (stage, value) in pipeline order
-    relevance: str  # the stage whose score the final score starts from, as named in ``stages``
-    multipliers: list[tuple[str, float]]
-    notes: list[tuple[str, str]]  # stages that failed or were skipped, and why
-    final: float | None
-
-
-def explain_parts(explain: Mapping[str, Any]) -> ExplainParts:
-    """A hit's explain dict, grouped for display: each stage, each multiplier, each note."""
-
-    def leg(name: str) -> str:
-        rank, score = explain.get(f"{name}_rank"), explain.get(f"{name}_score")
-        return "not found" if rank is None else f"#{rank} ({_num(score)})"
-
-    stages = [
-        ("BM25", leg("bm25")),
-        ("dense", leg("dense")),
-        ("RRF", _num(explain.get("rrf"))),
-        ("late interaction", _num(explain.get("late_interaction"))),
-        ("cross-encoder", _num(explain.get("rerank"))),
-    ]
-    multipliers = [
-        (k, float(v))
-        for k, v in explain.items()
-        if k not in STAGE_KEYS and isinstance(v, int | float) and not isinstance(v, bool)
-    ]
-    notes = [(k, str(v)) for k, v in explain.items() if k not in STAGE_KEYS and isinstance(v, str)]
-    final = explain.get("final")
-    return ExplainParts(
-        stages,
-        RELEVANCE_LABELS.get(str(explain.get("relevance")), ""),
-        multipliers,
-        notes,
-        float(final) if isinstance(final, int | float) else None,
-    )
-
-
-def _num(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _when(value: datetime | None) -> str:
-    return "" if value is None else value.strftime("%Y-%m-%d %H:%M")
-
-
-_templates.filters["num"] = _num
-_templates.filters["when"] = _when
+_templates.filters["num"] = num
+_templates.filters["when"] = when
 _templates.globals["is_superseded"] = is_superseded

@@ -23,8 +23,7 @@ from engram.settings import load_settings
 def app_from_environment() -> FastAPI:
     settings = load_settings()
     engram = Engram.from_settings(settings)
-    secret = settings.session_secret.get_secret_value().encode() if settings.session_secret else None
-    keys = ApiKeys(engram.store, session_secret=secret)
+    keys = ApiKeys(engram.store)
     app = create_app(engram, keys, host=os.environ.get("ENGRAM_HOST", "127.0.0.1"))
     serving = app.router.lifespan_context
 

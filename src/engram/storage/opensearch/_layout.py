@@ -12,7 +12,8 @@ a half-migrated store.
   index per type 68.6 / 82.6 ms.
 * ``tombstones``: what a forget leaves (no text).
 * ``store``: what no tenant owns, by document kind: ``meta`` (models), ``key`` (API keys by hash),
-  ``tenant`` (user ids, for the consolidation worker and exports) and ``lock`` (a tenant's write lease).
+  ``session`` (sign-in sessions by their token's hash), ``tenant`` (user ids, for the consolidation
+  worker and exports) and ``lock`` (a tenant's write lease).
 
 Tenants read through the role ``{prefix}tenant``: document-level security shows a tenant's identity
 only documents whose ``owner`` is its own (and the catalog's, owner ''). The role grants no access to

@@ -1,18 +1,21 @@
-"""StoreStatements on OpenSearch: meta records, API keys and the tenant list in the ``store`` index.
+"""StoreStatements on OpenSearch: meta records, API keys, sign-in sessions and the tenant list in the
+``store`` index.
 
 They run as the service account itself (no tenant's user may read this index). An API key document's
-id is its hash, so ``find_key`` (every request) is one realtime GET rather than a search.
+id is its hash, so ``find_key`` (every request) is one realtime GET rather than a search; a session's
+is its token's hash likewise. A session document uses the mapping's fields (no new version): ``id`` the
+key it was made from, ``expires_ms`` its expiry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from engram.errors import Conflict
 from engram.storage._statements import KeyLookup
-from engram.storage.base import ApiKeyRecord
+from engram.storage.base import ApiKeyRecord, SessionLookup
 from engram.storage.opensearch._client import Refresh, errors
 from engram.storage.opensearch._documents import iso
 
@@ -120,6 +123,43 @@ class OpenSearchMeta:
     def tenants(self) -> list[str]:
         hits = self._search({"term": {"kind": "tenant"}}, [{"owner": "asc"}])
         return [h["_source"]["owner"] for h in hits]
+
+    def insert_session(self, token_hash: str, key_id: str, expires_at: datetime) -> None:
+        doc = {"kind": "session", "id": key_id, "expires_ms": _ms(expires_at)}
+        with errors():
+            self.client.create(index=self.index, id=f"session:{token_hash}", body=doc, refresh=self.refresh)
+
+    def select_session(self, token_hash: str) -> tuple[str, datetime] | None:
+        with errors():
+            found = self.client.get(index=self.index, id=f"session:{token_hash}", ignore=404)
+        if not found.get("found"):
+            return None
+        source = found["_source"]
+        return source["id"], datetime.fromtimestamp(source["expires_ms"] / 1000, UTC)
+
+    def delete_sessions(self, by: SessionLookup, value: str) -> int:
+        if by == "token_hash":
+            with errors():
+                found = self.client.delete(
+                    index=self.index, id=f"session:{value}", refresh=self.refresh, ignore=404
+                )
+            return 1 if found.get("result") == "deleted" else 0
+        return self._delete_sessions({"term": {"id": value}})
+
+    def delete_expired_sessions(self, at: datetime) -> None:
+        self._delete_sessions({"range": {"expires_ms": {"lt": _ms(at)}}})
+
+    def _delete_sessions(self, condition: dict[str, Any]) -> int:
+        query = {"bool": {"filter": [{"term": {"kind": "session"}}, condition]}}
+        with errors():
+            done = self.client.delete_by_query(
+                index=self.index, body={"query": query}, refresh=True, conflicts="proceed"
+            )
+        return int(done.get("deleted", 0))
+
+
+def _ms(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
 
 
 def _record(source: Mapping[str, Any]) -> ApiKeyRecord:

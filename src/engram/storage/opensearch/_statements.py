@@ -80,10 +80,20 @@ class OpenSearchRows(UnitOfWork):
         return [memory(h["_source"]) for h in self.search(self.names.memories, body, limit, offset)]
 
     def page(self, memory_type: str, include_superseded: bool, limit: int, offset: int) -> list[Memory]:
+        query = self._typed(memory_type, include_superseded)
+        return self._rows(query, [{"created_at": "desc"}, {"rid": "desc"}], limit, offset)
+
+    def count(self, memory_type: str, include_superseded: bool, limit: int) -> int:
+        body = {"query": self._typed(memory_type, include_superseded), "size": 0, "track_total_hits": limit}
+        with errors():  # the total is exact up to track_total_hits, that number past it
+            found = self.client.search(index=self.names.memories, body=body, **self._as)
+        return min(int(found["hits"]["total"]["value"]), limit)
+
+    def _typed(self, memory_type: str, include_superseded: bool) -> dict[str, Any]:
         query = self._mine({"term": {"memory_type": memory_type}})
         if not include_superseded:
             query["bool"]["must_not"] = [{"exists": {"field": "superseded_by"}}]
-        return self._rows(query, [{"created_at": "desc"}, {"rid": "desc"}], limit, offset)
+        return query
 
     def waiting(self, limit: int) -> list[Memory]:
         query = self._mine({"term": {"memory_type": "episodic"}}, {"term": {"consolidated": WAITING}})

@@ -122,6 +122,17 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX tombstones_owner ON tombstones (owner);
         """,
     ),
+    (
+        5,
+        """
+        -- the inspector's sign-in sessions, by the hash of their token: signing out ends one for every
+        -- process of the service (engram.auth)
+        CREATE TABLE inspector_sessions (
+            token_hash text PRIMARY KEY, key_id text NOT NULL, expires_at timestamptz NOT NULL
+        );
+        CREATE INDEX inspector_sessions_key ON inspector_sessions (key_id);
+        """,
+    ),
 ]
 
 
@@ -136,6 +147,7 @@ def _grants(role: str) -> str:
         GRANT SELECT, INSERT, UPDATE ON api_keys TO {role};
         GRANT SELECT, INSERT, UPDATE ON consolidation_state TO {role};
         GRANT SELECT, INSERT ON engram_tenants TO {role};
+        GRANT SELECT, INSERT, DELETE ON inspector_sessions TO {role};
     """
 
 

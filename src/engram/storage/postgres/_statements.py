@@ -17,7 +17,7 @@ import numpy as np
 from engram.models import Memory, Tombstone, Vectors
 from engram.storage._rows import MEMORY_COLUMNS, keyword_text_of, memory_from_row, memory_to_row
 from engram.storage._statements import KEY_COLUMNS, WAITING, KeyLookup, RowState, key_record
-from engram.storage.base import ApiKeyRecord
+from engram.storage.base import ApiKeyRecord, SessionLookup
 
 if TYPE_CHECKING:  # psycopg is an optional dependency (the postgres extra): imported when a store opens
     import psycopg
@@ -56,6 +56,12 @@ class PostgresRows:
                   ORDER BY created_at DESC, rid DESC LIMIT %s OFFSET %s"""
         rows = self.conn.execute(sql, (self.owner, memory_type, limit, offset)).fetchall()
         return [memory(r) for r in rows]
+
+    def count(self, memory_type: str, include_superseded: bool, limit: int) -> int:
+        sql = f"""SELECT count(*) FROM (SELECT 1 FROM memories WHERE owner = %s AND memory_type = %s
+                  {"" if include_superseded else "AND superseded_by IS NULL"} LIMIT %s) AS kept"""
+        row = self.conn.execute(sql, (self.owner, memory_type, limit)).fetchone()
+        return int(row[0]) if row else 0
 
     def waiting(self, limit: int) -> list[Memory]:
         sql = f"""SELECT {SELECT} FROM memories
@@ -228,6 +234,21 @@ class PostgresMeta:
 
     def tenants(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT owner FROM engram_tenants ORDER BY owner").fetchall()]
+
+    def insert_session(self, token_hash: str, key_id: str, expires_at: datetime) -> None:
+        sql = "INSERT INTO inspector_sessions VALUES (%s, %s, %s)"
+        self.conn.execute(sql, (token_hash, key_id, expires_at))
+
+    def select_session(self, token_hash: str) -> tuple[str, datetime] | None:
+        sql = "SELECT key_id, expires_at FROM inspector_sessions WHERE token_hash = %s"
+        row = self.conn.execute(sql, (token_hash,)).fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def delete_sessions(self, by: SessionLookup, value: str) -> int:
+        return self.conn.execute(f"DELETE FROM inspector_sessions WHERE {by} = %s", (value,)).rowcount
+
+    def delete_expired_sessions(self, at: datetime) -> None:
+        self.conn.execute("DELETE FROM inspector_sessions WHERE expires_at < %s", (at,))
 
 
 def tokens_by_id(conn: Connection, ids: Sequence[str], owners: Sequence[str]) -> dict[str, bytes]:

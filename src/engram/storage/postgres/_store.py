@@ -89,9 +89,9 @@ class PostgresStore(StoreRules[int]):
                 owner = conn.execute(
                     "SELECT tableowner FROM pg_tables WHERE schemaname = 'public' AND tablename = 'memories'"
                 ).fetchone()
-                current = conn.execute(  # the newest migration's column (4: consolidated)
-                    "SELECT 1 FROM information_schema.columns WHERE table_schema = 'public' "
-                    "AND table_name = 'memories' AND column_name = 'consolidated'"
+                current = conn.execute(  # the newest migration's table (5: inspector_sessions)
+                    "SELECT 1 FROM information_schema.tables WHERE table_schema = 'public' "
+                    "AND table_name = 'inspector_sessions'"
                 ).fetchone()
         except psycopg.Error as exc:
             raise StorageError(f"cannot open PostgreSQL store: {exc}") from exc

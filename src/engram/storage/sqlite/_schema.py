@@ -69,6 +69,12 @@ CREATE TABLE IF NOT EXISTS api_keys (
     created_at  TEXT NOT NULL,
     revoked_at  TEXT
 );
+CREATE TABLE IF NOT EXISTS inspector_sessions (  -- added without a version: older Engrams ignore it
+    token_hash  TEXT PRIMARY KEY,             -- sha256 of the session token; the token is never stored
+    key_id      TEXT NOT NULL,                -- the API key signed in with
+    expires_at  TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS inspector_sessions_key ON inspector_sessions (key_id);
 CREATE TABLE IF NOT EXISTS tombstones (
     id           TEXT PRIMARY KEY,
     owner        TEXT NOT NULL,

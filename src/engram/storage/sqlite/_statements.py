@@ -18,7 +18,7 @@ from engram.errors import Conflict
 from engram.models import Memory, Tombstone, Vectors
 from engram.storage._rows import MEMORY_COLUMNS, keyword_text_of, memory_from_row, memory_to_row
 from engram.storage._statements import KEY_COLUMNS, WAITING, KeyLookup, RowState, as_time, key_record
-from engram.storage.base import ApiKeyRecord
+from engram.storage.base import ApiKeyRecord, SessionLookup
 from engram.storage.sqlite._fts import index_text
 
 SELECT = ", ".join(MEMORY_COLUMNS)
@@ -51,6 +51,12 @@ class SQLiteRows:
                   {"" if include_superseded else "AND superseded_by IS NULL"}
                   ORDER BY created_at DESC, rid DESC LIMIT ? OFFSET ?"""
         return memories(self.conn, sql, (self.owner, memory_type, limit, offset))
+
+    def count(self, memory_type: str, include_superseded: bool, limit: int) -> int:
+        sql = f"""SELECT count(*) FROM (SELECT 1 FROM memories WHERE owner = ? AND memory_type = ?
+                  {"" if include_superseded else "AND superseded_by IS NULL"} LIMIT ?)"""
+        row = fetch_one(self.conn, sql, (self.owner, memory_type, limit))
+        return int(row[0]) if row else 0
 
     def waiting(self, limit: int) -> list[Memory]:
         sql = f"""SELECT {SELECT} FROM memories
@@ -270,6 +276,22 @@ class SQLiteMeta:
         sql = """SELECT owner FROM memories WHERE owner != ''
                  UNION SELECT owner FROM tombstones WHERE owner != '' ORDER BY owner"""
         return [r[0] for r in fetch_all(self.conn, sql)]
+
+    def insert_session(self, token_hash: str, key_id: str, expires_at: datetime) -> None:
+        values = (token_hash, key_id, timestamp(expires_at))
+        self.conn.execute("INSERT INTO inspector_sessions VALUES (?, ?, ?)", values)
+
+    def select_session(self, token_hash: str) -> tuple[str, datetime] | None:
+        sql = "SELECT key_id, expires_at FROM inspector_sessions WHERE token_hash = ?"
+        row = fetch_one(self.conn, sql, (token_hash,))
+        return None if row is None else (row[0], as_time(row[1]))
+
+    def delete_sessions(self, by: SessionLookup, value: str) -> int:
+        self.conn.execute(f"DELETE FROM inspector_sessions WHERE {by} = ?", (value,))
+        return self.conn.changes()
+
+    def delete_expired_sessions(self, at: datetime) -> None:
+        self.conn.execute("DELETE FROM inspector_sessions WHERE expires_at < ?", (timestamp(at),))
 
 
 def memories(conn: apsw.Connection, sql: str, params: Sequence[Any]) -> list[Memory]:
