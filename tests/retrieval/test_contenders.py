@@ -13,14 +13,14 @@ from engram.retrieval.contenders import contenders
 AT = datetime(2026, 6, 1, tzinfo=UTC)
 
 
-def head(*raws: float | None, texts: tuple[str, ...] = (), fact_first: bool = False) -> list[Candidate]:
+def head(*raws: float | None, texts: tuple[str, ...] = (), fact_at: int | None = None) -> list[Candidate]:
     out = []
     for i, raw in enumerate(raws):
         text = texts[i] if i < len(texts) else f"turn {i}"
         memory: Memory = EpisodicMemory(
             id=f"epi_{i:022d}", text=text, user_id="u", created_at=AT, timestamp=AT
         )
-        if fact_first and i == 0:
+        if i == fact_at:
             memory = SemanticMemory(id=f"sem_{i:022d}", text=text, user_id="u", created_at=AT)
         out.append(Candidate(memory=memory, rrf=1.0, late_raw=raw))
     return out
@@ -41,8 +41,9 @@ def test_only_the_leaders_near_ties_are_contested(raws, gap, expected):
     assert contenders(head(*raws), gap, "which battery?") == expected
 
 
-def test_a_distilled_leader_gets_the_whole_window():
-    assert contenders(head(0.86, 0.82, 0.80, fact_first=True), 0.015, "which battery?") == 3
+def test_a_window_holding_a_distilled_memory_is_scored_whole():
+    assert contenders(head(0.86, 0.82, 0.80, fact_at=0), 0.015, "which battery?") == 3
+    assert contenders(head(0.86, 0.82, 0.80, fact_at=2), 0.015, "which battery?") == 3
 
 
 def test_the_query_echoed_by_a_stored_turn_does_not_lead_the_contest():
@@ -78,6 +79,6 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     assert "rerank_contenders" not in whole[0].explain
     facts = eng.for_user("lena")
     for text in (twin, "Lena's dog chews cables", "Lena lives in Leith"):
-        facts.write(text)  # distilled memories lead: the whole window, whatever the gap
+        facts.write(text)  # distilled memories: the whole window, whatever the gap
     distilled = facts.recall(query, config=eng.config.but(rerank_gap=0.0))
     assert [h.explain["relevance"] for h in distilled] == ["rerank"] * 3
