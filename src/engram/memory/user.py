@@ -28,6 +28,7 @@ from engram.models import (
     RecallView,
     SemanticMemory,
     Step,
+    check_metadata,
     check_playbook,
     check_recall_options,
     confident,
@@ -71,7 +72,7 @@ class UserMemory(TenantHandle):
         speaker ranks it up (a line that already opens with ``"Name: "`` needs no key).
         """
         text = self._engram._check_text(text)
-        meta = dict(metadata or {})
+        meta = check_metadata(metadata)
         episode_speaker(meta)
         context, context_id = episode_context(meta, self._previous_turn(session_id))
         row = build_row(
@@ -124,6 +125,7 @@ class UserMemory(TenantHandle):
         ``created_at`` backdates the row for imports.
         """
         engram = self._engram
+        meta = check_metadata(metadata)  # before any work: JSON must hold it as given
         if memory_type not in WRITABLE_TYPES:
             raise InvalidInput(
                 f"memory_type must be one of {WRITABLE_TYPES} (episodes are written with "
@@ -152,7 +154,7 @@ class UserMemory(TenantHandle):
             "text": text,
             "user_id": self.user_id,
             "created_at": aware(created_at) or now,
-            "metadata": dict(metadata or {}),
+            "metadata": meta,
             "supersedes": supersede.old_id if supersede else None,
         }
         row: SemanticMemory | ProceduralMemory
