@@ -54,7 +54,6 @@ from engram.models import (
     SemanticMemory,
     StrictStep,
     Vectors,
-    check_metadata,
     check_playbook,
     check_text,
     episode_context,
@@ -64,7 +63,7 @@ from engram.models import (
 )
 from engram.settings import EngramSettings
 from engram.storage.base import CATALOG, MemoryStore, Supersession, Tenant, TransferStore
-from engram.validation import aware, validate_user_id
+from engram.validation import aware, check_metadata, validate_user_id
 
 ProgressCallback = Callable[[int, int], None]  # rows looked at so far, rows in all
 MAX_DAYS_AGO = 365_250  # 1000 years: any real history, far from the year 1 where datetimes end

@@ -15,9 +15,9 @@ from typing import Any
 
 from engram.errors import InvalidInput, NotFound
 from engram.memory.engine import Engine
-from engram.models import CatalogItem, Memory, Tombstone, check_metadata, new_id, utcnow
+from engram.models import CatalogItem, Memory, Tombstone, new_id, utcnow
 from engram.storage.base import CATALOG, Tenant
-from engram.validation import aware, build_row
+from engram.validation import aware, build_row, check_metadata
 
 
 class TenantHandle:

@@ -28,7 +28,6 @@ from engram.models import (
     RecallView,
     SemanticMemory,
     Step,
-    check_metadata,
     check_playbook,
     check_recall_options,
     confident,
@@ -40,7 +39,7 @@ from engram.models import (
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.pipeline import recall as run_recall
 from engram.storage.base import Supersession
-from engram.validation import aware, build_row, check_types
+from engram.validation import aware, build_row, check_metadata, check_types
 
 WRITABLE_TYPES = ("semantic", "procedural")
 SESSION_LOOKBACK = 16  # a new turn's session is looked for among the user's last 16 turns

@@ -8,10 +8,12 @@ error response is documented with the one error body the server sends.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from fastapi import Header, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from engram.interfaces.rest.imports import MAX_KEY_CHARS, ImportRunning
 from engram.interfaces.vocabulary import MAX_SESSION_ID_CHARS
 from engram.models import (
     MAX_LINE_CHARS,
@@ -212,3 +214,26 @@ _MEANING = {
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for these error statuses, all with the ErrorBody schema."""
     return {status: {"model": ErrorBody, "description": _MEANING[status]} for status in statuses}
+
+
+# Imports as jobs (interfaces/rest/imports.py).
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=MAX_KEY_CHARS,
+        description="names this import: sent again, or polled at GET .../import/{key}, it joins the job "
+        "running or finished under it instead of running twice",
+    ),
+]
+ImportWait = Annotated[
+    float | None,
+    Query(ge=0, le=300, description="seconds to wait for the job (at most the server's import_wait_s)"),
+]
+JobKey = Annotated[str, Path(min_length=1, max_length=MAX_KEY_CHARS, description="the Idempotency-Key")]
+IMPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    202: {"model": ImportRunning, "description": "the import goes on: its progress so far"},
+    **error_responses(409),
+}
+IMPORT_STATUS_RESPONSES = {**IMPORT_RESPONSES, **error_responses(404)}
