@@ -22,15 +22,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from engram.errors import Conflict, EngramError, InvalidInput, NotFound, StorageError
+from engram.errors import Conflict, EngramError, InvalidInput, NotFound
 from engram.settings import EngramSettings
 
 Progress = Callable[[int, int], None]
 Work = Callable[[Progress], dict[str, Any]]
 MAX_KEY_CHARS = 200  # a UUID or a SHA-256 in hex fits with room to spare
+BUSY = {"Retry-After": "5"}
 
 
 class ImportRunning(BaseModel):
@@ -93,7 +95,9 @@ class ImportJobs:
                     raise Conflict(f"the Idempotency-Key {key!r} was used for another import")
                 return job
             if sum(1 for j in self._jobs.values() if not j.ended.is_set()) >= self.settings.import_jobs_max:
-                raise StorageError("too many imports are running on this server: send it again later")
+                raise HTTPException(  # the server's state, not the store's: said as it is
+                    503, "too many imports are running on this server: send it again later", BUSY
+                )
             job = self._jobs[(tenant, key)] = _Job(key, digest)
         self._pool.submit(self._work, job, work)
         return job

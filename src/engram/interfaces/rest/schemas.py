@@ -199,6 +199,7 @@ HTTP_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_input",
+    503: "service_busy",
 }
 _MEANING = {
     401: "missing, unknown or revoked API key",
@@ -207,7 +208,7 @@ _MEANING = {
     409: "the row's state forbids it (e.g. superseding an already superseded fact)",
     413: "request body over 1 MiB (imports: 64 MiB)",
     422: "invalid input (malformed JSON, a wrong type, empty or invisible text...): nothing was changed",
-    503: "the store or a model failed; the server log has the details",
+    503: "the store or a model failed (the server log has the details), or the server is busy",
 }
 
 
