@@ -19,14 +19,13 @@ written in chunks of ``import_chunk`` rows, one transaction each, so a large imp
 store's write lock for long (live turns and recall keep going beside it); records only point at
 earlier ones, so each chunk's references are already written.
 
-Identity is per record, never per document: a row's id derives from the user, the record's type and
-its ``key`` when it has one, else its canonical content (every field, its time as written included)
-and how many identical records come before it in the file. So a key names one record for good: give
-another record another key. A document imported again, whole or with records appended or removed,
-writes only the records the store does not hold yet; an import that stopped midway (a store failure,
-a crash, a client that gave up waiting) is finished by sending it again, two runs of it at once
-write each row once, and a row forgotten since is not written again. The result counts the rows
-written per type and, apart, those ``skipped`` (there already, or forgotten).
+Identity is per record: a row's id derives from the user, the record's type and its ``key`` when it
+has one (a key names one record for good), else its canonical content (every field, its time as
+written too) and how many identical records come before it in the file. A document imported again,
+grown or not, writes only the records the store does not hold; one that stopped midway (a store
+failure, a client that gave up) is finished by sending it again; two runs at once write each row
+once; a row forgotten since is not written again. The result counts the rows written per type and,
+apart, those ``skipped`` (there already, or forgotten).
 """
 
 from __future__ import annotations
@@ -371,9 +370,8 @@ def _embed_and_insert(
 ) -> dict[str, int]:
     """Write the rows not in the store yet, chunk by chunk; returns the rows written per type and how
     many were skipped (there already, or forgotten since an earlier run: forgotten stays forgotten)."""
-    chunk = engram.settings.import_chunk
+    chunk, skipped = engram.settings.import_chunk, 0
     written = dict.fromkeys(("episodic", "semantic", "procedural", "catalog"), 0)
-    skipped = 0
     forgotten = {t.id for t in engram.store.tombstones(tenant)}
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("importing", total=len(rows))
@@ -388,36 +386,39 @@ def _embed_and_insert(
                         "again to finish (the rows written are skipped)"
                     ) from exc
                 raise
-            for row in new:
-                written[row.memory_type] += 1
-            skipped += min(chunk, len(rows) - start) - len(new)
-            bar.advance(task, min(chunk, len(rows) - start))
+            written.update({t: written[t] + sum(r.memory_type == t for r in new) for t in written})
+            looked = min(chunk, len(rows) - start)
+            skipped += looked - len(new)
+            bar.advance(task, looked)
             if on_progress is not None:
-                on_progress(start + min(chunk, len(rows) - start), len(rows))
+                on_progress(start + looked, len(rows))
     return {**written, "written": sum(written.values()), "skipped": skipped}
 
 
 def _insert_missing(
     engram: ImportTarget, tenant: Tenant, part: list[Memory], supersede: dict[str, Supersession]
 ) -> list[Memory]:
-    """Insert the rows of ``part`` the store does not hold; returns those written. Another run of the
-    same import (a client sending it again while the first still runs) may write some of them between
-    the look and the write: its Conflict is answered by looking again, once."""
-    for attempt in range(2):
+    """Insert the rows of ``part`` the store does not hold; returns those written. Other runs of the
+    same import may write some between the look and the write: their Conflict is answered by looking
+    again while each look finds more of them there (else the Conflict is not theirs)."""
+    conflict: Conflict | None = None
+    missing = len(part)
+    while True:
         there = {m.id for m in engram.store.fetch(tenant, [r.id for r in part], include_catalog=False)}
         new = [row for row in part if row.id not in there]
         if not new:
             return []
+        if conflict is not None and len(new) >= missing:
+            raise conflict
+        missing = len(new)
         vectors, tokens = engram.encode_rows(new)
         links = {row.id: supersede[row.id] for row in new if row.id in supersede}
         try:
             engram.store.insert(tenant, new, vectors, links, tokens)
-        except Conflict:
-            if attempt:
-                raise
+        except Conflict as exc:
+            conflict = exc
             continue
         return new
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class _Identity:
@@ -445,5 +446,5 @@ class _Identity:
 def _check_metadata(record: _Record, where: str) -> None:
     try:
         check_metadata(record.metadata)
-    except InvalidInput as exc:
+    except InvalidInput as exc:  # before anything is embedded: the store would fail or change it
         raise ImportFileError(f"invalid import file: {where}.{exc}") from None
