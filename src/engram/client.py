@@ -339,7 +339,7 @@ class Client:
         content = _json(document)
         key = hashlib.sha256(content).hexdigest()
         read = self._http.timeout.read
-        params = None if read is None else {"wait": read / 2}  # the service answers 202 by then
+        params = None if read is None else {"wait": min(read / 2, 60)}  # answered 202 by then
         post = ("POST", "/v1/import", content, {"Idempotency-Key": key})
         response = self._send(*post, params=params)
         # 202: still running, ask again; 404 to a poll: a server process that does not know the job
