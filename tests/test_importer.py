@@ -1,6 +1,7 @@
 """Bulk import: whole documents in, clear errors naming the record, nothing partial."""
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -245,16 +246,143 @@ def test_playbooks_have_limits(eng, playbook, message):
 
 
 def test_an_import_run_again_writes_only_what_is_missing(make_engram):
-    """Ids derive from the content, so an interrupted import is finished by running it again, a
+    """Ids derive from each record, so an interrupted import is finished by running it again, a
     finished one writes nothing twice, and a row forgotten since stays forgotten."""
     eng = make_engram(import_chunk=2)
     first = eng.import_json(DOC)
-    assert first["skipped"] == 0
+    assert first["skipped"] == 0 and first["written"] == 5
     mem = eng.for_user("sarah")
     mem.forget(first["ids"]["e1"])
     again = eng.import_json(DOC)
     assert again["ids"] == first["ids"] and again["skipped"] == 5  # 4 there, 1 forgotten
+    assert again["written"] == 0 and (again["episodic"], again["semantic"], again["procedural"]) == (0, 0, 0)
     assert counts(eng, "sarah") == {"episodic": 1, "semantic": 2, "procedural": 1}
     # another user importing the same file gets rows of their own
     bob = eng.import_json({**DOC, "user_id": "bob"})
     assert bob["skipped"] == 0 and set(bob["ids"].values()).isdisjoint(first["ids"].values())
+
+
+def test_a_growing_document_imported_three_times_stores_each_record_once(make_engram):
+    """Issue 26, item 10: ids derived from the whole document stored every earlier record again
+    once one turn was appended (two "Sarah lives in Edinburgh" facts, both recalled)."""
+    eng = make_engram(import_chunk=3)
+    doc: dict = {"user_id": "sarah", "episodic": [], "semantic": []}
+    reports = []
+    for run in range(3):
+        doc["episodic"].append({"text": f"turn {run}: we talked about the hub", "days_ago": 10 - run})
+        doc["episodic"].append(
+            {"text": "yes", "days_ago": 5, "session_id": "s"}
+        )  # equal records: each counts
+        doc["semantic"].append({"text": f"fact {run}", "key": f"f{run}"})
+        if run == 0:
+            doc["semantic"].append({"text": "Sarah lives in Edinburgh", "metadata": {"a": 1, "b": [1, 2]}})
+        reports.append(eng.import_json(json.loads(json.dumps(doc))))
+    assert [(r["written"], r["skipped"]) for r in reports] == [(4, 0), (3, 4), (3, 7)]
+    assert [(r["episodic"], r["semantic"]) for r in reports] == [(2, 2), (2, 1), (2, 1)]
+    mem = eng.for_user("sarah")
+    texts = sorted(m.text for t in ("episodic", "semantic") for m in mem.list(t, limit=100))
+    assert texts == sorted(
+        [f"turn {i}: we talked about the hub" for i in range(3)]
+        + ["yes"] * 3
+        + [f"fact {i}" for i in range(3)]
+        + ["Sarah lives in Edinburgh"]
+    )
+    hits = mem.recall("where does sarah live", memory_types=["semantic"])
+    assert [h.memory.text for h in hits].count("Sarah lives in Edinburgh") == 1
+    # the same record with its metadata written in another key order is the same record
+    again = {
+        "user_id": "sarah",
+        "semantic": [{"text": "Sarah lives in Edinburgh", "metadata": {"b": [1, 2], "a": 1}}],
+    }
+    assert eng.import_json(again)["skipped"] == 1
+    # a key is the record's identity: an edited record under its key is not written twice
+    edited = {"user_id": "sarah", "semantic": [{"text": "fact zero, reworded", "key": "f0"}]}
+    assert eng.import_json(edited)["skipped"] == 1
+    assert counts(eng, "sarah") == {"episodic": 6, "semantic": 4, "procedural": 0}
+
+
+def test_two_runs_of_one_import_at_once_write_each_row_once(make_engram):
+    """Issue 26, item 11: a client that gave up waiting and sent the import again raced the first
+    run (503 on a row it had just written); both finish, each row is written once."""
+    import threading
+
+    eng = make_engram(import_chunk=2)
+    doc = {
+        "user_id": "sarah",
+        "episodic": [{"text": f"turn {i} about the hub", "days_ago": 1} for i in range(40)],
+    }
+    results: list[dict] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(eng.import_json(doc))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(r["written"] for r in results) == 40 and all(
+        r["written"] + r["skipped"] == 40 for r in results
+    )
+    assert counts(eng, "sarah")["episodic"] == 40
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ({"tags": {"a", "b"}}, r"metadata\.tags is a set"),
+        ({"score": float("nan")}, r"metadata\.score is nan"),
+        ({"score": float("inf")}, r"metadata\.score is inf"),
+        ({"pair": (1, 2)}, r"metadata\.pair is a tuple"),
+        ({1: "x"}, r"metadata has the key 1"),
+        ({"who": "\ud800"}, r"metadata\.who is not valid Unicode"),
+        ({"deep": [[{"x": ["\udfff"]}]]}, r"metadata\.deep\[0\]\[0\]\.x\[0\] is not valid Unicode"),
+        ({"when": datetime(2024, 1, 1, tzinfo=UTC)}, r"metadata\.when is a datetime"),
+        ("not a dict", r"metadata must be a JSON object"),
+    ],
+)
+def test_metadata_json_cannot_hold_is_refused_before_any_work(make_engram, metadata, message):
+    """Issue 26, item 16: raw pydantic or UnicodeEncodeError after the row was embedded, and sets
+    and NaN read back different from what was stored. Refused first, as InvalidInput, everywhere."""
+    eng = make_engram()
+    embedded: list[int] = []
+    encode = eng.encode_rows
+    eng.encode_rows = lambda rows: embedded.append(len(rows)) or encode(rows)  # counts the work done
+    mem = eng.for_user("sarah")
+    calls = [
+        lambda: mem.remember_turn("hello", metadata=metadata),
+        lambda: mem.write("Sarah likes tea", metadata=metadata),
+        lambda: mem.write("", memory_type="procedural", name="p", metadata=metadata),
+        lambda: eng.catalog.add("Hub v2", metadata=metadata),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInput, match=message):
+            call()
+    if isinstance(metadata, dict) and not any(isinstance(k, int) for k in metadata):
+        try:  # JSON itself cannot carry these into an import document, Python can
+            doc = {"user_id": "sarah", "semantic": [{"text": "x", "metadata": metadata}]}
+            with pytest.raises(ImportFileError, match=r"semantic\[0\]\." + message):
+                eng.import_json(doc)
+        except TypeError:
+            pass
+    assert embedded == [] and counts(eng, "sarah") == {"episodic": 0, "semantic": 0, "procedural": 0}
+    assert eng.catalog.list() == []
+
+
+def test_metadata_json_holds_is_stored_exactly(eng):
+    meta = {"n": 1, "x": 0.5, "ok": True, "none": None, "list": [1, "a", {"b": [None]}], "ü": "ß"}
+    mem = eng.for_user("sarah")
+    turn = mem.remember_turn("hello", metadata=meta)
+    assert mem.get(turn.id).metadata == meta
+    too_deep: dict = {}
+    node = too_deep
+    for _ in range(40):
+        node["x"] = {}
+        node = node["x"]
+    with pytest.raises(InvalidInput, match="nested deeper"):
+        mem.remember_turn("hello", metadata=too_deep)

@@ -64,8 +64,11 @@ def rich_store(eng: Engram) -> dict[str, str]:
 
 
 def body(export: str) -> list[str]:
-    """The export without its header (which holds the time of the export)."""
-    return export.splitlines()[1:]
+    """The export without its header (which holds the time of the export) and its trailer (which
+    checksums the header)."""
+    lines = export.splitlines()
+    assert json.loads(lines[-1])["engram_export_end"]["lines"] == len(lines) - 1
+    return lines[1:-1]
 
 
 @pytest.mark.parametrize(("source", "target"), [("sqlite", "postgres"), ("postgres", "sqlite")])
@@ -105,22 +108,148 @@ def test_round_trip_between_backends_is_lossless(source, target, tmp_path, reque
         assert b.for_user("bob").recall("hub protocols", k=3)[0].memory.memory_type == "catalog"
 
 
-def test_a_bad_export_names_its_line_and_an_existing_id_is_a_conflict(tmp_path, embedder):
+def test_a_bad_export_names_its_line_and_an_existing_id_that_differs_is_a_conflict(tmp_path, embedder):
     from engram import Conflict
 
     with Engram(SQLiteStore(tmp_path / "a.db"), embedder, None) as eng:
         with pytest.raises(ImportFileError, match="not an Engram export"):
             import_store(eng, io.StringIO('{"user_id": "sarah"}\n'))
-        header = json.dumps({"engram_export": 1})
+        header = json.dumps({"engram_export": 2})
         with pytest.raises(ImportFileError, match="line 2 is not JSON"):
             import_store(eng, io.StringIO(header + "\n{nope\n"))
         with pytest.raises(ImportFileError, match="line 2"):
             import_store(eng, io.StringIO(header + '\n{"memory": {"memory_type": "semantic"}}\n'))
-        eng.for_user("sarah").write("Sarah likes tea")
+        fact = eng.for_user("sarah").write("Sarah likes tea")
         export = io.StringIO()
         export_store(eng, export)
-        with pytest.raises(Conflict):
-            import_store(eng, io.StringIO(export.getvalue()))
+        # the same rows again: already there, identical, skipped (a resumed import)
+        assert import_store(eng, io.StringIO(export.getvalue())) == {"skipped": 1}
+        with Engram(SQLiteStore(tmp_path / "b.db"), embedder, None) as other:
+            changed = fact.model_copy(update={"text": "Sarah likes coffee"})
+            other.store.insert("sarah", [changed], embedder.embed_documents([changed.text]))
+            with pytest.raises(Conflict, match=fact.id):
+                import_store(other, io.StringIO(export.getvalue()))
+
+
+def cuts(export: str) -> list[tuple[str, str]]:
+    """(what, text) for the export cut on every line boundary and in the middle of every line."""
+    ends = [i + 1 for i, ch in enumerate(export) if ch == "\n"]
+    starts = [0, *ends[:-1]]
+    out = [(f"after line {n}", export[:end]) for n, end in enumerate(ends[:-1], start=1)]
+    out += [
+        (f"inside line {n}", export[: (s + e) // 2])
+        for n, (s, e) in enumerate(zip(starts, ends, strict=True), 1)
+    ]
+    out.append(("before the last line break", export[:-1]))  # complete: nothing lost
+    return out
+
+
+def test_an_export_cut_anywhere_is_refused_and_writes_nothing(tmp_path, embedder):
+    """Issue 26, item 13: an export cut on a line boundary imported as a success, losing every user
+    after the cut. Every cut is refused before anything is written (the last line break alone is no
+    loss); so are a changed line and anything after the trailer."""
+    from engram.settings import EngramSettings
+
+    one_at_a_time = EngramSettings(import_chunk=1)  # a write per row: none may come before the refusal
+    with (
+        Engram(SQLiteStore(tmp_path / "a.db"), embedder, None) as a,
+        Engram(SQLiteStore(tmp_path / "b.db"), embedder, None, settings=one_at_a_time) as b,
+    ):
+        rich_store(a)
+        out = io.StringIO()
+        counts = export_store(a, out, keys=True)
+        export = out.getvalue()
+        for what, cut in cuts(export):
+            if what == "before the last line break":
+                continue
+            with pytest.raises(ImportFileError, match=r"trailer|not JSON"):
+                import_store(b, io.StringIO(cut))
+            assert b.store.tenants() == [] and b.store.scan(None, 0, 10) == [], what
+            assert b.store.export_keys() == [], what
+        changed = export.replace("Sarah lives in Bristol", "Sarah lives in Bath")
+        with pytest.raises(ImportFileError, match="checksum"):
+            import_store(b, io.StringIO(changed))
+        lines = export.splitlines(keepends=True)
+        with pytest.raises(ImportFileError, match="does not match its trailer"):
+            import_store(b, io.StringIO("".join(lines[:3] + lines[4:])))  # one record left out
+        with pytest.raises(ImportFileError, match="after its trailer"):
+            import_store(b, io.StringIO(export + lines[3]))
+        assert b.store.tenants() == [] and b.store.export_keys() == []
+        assert import_store(b, io.StringIO(export[:-1])) == counts  # only the last line break lost
+
+
+def test_an_export_without_trailer_needs_the_flag(tmp_path, embedder):
+    """An older Engram's export (format 1, no trailer) imports only when asked for: it cannot be told
+    apart from one cut on a line boundary. A cut mid-line is still refused, before any write."""
+    with (
+        Engram(SQLiteStore(tmp_path / "a.db"), embedder, None) as a,
+        Engram(SQLiteStore(tmp_path / "b.db"), embedder, None) as b,
+    ):
+        a.for_user("sarah").write("Sarah lives in Leith")
+        a.for_user("bob").write("Bob likes tea")
+        out = io.StringIO()
+        export_store(a, out)
+        lines = out.getvalue().splitlines(keepends=True)
+        old = "".join([lines[0].replace('"engram_export": 2', '"engram_export": 1'), *lines[1:-1]])
+        with pytest.raises(ImportFileError, match=r"no trailer.*allow-no-trailer"):
+            import_store(b, io.StringIO(old))
+        with pytest.raises(ImportFileError, match="line 3 is not JSON"):
+            import_store(b, io.StringIO(old[:-5]), allow_no_trailer=True)
+        assert b.store.tenants() == []
+        assert import_store(b, io.StringIO(old), allow_no_trailer=True) == {"semantic": 2}
+
+
+def test_an_import_that_stopped_midway_says_how_far_and_resumes(tmp_path, embedder):
+    """Issue 26, item 12: `import --all` committed chunks, then failed with an error documented as
+    "nothing was changed", and the complete file run again failed with Conflict: the target was lost.
+    Now a failure after a write says how far the import got, and running it again finishes it."""
+    from engram import Conflict
+    from engram.settings import EngramSettings
+
+    small = EngramSettings(import_chunk=2)
+    with (
+        Engram(SQLiteStore(tmp_path / "a.db"), embedder, None) as a,
+        Engram(SQLiteStore(tmp_path / "b.db"), embedder, None, settings=small) as b,
+    ):
+        ids = rich_store(a)
+        out = io.StringIO()
+        counts = export_store(a, out, keys=True)
+        export = out.getvalue()
+        # the target holds one of the export's ids with other content: the import stops there
+        row = a.for_user("sarah").get(ids["reply"])
+        other = row.model_copy(update={"text": "no, never"})
+        b.store.insert("sarah", [other], embedder.embed_documents([other.text]))
+        with pytest.raises(Conflict, match=r"stopped at line \d+, after writing \d+ records .*Run it again"):
+            import_store(b, io.StringIO(export))
+        assert b.store.scan(None, 0, 10) != []  # the catalog came first and is written
+        b.store.forget("sarah", ids["reply"], utcnow())  # the operator clears the way
+        resumed = import_store(b, io.StringIO(export))
+        assert resumed["skipped"] > 0
+        again = io.StringIO()
+        export_store(b, again, keys=True)
+        forgotten = [line for line in body(again.getvalue()) if ids["reply"] in line and "tombstone" in line]
+        assert [line for line in body(again.getvalue()) if line not in forgotten] == body(export)
+        assert {k: v for k, v in resumed.items() if k != "skipped"} != counts  # part was there already
+        # run once more: everything is there, nothing is written
+        assert set(import_store(b, io.StringIO(export))) == {"skipped"}
+
+
+def test_a_resumed_import_marks_turns_a_stopped_one_wrote_but_did_not_mark(tmp_path, embedder):
+    """Rows and their consolidation marks are two transactions: rows a stopped import wrote without
+    their marks get them when it is run again, so no turn is consolidated twice."""
+    with (
+        Engram(SQLiteStore(tmp_path / "a.db"), embedder, None) as a,
+        Engram(SQLiteStore(tmp_path / "b.db"), embedder, None) as b,
+    ):
+        rich_store(a)
+        out = io.StringIO()
+        export_store(a, out)
+        sarah_rows = [m for _, m, _ in a.store.scan("sarah", 0, 100)]
+        b.store.insert("sarah", sarah_rows, embedder.embed_documents([m.text for m in sarah_rows]))
+        assert len(b.store.waiting_episodes("sarah", 10)) == 3  # written, not marked
+        import_store(b, io.StringIO(out.getvalue()))
+        waiting = [e.id for e in a.store.waiting_episodes("sarah", 10)]
+        assert [e.id for e in b.store.waiting_episodes("sarah", 10)] == waiting
 
 
 def test_a_turn_written_before_the_turn_it_quotes_keeps_its_context(tmp_path, embedder):
@@ -178,3 +307,16 @@ def test_engram_export_and_import_all_on_the_command_line(tmp_path):
     assert body(again.stdout) == body((tmp_path / "all.jsonl").read_text())
     refused = engram("import", "--all", str(doc), "--store", b)  # a user document is no export
     assert refused.returncode == 1 and "not an Engram export" in refused.stdout
+    # a cut export writes nothing and says why; resumed or complete, it goes in once
+    whole = (tmp_path / "all.jsonl").read_text()
+    (tmp_path / "cut.jsonl").write_text(whole[: whole.rindex("\n", 0, -1) + 1])  # the trailer lost
+    c = f"sqlite:///{tmp_path}/c.db"
+    refused = engram("import", "--all", str(tmp_path / "cut.jsonl"), "--store", c)
+    assert refused.returncode == 1 and "no trailer" in refused.stdout
+    assert "--allow-no-trailer" in refused.stdout
+    listed = engram("list", "-u", "sarah", "--store", c)
+    assert "Leith" not in listed.stdout
+    loaded = engram("import", "--all", str(tmp_path / "cut.jsonl"), "--allow-no-trailer", "--store", c)
+    assert loaded.returncode == 0 and "imported 1 semantic" in loaded.stdout
+    again = engram("import", "--all", str(tmp_path / "all.jsonl"), "--store", c)
+    assert again.returncode == 0 and "imported nothing; skipped 1 already there" in again.stdout

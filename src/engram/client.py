@@ -23,20 +23,18 @@ that the server would happen to parse).
 
 from __future__ import annotations
 
-import ast
 import builtins
-import json
-import re
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
-from urllib.parse import quote
 
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
 from engram import _envelopes
+from engram._envelopes import _iso, _json, _listed, _memory_path, _not_found
 from engram.errors import (
     Conflict,
     EngramError,
@@ -63,7 +61,7 @@ from engram.models import (
     check_recall_options,
 )
 from engram.retrieval.config import RetrievalConfig
-from engram.validation import aware, check_page
+from engram.validation import check_page
 
 __all__ = ["Client", "ClientClosed", "ServiceUnavailable", "Unauthorized"]
 
@@ -115,7 +113,6 @@ _BY_STATUS: dict[int, type[EngramError]] = {
     422: InvalidInput,
     503: StorageError,
 }
-_NOT_FOUND = re.compile(r"^(?P<what>\w+) (?P<id>'.*'|\".*\") not found$", re.DOTALL)
 
 
 _RESULT = TypeVar("_RESULT")
@@ -332,9 +329,28 @@ class Client:
 
     def import_json(self, document: Mapping[str, Any], *, progress: bool = False) -> dict[str, Any]:
         """Import a user document (see ``engram.importer``) into the user's memory; an invalid one
-        writes nothing (ImportFileError). ``progress`` has no effect: the service does the work."""
+        writes nothing (ImportFileError). ``progress`` has no effect: the service does the work.
+
+        The import is sent with an ``Idempotency-Key`` made from the document, so the service runs it
+        as a job and this call waits for it however long it takes, in requests that each end well
+        within the timeout. The same document imported again (after the call was interrupted, say)
+        joins the run still going instead of racing it, and once that has ended writes only what is
+        missing: every record is written once."""
+        content = _json(document)
+        key = hashlib.sha256(content).hexdigest()
+        read = self._http.timeout.read
+        params = None if read is None else {"wait": min(read / 2, 60)}  # answered 202 by then
+        post = ("POST", "/v1/import", content, {"Idempotency-Key": key})
+        response = self._send(*post, params=params)
+        # 202: still running, ask again; 404 to a poll: a server process that does not know the job
+        # (another worker, a restart), so send the import again, which joins or finishes it there.
+        while response.status_code == 202 or (
+            response.status_code == 404 and response.request.method == "GET"
+        ):
+            poll = ("GET", f"/v1/import/{key}", None, None)
+            response = self._send(*(poll if response.status_code == 202 else post), params=params)
         try:
-            return self._call("POST", "/v1/import", document, result=_envelopes.IMPORTED)
+            return self._read(response, _envelopes.IMPORTED)
         except ImportFileError:
             raise
         except InvalidInput as exc:  # the service validated the document as the request body
@@ -352,17 +368,31 @@ class Client:
     ) -> _RESULT:
         """One request; the parsed result, or the EngramError the service's answer stands for."""
         content = None if body is None else _json(body)
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        return self._read(self._send(method, path, content, None, params=params), result)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        headers: dict[str, str] | None,
+        *,
+        params: Mapping[str, Any] | None = None,
+    ) -> httpx.Response:
+        if content is not None:
+            headers = {**(headers or {}), "Content-Type": "application/json"}
         if self._http.is_closed:  # httpx would raise a bare RuntimeError
             raise ClientClosed(f"{self!r} is closed: make a new Client")
         try:
-            response = self._http.request(method, path, content=content, params=params, headers=headers)
+            return self._http.request(method, path, content=content, params=params, headers=headers)
         except httpx.HTTPError as exc:  # unreachable, timed out, or an answer httpx cannot read
             raise ServiceUnavailable(f"{self.base_url}: {type(exc).__name__}: {exc}") from exc
         except RuntimeError:
             if self._http.is_closed:  # closed by another thread meanwhile
                 raise ClientClosed(f"{self!r} is closed: make a new Client") from None
             raise
+
+    def _read(self, response: httpx.Response, result: TypeAdapter[_RESULT]) -> _RESULT:
         if response.is_success:
             try:
                 return result.validate_json(response.content)
@@ -394,45 +424,3 @@ class Client:
             f"{self.base_url} did not answer as an Engram service: HTTP {response.status_code} "
             f"to {response.request.method} {response.request.url.path}"
         )
-
-
-def _not_found(message: str) -> NotFound | None:
-    """NotFound as the handle raises it (``memory 'x' not found``, with ``memory_id`` set), from the
-    service's message; None when the message names no row."""
-    match = _NOT_FOUND.match(message)
-    if match is None:
-        return None
-    try:
-        return NotFound(str(ast.literal_eval(match["id"])), match["what"])
-    except (ValueError, SyntaxError):
-        return None
-
-
-def _memory_path(memory_id: object) -> str:
-    """The route of one row. The handle looks up ``str(memory_id)`` whatever it is given; here every
-    character is escaped (the dots too: "." or ".." would be read as path steps), so the id stays one
-    path segment."""
-    segment = str(memory_id)
-    if not segment or "/" in segment:  # no id has either; the handle says NotFound too
-        raise NotFound(segment)
-    return "/v1/memories/" + quote(segment, safe="").replace(".", "%2E")
-
-
-def _iso(at: datetime | None) -> str | None:
-    """A timestamp as the handle reads it (a naive one is UTC; anything else InvalidInput), in ISO."""
-    at_utc = aware(at)
-    return None if at_utc is None else at_utc.isoformat()
-
-
-def _listed(values: Iterable[Any]) -> list[Any]:
-    """A sequence argument as the handle takes it: one string is one item, not its characters."""
-    return [values] if isinstance(values, str) else list(values)
-
-
-def _json(body: Any) -> bytes:
-    """The request body. ASCII-escaped, so a lone surrogate reaches the service (which refuses it as the
-    handle does) instead of failing to encode here; NaN and infinity are not JSON."""
-    try:
-        return json.dumps(body, allow_nan=False).encode("ascii")
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"the request cannot be sent as JSON: {exc}") from None

@@ -11,32 +11,35 @@ User document::
 
 Catalog document: ``[{"title", "text", "metadata"?, "key"?}]``.
 
-``key`` is a name local to the file, so records can point at each other (a fact superseding an
-older fact, a fact citing its episodes); the import returns the generated id of every key.
+``key`` names a record, so records can point at each other (a fact superseding an older fact, a
+fact citing its episodes); the import returns the generated id of every key.
 Every record is validated before anything is embedded; an error names the record
 (``semantic[3].confidence: ...``) and nothing is written. A valid document is then embedded and
 written in chunks of ``import_chunk`` rows, one transaction each, so a large import never holds the
 store's write lock for long (live turns and recall keep going beside it); records only point at
 earlier ones, so each chunk's references are already written.
 
-Imports are idempotent: each row's id derives from the document's content, the user and the
-record's place in it, and rows already in the store are skipped. So an import that stopped midway (a
-store failure, a crash, a 503 to a client) is finished by running it again, and running a finished
-one again writes nothing; a row forgotten since is not written again (the result counts both as
-``skipped``).
+Identity is per record: a row's id derives from the user, the record's type and its ``key`` when it
+has one (a key names one record for good), else its canonical content (every field, its time as
+written too) and how many identical records come before it in the file. A document imported again,
+grown or not, writes only the records the store does not hold; one that stopped midway (a store
+failure, a client that gave up) is finished by sending it again; two runs at once write each row
+once; a row forgotten since is not written again. The result counts the rows written per type and,
+apart, those ``skipped`` (there already, or forgotten).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rich.progress import Progress
 
-from engram.errors import EngramError, ImportFileError, InvalidInput, StorageError
+from engram.errors import Conflict, EngramError, ImportFileError, InvalidInput, StorageError
 from engram.models import (
     CatalogItem,
     Contradiction,
@@ -45,6 +48,7 @@ from engram.models import (
     IsoDatetime,
     JsonInt,
     Memory,
+    MemoryType,
     ProceduralMemory,
     SemanticMemory,
     StrictStep,
@@ -58,8 +62,9 @@ from engram.models import (
 )
 from engram.settings import EngramSettings
 from engram.storage.base import CATALOG, MemoryStore, Supersession, Tenant, TransferStore
-from engram.validation import aware, validate_user_id
+from engram.validation import aware, check_metadata, validate_user_id
 
+ProgressCallback = Callable[[int, int], None]  # rows looked at so far, rows in all
 MAX_DAYS_AGO = 365_250  # 1000 years: any real history, far from the year 1 where datetimes end
 
 
@@ -164,16 +169,18 @@ def import_document(
     *,
     user_id: str | None = None,
     progress: bool = False,
+    on_progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
     """Validate a whole document (the REST API passes a UserDocument, validated already), then embed
-    and insert it chunk by chunk; see the module docstring."""
+    and insert it chunk by chunk; see the module docstring. ``on_progress(done, total)`` is called
+    after each chunk (rows looked at, rows in the document)."""
     if isinstance(document, Sequence) and not isinstance(document, str | bytes):
         if user_id:
             raise ImportFileError(
                 "a JSON array is a catalog import, shared by every user: it takes no user "
                 f"(got user {user_id!r}); a user's import is a JSON object"
             )
-        return _import_catalog(engram, document, progress)
+        return _import_catalog(engram, document, progress, on_progress)
     if not isinstance(document, Mapping | UserDocument):
         raise ImportFileError("an import file is a JSON object (user memories) or array (catalog)")
     try:
@@ -186,7 +193,7 @@ def import_document(
     if not owner:
         raise ImportFileError("no user: pass --user or put user_id in the file")
     owner = validate_user_id(owner)
-    seed = _seed(owner, doc.model_dump_json())
+    identity = _Identity(owner)
     now = utcnow()
     rows: list[Memory] = []
     keys: dict[str, str] = {}
@@ -209,11 +216,12 @@ def import_document(
     for i, ep in enumerate(doc.episodic):
         where = f"episodic[{i}]"
         try:
+            check_metadata(ep.metadata)
             episode_speaker(ep.metadata)
         except InvalidInput as exc:
             raise ImportFileError(f"invalid import file: {where}.{exc}") from None
         turn = EpisodicMemory(
-            id=new_id("episodic", f"{seed}:episodic:{i}"),
+            id=identity.of("episodic", ep),
             text=checked(ep.text, f"{where}.text"),
             user_id=owner,
             created_at=now,
@@ -233,7 +241,8 @@ def import_document(
     superseded: set[str] = set()
     for i, fact in enumerate(doc.semantic):
         where = f"semantic[{i}]"
-        row_id = new_id("semantic", f"{seed}:semantic:{i}")
+        _check_metadata(fact, where)
+        row_id = identity.of("semantic", fact)
         unknown = [k for k in fact.supporting_episodes if not keys.get(k, "").startswith("epi_")]
         if unknown:
             raise ImportFileError(
@@ -277,8 +286,9 @@ def import_document(
         )
     for i, pb in enumerate(doc.procedural):
         where = f"procedural[{i}]"
+        _check_metadata(pb, where)
         playbook = ProceduralMemory(
-            id=new_id("procedural", f"{seed}:procedural:{i}"),
+            id=identity.of("procedural", pb),
             text=checked(pb.text, f"{where}.text") if pb.text else "",
             user_id=owner,
             created_at=pb.at(now) or now,
@@ -296,11 +306,13 @@ def import_document(
             raise ImportFileError(f"invalid import file: {where}.{exc}") from None
         remember_key(pb.key, playbook.id, where)
         rows.append(playbook)
-    skipped = _embed_and_insert(engram, owner, rows, supersede, progress)
-    return {**_counts(rows), "skipped": skipped, "user_id": owner, "ids": keys}
+    report = _embed_and_insert(engram, owner, rows, supersede, progress, on_progress)
+    return {**report, "user_id": owner, "ids": keys}
 
 
-def _import_catalog(engram: ImportTarget, document: Sequence[Any], progress: bool) -> dict[str, Any]:
+def _import_catalog(
+    engram: ImportTarget, document: Sequence[Any], progress: bool, on_progress: ProgressCallback | None
+) -> dict[str, Any]:
     now = utcnow()
     rows: list[Memory] = []
     keys: dict[str, str] = {}
@@ -310,14 +322,15 @@ def _import_catalog(engram: ImportTarget, document: Sequence[Any], progress: boo
             records.append(CatalogRecord.model_validate(raw))
         except ValidationError as exc:
             raise _fail(exc, f"catalog[{i}]") from None
-    seed = _seed("", "".join(r.model_dump_json() for r in records))
+    identity = _Identity("")
     for i, record in enumerate(records):
         try:
             text = check_text(record.text, f"catalog[{i}].text", engram.settings.max_text_chars)
         except InvalidInput as exc:
             raise ImportFileError(f"invalid import file: {exc}") from None
+        _check_metadata(record, f"catalog[{i}]")
         row = CatalogItem(
-            id=new_id("catalog", f"{seed}:catalog:{i}"),
+            id=identity.of("catalog", record),
             text=text,
             title=record.title,
             user_id=None,
@@ -329,8 +342,8 @@ def _import_catalog(engram: ImportTarget, document: Sequence[Any], progress: boo
                 raise ImportFileError(f"invalid import file: catalog[{i}].key {record.key!r} is used twice")
             keys[record.key] = row.id
         rows.append(row)
-    skipped = _embed_and_insert(engram, CATALOG, rows, {}, progress)
-    return {**_counts(rows), "skipped": skipped, "ids": keys}
+    report = _embed_and_insert(engram, CATALOG, rows, {}, progress, on_progress)
+    return {**report, "ids": keys}
 
 
 def _previous_turns(episodes: Sequence[EpisodicMemory]) -> dict[int, int]:
@@ -353,43 +366,85 @@ def _embed_and_insert(
     rows: list[Memory],
     supersede: dict[str, Supersession],
     progress: bool,
-) -> int:
-    """Write the rows not in the store yet, chunk by chunk; returns how many were skipped (there
-    already, or forgotten since an earlier run of the same import: forgotten stays forgotten)."""
+    on_progress: ProgressCallback | None,
+) -> dict[str, int]:
+    """Write the rows not in the store yet, chunk by chunk; returns the rows written per type and how
+    many were skipped (there already, or forgotten since an earlier run: forgotten stays forgotten)."""
     chunk, skipped = engram.settings.import_chunk, 0
+    written = dict.fromkeys(("episodic", "semantic", "procedural", "catalog"), 0)
     forgotten = {t.id for t in engram.store.tombstones(tenant)}
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("importing", total=len(rows))
         for start in range(0, len(rows), chunk):
-            part = rows[start : start + chunk]
-            there = {m.id for m in engram.store.fetch(tenant, [r.id for r in part], include_catalog=False)}
-            new = [row for row in part if row.id not in there and row.id not in forgotten]
-            skipped += len(part) - len(new)
-            if new:
-                vectors, tokens = engram.encode_rows(new)
-                ids = {row.id for row in new}
-                try:
-                    engram.store.insert(
-                        tenant, new, vectors, {i: s for i, s in supersede.items() if i in ids}, tokens
-                    )
-                except EngramError as exc:
-                    if start:
-                        raise StorageError(
-                            f"the import stopped after {start} of {len(rows)} rows: {exc}; run it "
-                            "again to finish (the rows written are skipped)"
-                        ) from exc
-                    raise
-            bar.advance(task, len(part))
-    return skipped
+            part = [row for row in rows[start : start + chunk] if row.id not in forgotten]
+            try:
+                new = _insert_missing(engram, tenant, part, supersede)
+            except EngramError as exc:
+                if start:
+                    raise StorageError(
+                        f"the import stopped after {start} of {len(rows)} rows: {exc}; send it "
+                        "again to finish (the rows written are skipped)"
+                    ) from exc
+                raise
+            written.update({t: written[t] + sum(r.memory_type == t for r in new) for t in written})
+            looked = min(chunk, len(rows) - start)
+            skipped += looked - len(new)
+            bar.advance(task, looked)
+            if on_progress is not None:
+                on_progress(start + looked, len(rows))
+    return {**written, "written": sum(written.values()), "skipped": skipped}
 
 
-def _seed(owner: str, content: str) -> str:
-    """What an import's row ids derive from: the owner and the validated document's content."""
-    return hashlib.sha256(f"{owner}\n{content}".encode()).hexdigest()
+def _insert_missing(
+    engram: ImportTarget, tenant: Tenant, part: list[Memory], supersede: dict[str, Supersession]
+) -> list[Memory]:
+    """Insert the rows of ``part`` the store does not hold; returns those written. Other runs of the
+    same import may write some between the look and the write: their Conflict is answered by looking
+    again while each look finds more of them there (else the Conflict is not theirs)."""
+    conflict: Conflict | None = None
+    missing = len(part)
+    while True:
+        there = {m.id for m in engram.store.fetch(tenant, [r.id for r in part], include_catalog=False)}
+        new = [row for row in part if row.id not in there]
+        if not new:
+            return []
+        if conflict is not None and len(new) >= missing:
+            raise conflict
+        missing = len(new)
+        vectors, tokens = engram.encode_rows(new)
+        links = {row.id: supersede[row.id] for row in new if row.id in supersede}
+        try:
+            engram.store.insert(tenant, new, vectors, links, tokens)
+        except Conflict as exc:
+            conflict = exc
+            continue
+        return new
 
 
-def _counts(rows: list[Memory]) -> dict[str, int]:
-    counts = {"episodic": 0, "semantic": 0, "procedural": 0, "catalog": 0}
-    for row in rows:
-        counts[row.memory_type] += 1
-    return counts
+class _Identity:
+    """A record's row id: from its owner, type and ``key``, else its canonical content and how many
+    identical records came before it in the file (two equal turns are two rows, on every run)."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.seen: dict[str, int] = {}
+
+    def of(self, memory_type: MemoryType, record: _Record) -> str:
+        if record.key is not None:
+            basis = f"key\n{record.key}"
+        else:
+            content = json.dumps(
+                record.model_dump(mode="json", exclude={"key"}), sort_keys=True, separators=(",", ":")
+            )
+            occurrence = self.seen.get(content, 0)
+            self.seen[content] = occurrence + 1
+            basis = f"content\n{content}\n{occurrence}"
+        digest = hashlib.sha256(f"{self.owner}\n{memory_type}\n{basis}".encode()).hexdigest()
+        return new_id(memory_type, digest)
+
+
+def _check_metadata(record: _Record, where: str) -> None:
+    try:
+        check_metadata(record.metadata)
+    except InvalidInput as exc:  # before anything is embedded: the store would fail or change it
+        raise ImportFileError(f"invalid import file: {where}.{exc}") from None

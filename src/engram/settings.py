@@ -226,6 +226,21 @@ class EngramSettings(BaseSettings):
     model_threads: int = Field(default=DEFAULT_MODEL_THREADS, ge=1)
     use_wait_ms: int = Field(default=DEFAULT_USE_WAIT_MS, ge=0)
     import_chunk: int = Field(default=DEFAULT_IMPORT_CHUNK, ge=1)
+    # An import sent to `engram serve` with an Idempotency-Key runs as a job (interfaces/rest/imports.py).
+    import_workers: int = Field(default=2, ge=1, description="imports a server runs at once; more queue")
+    import_jobs_max: int = Field(
+        default=16, ge=1, description="imports queued or running per server process; one more gets 503"
+    )
+    import_wait_s: float = Field(
+        default=20.0,
+        ge=0,
+        le=300,
+        description="longest an import request waits for its job before answering 202 with progress: "
+        "below the Client's 30 s timeout and common proxies' 60 s",
+    )
+    import_kept_s: float = Field(
+        default=3600.0, gt=0, description="a finished import's result is kept this long for its client"
+    )
     ann_min_rows: int = Field(
         default=DEFAULT_ANN_MIN_ROWS,
         ge=0,

@@ -8,7 +8,7 @@ facade depends on it. Pure functions over models and errors.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -69,3 +69,56 @@ def build_row(model: type[RowT], **fields: Any) -> RowT:
             f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
         )
         raise InvalidInput(problems) from None
+
+
+MAX_METADATA_DEPTH = 32  # nesting past this is no annotation, and each level costs recursion somewhere
+
+
+def check_metadata(metadata: object) -> dict[str, Any]:
+    """``metadata`` if JSON holds it exactly, else InvalidInput naming the first value that it cannot
+    hold: every key a string; every value null, a boolean, an integer, a finite float, a string of
+    valid Unicode, a list or an object of the same, at most MAX_METADATA_DEPTH deep. What a store would
+    change (a set or tuple read back as a list, NaN) or fail on (a lone surrogate) is refused before
+    anything is embedded or written. None is no metadata; any other mapping is copied into a dict."""
+    if metadata is None:
+        return {}
+    if isinstance(metadata, Mapping) and not isinstance(metadata, dict):
+        metadata = dict(metadata)
+    if not isinstance(metadata, dict):
+        raise InvalidInput(f"metadata must be a JSON object, not {type(metadata).__name__}")
+    pending: list[tuple[str, object, int]] = [("metadata", metadata, 0)]
+    while pending:
+        where, value, depth = pending.pop()
+        if depth > MAX_METADATA_DEPTH:
+            raise InvalidInput(f"{where}: nested deeper than {MAX_METADATA_DEPTH} levels")
+        if value is None or isinstance(value, bool | int):
+            continue
+        if isinstance(value, float):
+            if value != value or value in (float("inf"), float("-inf")):
+                raise InvalidInput(f"{where} is {value}, which JSON cannot hold: use a finite number or null")
+        elif isinstance(value, str):
+            if not _utf8(value):
+                raise InvalidInput(f"{where} is not valid Unicode (it contains a lone surrogate)")
+        elif isinstance(value, list):
+            pending += [(f"{where}[{i}]", item, depth + 1) for i, item in enumerate(value)]
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise InvalidInput(f"{where} has the key {key!r}: JSON keys are strings")
+                if not _utf8(key):
+                    raise InvalidInput(f"{where} has a key that is not valid Unicode (a lone surrogate)")
+                pending.append((f"{where}.{key}", item, depth + 1))
+        else:
+            raise InvalidInput(
+                f"{where} is a {type(value).__name__}, which JSON cannot hold as it is: use null, a "
+                "boolean, a number, a string, a list or an object"
+            )
+    return metadata
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

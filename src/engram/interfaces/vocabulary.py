@@ -155,6 +155,8 @@ REST_ONLY: Final[Mapping[Route, str]] = {
     Route("POST", "/v1/keys"): "engram.auth.ApiKeys.create",
     Route("GET", "/v1/keys"): "engram.auth.ApiKeys.list",
     Route("DELETE", "/v1/keys/{key_id}"): "engram.auth.ApiKeys.revoke",
+    Route("GET", "/v1/import/{key}"): "an import sent with an Idempotency-Key: its progress, then its report",
+    Route("GET", "/v1/catalog/import/{key}"): "a catalog import sent with an Idempotency-Key, likewise",
 }
 MCP_ONLY: Final[Mapping[str, str]] = {}
 

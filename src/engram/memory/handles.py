@@ -17,7 +17,7 @@ from engram.errors import InvalidInput, NotFound
 from engram.memory.engine import Engine
 from engram.models import CatalogItem, Memory, Tombstone, new_id, utcnow
 from engram.storage.base import CATALOG, Tenant
-from engram.validation import aware, build_row
+from engram.validation import aware, build_row, check_metadata
 
 
 class TenantHandle:
@@ -56,6 +56,7 @@ class CatalogAdmin(TenantHandle):
         metadata: Mapping[str, Any] | None = None,
         created_at: datetime | None = None,
     ) -> CatalogItem:
+        meta = check_metadata(metadata)  # before any work: JSON must hold it as given
         row = build_row(
             CatalogItem,
             id=new_id("catalog"),
@@ -63,7 +64,7 @@ class CatalogAdmin(TenantHandle):
             title=title or "",
             user_id=None,
             created_at=aware(created_at) or utcnow(),
-            metadata=dict(metadata or {}),
+            metadata=meta,
         )
         self._engram._store_row(CATALOG, row)
         return row

@@ -39,7 +39,7 @@ from engram.models import (
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.pipeline import recall as run_recall
 from engram.storage.base import Supersession
-from engram.validation import aware, build_row, check_types
+from engram.validation import aware, build_row, check_metadata, check_types
 
 WRITABLE_TYPES = ("semantic", "procedural")
 SESSION_LOOKBACK = 16  # a new turn's session is looked for among the user's last 16 turns
@@ -71,7 +71,7 @@ class UserMemory(TenantHandle):
         speaker ranks it up (a line that already opens with ``"Name: "`` needs no key).
         """
         text = self._engram._check_text(text)
-        meta = dict(metadata or {})
+        meta = check_metadata(metadata)
         episode_speaker(meta)
         context, context_id = episode_context(meta, self._previous_turn(session_id))
         row = build_row(
@@ -124,6 +124,7 @@ class UserMemory(TenantHandle):
         ``created_at`` backdates the row for imports.
         """
         engram = self._engram
+        meta = check_metadata(metadata)  # before any work: JSON must hold it as given
         if memory_type not in WRITABLE_TYPES:
             raise InvalidInput(
                 f"memory_type must be one of {WRITABLE_TYPES} (episodes are written with "
@@ -152,7 +153,7 @@ class UserMemory(TenantHandle):
             "text": text,
             "user_id": self.user_id,
             "created_at": aware(created_at) or now,
-            "metadata": dict(metadata or {}),
+            "metadata": meta,
             "supersedes": supersede.old_id if supersede else None,
         }
         row: SemanticMemory | ProceduralMemory

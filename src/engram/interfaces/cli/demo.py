@@ -27,7 +27,9 @@ def run_demo(store: str | None, console: Console) -> None:
     console.print(f"[bold]Engram demo[/bold] — store: {store}", soft_wrap=True)
     with Engram.from_settings(settings, store) as eng:
         for name, result in load_samples(eng):
-            counts = ", ".join(f"{v} {k}" for k, v in result.items() if isinstance(v, int) and v)
+            counts = ", ".join(
+                f"{v} {k}" for k, v in result.items() if isinstance(v, int) and v and k != "written"
+            )
             console.print(f"loaded {name}: {counts}")
         for question in QUERIES:
             opts = f" {question.options}" if question.options else ""

@@ -47,13 +47,24 @@ def import_(
     all_: Annotated[
         bool, typer.Option("--all", help="FILE is a whole-store export (`engram export`): load it all")
     ] = False,
+    allow_no_trailer: Annotated[
+        bool,
+        typer.Option(
+            "--allow-no-trailer",
+            help="with --all: import an export that has no trailer (an older Engram's; a cut one "
+            "cannot be told apart from it)",
+        ),
+    ] = False,
     store: StoreOpt = None,
 ) -> None:
     """Import a user's memories (JSON object) or catalog items (JSON array); an invalid file writes
-    nothing. With --all, a whole store written by `engram export`."""
+    nothing, and records already imported are skipped. With --all, a whole store written by `engram
+    export`: checked whole first (a cut or changed file writes nothing), and run again to resume."""
     if all_:
-        _import_all(file, user, store)
+        _import_all(file, user, store, allow_no_trailer)
         return
+    if allow_no_trailer:
+        raise _fail("--allow-no-trailer goes with --all")
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -63,21 +74,27 @@ def import_(
         if isinstance(document, list) and user:
             raise ImportFileError("a JSON array is a catalog file; it takes no --user")
         result = eng.import_json(document, user_id=user, progress=console.is_terminal)
-    counts = ", ".join(f"{v} {k}" for k, v in result.items() if isinstance(v, int) and v)
-    console.print(f"imported {counts or 'nothing'}")
+    kinds = ("episodic", "semantic", "procedural", "catalog")
+    counts = ", ".join(f"{result[k]} {k}" for k in kinds if result.get(k))
+    skipped = f"; skipped {result['skipped']} already there" if result.get("skipped") else ""
+    console.print(f"imported {counts or 'nothing'}{skipped}", highlight=False)
 
 
-def _import_all(file: Path, user: str | None, store: str | None) -> None:
+def _import_all(file: Path, user: str | None, store: str | None, allow_no_trailer: bool) -> None:
     from engram.transfer import import_store
 
     if user:
         raise _fail("--all loads every user of an export; it takes no --user")
     with _engram(store) as eng, file.open(encoding="utf-8") as lines:
         try:
-            counts = import_store(eng, lines)
+            counts = import_store(eng, lines, allow_no_trailer=allow_no_trailer)
         except UnicodeDecodeError as exc:
             raise _fail(f"{file} is not UTF-8 text: {exc}") from None
-    console.print(f"imported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'}")
+    skipped = counts.pop("skipped", 0)
+    summary = ", ".join(f"{v} {k}" for k, v in counts.items()) or "nothing"
+    console.print(
+        f"imported {summary}" + (f"; skipped {skipped} already there" if skipped else ""), highlight=False
+    )
 
 
 @app.command()

@@ -31,6 +31,7 @@ from engram.errors import (
 from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.inspector.routes import mount_inspector
 from engram.interfaces.mcp import build_mcp_server, http_tenant
+from engram.interfaces.rest.imports import ImportJobs
 from engram.interfaces.rest.routes import admin, memories
 from engram.interfaces.rest.schemas import HTTP_CODES
 from engram.memory import Engram, validate_user_id
@@ -92,6 +93,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         anyio.to_thread.current_default_thread_limiter().total_tokens = engram.settings.request_threads
         async with mcp_server.session_manager.run():
             yield
+        app.state.imports.close()
 
     app = FastAPI(
         title="Engram",
@@ -101,6 +103,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     )
     app.state.engram = engram
     app.state.keys = keys
+    app.state.imports = ImportJobs(engram.settings)  # imports sent with an Idempotency-Key
     app.include_router(memories.router)
     app.include_router(admin.router)
     mount_inspector(app)  # /inspector, and the activity log the memory routes record into

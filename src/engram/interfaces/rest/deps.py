@@ -9,6 +9,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from engram.auth import ApiKeys, Principal
 from engram.interfaces.inspector.activity import RecordingMemory
+from engram.interfaces.rest.imports import ImportJobs
 from engram.memory import CatalogAdmin, Engram, UserMemory, validate_user_id
 
 _bearer = HTTPBearer(auto_error=False, description="an Engram API key")
@@ -16,6 +17,10 @@ _bearer = HTTPBearer(auto_error=False, description="an Engram API key")
 
 def get_engram(request: Request) -> Engram:
     return cast(Engram, request.app.state.engram)  # app.state is untyped: create_app sets it
+
+
+def import_jobs(request: Request) -> ImportJobs:
+    return cast(ImportJobs, request.app.state.imports)
 
 
 def get_keys(request: Request) -> ApiKeys:

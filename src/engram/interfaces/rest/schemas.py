@@ -8,10 +8,12 @@ error response is documented with the one error body the server sends.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from fastapi import Header, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from engram.interfaces.rest.imports import MAX_KEY_CHARS, ImportRunning
 from engram.interfaces.vocabulary import MAX_SESSION_ID_CHARS
 from engram.models import (
     MAX_LINE_CHARS,
@@ -197,6 +199,7 @@ HTTP_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
     422: "invalid_input",
+    503: "service_busy",
 }
 _MEANING = {
     401: "missing, unknown or revoked API key",
@@ -205,10 +208,33 @@ _MEANING = {
     409: "the row's state forbids it (e.g. superseding an already superseded fact)",
     413: "request body over 1 MiB (imports: 64 MiB)",
     422: "invalid input (malformed JSON, a wrong type, empty or invisible text...): nothing was changed",
-    503: "the store or a model failed; the server log has the details",
+    503: "the store or a model failed (the server log has the details), or the server is busy",
 }
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for these error statuses, all with the ErrorBody schema."""
     return {status: {"model": ErrorBody, "description": _MEANING[status]} for status in statuses}
+
+
+# Imports as jobs (interfaces/rest/imports.py).
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=MAX_KEY_CHARS,
+        description="names this import: sent again, or polled at GET .../import/{key}, it joins the job "
+        "running or finished under it instead of running twice",
+    ),
+]
+ImportWait = Annotated[
+    float | None,
+    Query(ge=0, le=300, description="seconds to wait for the job (at most the server's import_wait_s)"),
+]
+JobKey = Annotated[str, Path(min_length=1, max_length=MAX_KEY_CHARS, description="the Idempotency-Key")]
+IMPORT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    202: {"model": ImportRunning, "description": "the import goes on: its progress so far"},
+    **error_responses(409),
+}
+IMPORT_STATUS_RESPONSES = {**IMPORT_RESPONSES, **error_responses(404)}

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 
-from engram.importer import CatalogRecord
-from engram.interfaces.rest.deps import AdminDep, KeysDep, get_admin
+from engram.importer import CatalogRecord, import_document
+from engram.interfaces.rest.deps import AdminDep, EngramDep, KeysDep, get_admin, import_jobs
 from engram.interfaces.rest.schemas import (
+    IMPORT_RESPONSES,
+    IMPORT_STATUS_RESPONSES,
     MAX_OFFSET,
     CatalogCreate,
     ForgetResponse,
+    IdempotencyKey,
+    ImportWait,
+    JobKey,
     KeyCreate,
     KeyCreated,
     KeyPublic,
@@ -70,8 +77,30 @@ def forget_catalog_item(memory_id: str, catalog: AdminDep) -> ForgetResponse:
     return ForgetResponse(forgotten=catalog.forget(memory_id))
 
 
-@router.post("/catalog/import")
-def import_catalog(catalog: AdminDep, items: list[CatalogRecord]) -> dict[str, Any]:
-    """Import catalog items ``[{"title", "text", "metadata"?}]``. An invalid list writes nothing;
-    sending it again (after a 503, say) writes only what is missing."""
-    return catalog.import_json(items)
+@router.post("/catalog/import", response_model=dict[str, Any], responses=IMPORT_RESPONSES)
+def import_catalog(
+    request: Request,
+    engram: EngramDep,
+    items: list[CatalogRecord],
+    idempotency_key: IdempotencyKey = None,
+    wait: ImportWait = None,
+) -> Any:
+    """Import catalog items ``[{"title", "text", "metadata"?, "key"?}]``: written are the items not in
+    the catalog yet, the rest counted ``skipped``. An invalid list writes nothing. With an
+    ``Idempotency-Key`` it runs as a job, as ``POST /v1/import`` does."""
+
+    def work(progress: Callable[[int, int], None]) -> dict[str, Any]:
+        return import_document(engram, items, on_progress=progress)
+
+    document = json.dumps([item.model_dump(mode="json") for item in items])
+    return import_jobs(request).run("", idempotency_key, document, work, wait)
+
+
+@router.get(
+    "/catalog/import/{key}",
+    response_model=dict[str, Any],
+    responses=IMPORT_STATUS_RESPONSES,
+)
+def import_catalog_status(request: Request, key: JobKey, wait: ImportWait = None) -> Any:
+    """A catalog import sent with this ``Idempotency-Key``, as ``GET /v1/import/{key}``."""
+    return import_jobs(request).status("", key, wait)

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from engram.importer import UserDocument, import_document
-from engram.interfaces.rest.deps import EngramDep, UserMemoryDep
+from engram.interfaces.rest.deps import EngramDep, UserMemoryDep, import_jobs
 from engram.interfaces.rest.schemas import (
+    IMPORT_RESPONSES,
+    IMPORT_STATUS_RESPONSES,
     MAX_OFFSET,
     CompactRecallResponse,
     ForgetResponse,
+    IdempotencyKey,
+    ImportWait,
+    JobKey,
     Me,
     MemoryCreate,
     MemoryList,
@@ -122,8 +128,29 @@ def forget(memory_id: str, mem: UserMemoryDep) -> ForgetResponse:
     return ForgetResponse(forgotten=mem.forget(memory_id))
 
 
-@router.post("/import")
-def import_memories(engram: EngramDep, mem: UserMemoryDep, document: UserDocument) -> dict[str, Any]:
-    """Import a user document (see the README) into your own memory. An invalid one writes nothing;
-    sending it again (after a 503, say) writes only what is missing."""
-    return import_document(engram, document, user_id=mem.user_id)
+@router.post("/import", response_model=dict[str, Any], responses=IMPORT_RESPONSES)
+def import_memories(
+    request: Request,
+    engram: EngramDep,
+    mem: UserMemoryDep,
+    document: UserDocument,
+    idempotency_key: IdempotencyKey = None,
+    wait: ImportWait = None,
+) -> Any:
+    """Import a user document (see the README) into your own memory: written are the records not in
+    it yet, and the rest are counted ``skipped``. An invalid one writes nothing. With an
+    ``Idempotency-Key`` it runs as a job: 200 with the report if it ends within ``wait`` seconds, else
+    202 with its progress; the same key (sent again, or ``GET /v1/import/{key}``) joins it."""
+    user_id = mem.user_id
+
+    def work(progress: Callable[[int, int], None]) -> dict[str, Any]:
+        return import_document(engram, document, user_id=user_id, on_progress=progress)
+
+    return import_jobs(request).run(user_id, idempotency_key, document.model_dump_json(), work, wait)
+
+
+@router.get("/import/{key}", response_model=dict[str, Any], responses=IMPORT_STATUS_RESPONSES)
+def import_status(request: Request, mem: UserMemoryDep, key: JobKey, wait: ImportWait = None) -> Any:
+    """An import sent with this ``Idempotency-Key``: its report (200) once it ends, else its progress
+    (202) after ``wait`` seconds. 404: unknown to this server process (send the import again)."""
+    return import_jobs(request).status(mem.user_id, key, wait)
