@@ -51,7 +51,7 @@ def hit_rows(hits, gold, source):
         {
             "source": source,
             "rank": h.rank,
-            "rerank": h.explain.get("rerank"),
+            "rerank": rerank if isinstance(rerank := h.explain.get("rerank"), float) else None,  # or a text
             "late": h.explain.get("late_interaction_raw"),
             "dense": h.explain.get("dense_score"),
             "confidence": h.confidence,

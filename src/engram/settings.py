@@ -50,7 +50,7 @@ DEFAULT_RERANK_WEIGHT = 1.0
 # The cross-encoder scores only the leading candidates whose late-interaction MaxSim is within this of
 # the leader's (none when the leader stands alone): it changed the answer mostly among such near-ties,
 # and past them it cost R@5 on conversations. Dev sets (docs/benchmarks.md "Cross-encoder on near-ties").
-DEFAULT_RERANK_GAP = 0.015
+DEFAULT_RERANK_GAP = 0.01
 DEFAULT_LATE_WINDOW = 160  # late interaction scores every fused candidate (2 legs x 80): ~0.1 ms each
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
 DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
