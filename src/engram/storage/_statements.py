@@ -109,8 +109,9 @@ class Forgetting(Protocol[K]):
         """Store an episode's attrs and re-index its text (after its context changed)."""
         ...
 
-    def revive(self, memory_id: str, superseded_by: str) -> None:
-        """Make the row live again (no successor, time or retraction) if ``superseded_by`` replaced it."""
+    def revive(self, memory_id: str, superseded_by: str, retracted: bool) -> None:
+        """Make the row live again (no successor, time or retraction) if ``superseded_by`` replaced it
+        and it is not retracted; a retracted row too when ``retracted`` is true."""
         ...
 
     def relink(self, memory_id: str, superseded_by: str, to: str) -> bool:

@@ -165,9 +165,13 @@ class OpenSearchRows(UnitOfWork):
         values = json.loads(attrs)
         self._change(key, attrs=values, search_text=keyword_text, context_id=values.get("context_id"))
 
-    def revive(self, memory_id: str, superseded_by: str) -> None:
+    def revive(self, memory_id: str, superseded_by: str, retracted: bool) -> None:
         kept = self._get(memory_id)
-        if kept is not None and kept.source.get("superseded_by") == superseded_by:
+        if (
+            kept is not None
+            and kept.source.get("superseded_by") == superseded_by
+            and (retracted or not kept.source.get("retracted"))
+        ):
             self._change(memory_id, superseded_by=None, superseded_at=None, retracted=0)
 
     def relink(self, memory_id: str, superseded_by: str, to: str) -> bool:

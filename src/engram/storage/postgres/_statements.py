@@ -126,11 +126,11 @@ class PostgresRows:
         sql = "UPDATE memories SET attrs = %s::jsonb, search_text = %s WHERE rid = %s AND owner = %s"
         self.conn.execute(sql, (attrs, keyword_text, key, self.owner))
 
-    def revive(self, memory_id: str, superseded_by: str) -> None:
+    def revive(self, memory_id: str, superseded_by: str, retracted: bool) -> None:
         self.conn.execute(
             "UPDATE memories SET superseded_by = NULL, superseded_at = NULL, retracted = 0 "
-            "WHERE id = %s AND owner = %s AND superseded_by = %s",
-            (memory_id, self.owner, superseded_by),
+            "WHERE id = %s AND owner = %s AND superseded_by = %s AND (retracted = 0 OR %s)",
+            (memory_id, self.owner, superseded_by, retracted),
         )
 
     def relink(self, memory_id: str, superseded_by: str, to: str) -> bool:
