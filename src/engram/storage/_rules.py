@@ -134,6 +134,7 @@ class StoreRules(abc.ABC, Generic[K]):
         if not is_well_formed_id(memory_id):
             raise NotFound(str(memory_id))
         with self._tenant_statements(tenant, write=True) as statements:
+            statements.lock_owner()  # before any row: the chain's rows are locked as links lead to them
             gone = statements.delete_row(memory_id)
             if gone is None:
                 raise NotFound(memory_id)
@@ -250,6 +251,8 @@ def _insert_rows(
     """Insert checked rows, then mark the rows they supersede (which may be among them)."""
     if not rows:
         return
+    if supersede:
+        statements.lock_owner()  # before any row lock, as forget does
     batch = {row.id for row in rows}
     rows = [_with_live_context(statements, row, batch) for row in rows]
     statements.insert_rows(rows, vectors, tokens)

@@ -115,6 +115,9 @@ class OpenSearchRows(UnitOfWork):
         ]
 
     # -- inserts and supersession --------------------------------------------------------------
+    def lock_owner(self) -> None:
+        pass  # the unit's tenant lease already keeps the owner's other writers out
+
     def has_row(self, memory_id: str) -> bool:
         return self._get(memory_id) is not None
 

@@ -79,6 +79,11 @@ class PostgresRows:
         return [(i, t, c, f) for i, t, c, f in self.conn.execute(sql, (self.owner,)).fetchall()]
 
     # -- inserts and supersession --------------------------------------------------------------
+    def lock_owner(self) -> None:
+        # A transaction-scoped advisory lock on the owner, taken before any row lock; it stacks when
+        # taken again in the same transaction (consolidation's claim, then its supersessions).
+        self.conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.owner,))
+
     def has_row(self, memory_id: str) -> bool:
         # The key-share lock makes a concurrent forget of that turn wait for this insert, then clear
         # the context itself.
@@ -157,7 +162,7 @@ class PostgresRows:
 
     # -- consolidation -------------------------------------------------------------------------
     def claim_waiting(self, episode_ids: Sequence[str]) -> int:
-        self.conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.owner,))  # one run per user
+        self.lock_owner()  # one consolidation run per user, and no forget or supersession meanwhile
         sql = f"""SELECT count(*) FROM memories WHERE owner = %s AND memory_type = 'episodic'
                   AND consolidated = {WAITING} AND id = ANY(%s)"""
         row = self.conn.execute(sql, (self.owner, list(episode_ids))).fetchone()

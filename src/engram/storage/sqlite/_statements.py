@@ -76,6 +76,9 @@ class SQLiteRows:
         return [(i, t, as_time(c), as_time(f)) for i, t, c, f in fetch_all(self.conn, sql, (self.owner,))]
 
     # -- inserts and supersession --------------------------------------------------------------
+    def lock_owner(self) -> None:
+        pass  # the caller's BEGIN IMMEDIATE already keeps every other writer out
+
     def has_row(self, memory_id: str) -> bool:
         return (
             fetch_one(self.conn, "SELECT 1 FROM memories WHERE id = ? AND owner = ?", (memory_id, self.owner))
