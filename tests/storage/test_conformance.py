@@ -482,3 +482,36 @@ def test_apply_consolidation_cannot_touch_another_tenant(store, embedder):
             store.apply_consolidation("sarah", plan(store, embedder, [eps], **bad))
     assert [e.id for e in store.waiting_episodes("sarah", 10)] == [eps.id]
     assert store.fetch("bob", [bobs.id])[0].use_count == 0
+
+
+def test_text_scores_do_not_depend_on_other_tenants_rows(store, embedder):
+    """A hit's bm25_score is shown to its tenant (explain): if corpus statistics counted other tenants'
+    rows, comparing the scores of two own rows that differ in one word would tell whether other tenants
+    use that word (issue 26, item 17). Each owner's rows are their own corpus on every backend."""
+    put(
+        store,
+        embedder,
+        "sarah",
+        episode("sarah", "the zigbee sensor in the hall went offline again"),
+        episode("sarah", "firmware update for the thermostat failed twice"),
+        episode("sarah", "zigbee pairing needs the hub close by"),
+        fact("sarah", "Sarah's hub runs firmware v15.3"),
+        fact("sarah", "Sarah owns a garden shed"),
+    )
+    item = CatalogItem(id=new_id("catalog"), text="Zigbee sensors pair in 30 s", user_id=None, created_at=T0)
+    put(store, embedder, CATALOG, item)
+    queries = ["zigbee sensor firmware", "v15.3 thermostat", "garden"]
+
+    def scores():
+        return {q: [(h.id, h.score) for h in store.search_text("sarah", q, ALL, 50)] for q in queries}
+
+    before = scores()
+    assert all(before.values()) and {i for i, _ in before["zigbee sensor firmware"]} >= {item.id}
+    # Another tenant writes rows with the query's words and rows without them (row counts, lengths).
+    bob = [episode("bob", f"zigbee sensor {i} firmware v15.3 thermostat garden") for i in range(12)]
+    bob += [episode("bob", f"an unrelated note number {i} " + "about nothing much " * 8) for i in range(12)]
+    put(store, embedder, "bob", *bob)
+    assert store.search_text("bob", "zigbee", ALL, 50)  # bob's rows are indexed and found
+    assert scores() == before
+    store.forget("bob", bob[0].id, T0)  # and a forget of another tenant's row changes nothing either
+    assert scores() == before

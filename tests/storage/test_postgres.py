@@ -373,11 +373,11 @@ def test_concurrent_forgets_of_adjacent_links_never_deadlock(pg, embedder):
         a, b, c = chain
         start = threading.Barrier(2)
 
-        def forget(memory_id):
+        def forget(memory_id, start=start):
             start.wait()
             try:
                 store.forget("sarah", memory_id, T0)
-            except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+            except BaseException as exc:  # collected and asserted below
                 failures.append(exc)
 
         threads = [threading.Thread(target=forget, args=(i,)) for i in (b.id, c.id)]

@@ -1,7 +1,7 @@
 """The OpenSearch store's indices, their versioned mappings, and the tenant role the server enforces.
 
 Three indices per store, each a versioned concrete index behind an alias (``{prefix}memories`` ->
-``{prefix}memories-v1``): a new mapping version is a new index, filled by ``_reindex`` and swapped in
+``{prefix}memories-v2``): a new mapping version is a new index, filled by ``_reindex`` and swapped in
 by one atomic alias change (``_migrate``: ``engram.storage.opensearch.migrate``), so readers never see
 a half-migrated store.
 
@@ -26,7 +26,11 @@ import json
 import re
 from typing import Any
 
-MAPPING_VERSION = 1  # the mappings below; a change is a new version, migrated by reindex + alias swap
+from engram.storage.opensearch._lexical import SIMILARITY, similarity
+
+# The mappings below; a change is a new version, migrated by reindex + alias swap. 2: search_text's
+# similarity scores with per-owner statistics Engram sends (``_lexical``), not the shard's.
+MAPPING_VERSION = 2
 KINDS = ("memories", "tombstones", "store")
 TENANT_USER_PREFIXES = ("engram_u_", "engram_h_")  # the service account may impersonate only these
 CATALOG_USER = "engram_catalog"
@@ -40,7 +44,8 @@ MEMORY_FIELDS: dict[str, Any] = {
     "owner": {"type": "keyword"},
     "memory_type": {"type": "keyword"},
     "text": {"type": "text", "index": False},
-    "search_text": {"type": "text", "analyzer": "english"},  # BM25 over the keyword text
+    # BM25 over the keyword text, with each owner's own statistics (``_lexical``)
+    "search_text": {"type": "text", "analyzer": "english", "similarity": SIMILARITY},
     "created_at": _TIME,
     "event_at": _TIME,
     "metadata": _NOT_INDEXED,
@@ -105,6 +110,7 @@ def index_body(kind: str, dim: int, shards: int, replicas: int) -> dict[str, Any
     settings: dict[str, Any] = {"number_of_shards": shards, "number_of_replicas": replicas}
     if kind == "memories":
         settings["knn"] = True
+        settings["similarity"] = {SIMILARITY: similarity()}
         properties["embedding"] = {
             "type": "knn_vector",
             "dimension": dim,

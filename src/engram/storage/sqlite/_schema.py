@@ -9,6 +9,7 @@ import apsw
 import sqlite_vec
 
 from engram.errors import StorageError
+from engram.storage.sqlite._fts import owner_bm25
 
 # 2: memory_tokens, episode context; 3: episodes marked consolidated (older Engrams refuse the file)
 SCHEMA_VERSION = 3
@@ -86,6 +87,7 @@ def connect(path: Path) -> apsw.Connection:
     conn.enable_load_extension(True)
     conn.load_extension(sqlite_vec.loadable_path())
     conn.enable_load_extension(False)
+    conn.register_fts5_function("engram_bm25", owner_bm25)
     # page_size only takes effect before the first table exists; 8 KiB keeps a 1.5 KiB
     # embedding inside its b-tree cell instead of an overflow page.
     conn.execute("PRAGMA page_size = 8192")

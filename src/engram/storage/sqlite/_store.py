@@ -157,21 +157,23 @@ class SQLiteStore(StoreRules[int]):
         terms = fts_query(owners, query)
         if terms is None or not where.memory_types:
             return []
-        # Type and state are filtered on the joined row, not as FTS terms: bm25() counts the document
+        # Type and state are filtered on the joined row, not as FTS terms: BM25 counts the document
         # frequency of every phrase in the query, and a "live" or "episodic" token is in every row of
         # the store (measured: 4 ms of a 4.4 ms query at 100k rows). The owner is checked again here,
-        # as a second wall behind the owner-prefixed terms.
+        # as a second wall behind the owner-prefixed terms. engram_bm25 (``_fts.owner_bm25``) ranks
+        # over each owner's rows: the row counts are the owners' (the subqueries run once).
+        counts = ", ".join(["(SELECT count(*) FROM memories WHERE owner = ?)"] * len(owners))
         sql = f"""
-            SELECT m.id, bm25(memory_fts) AS score
+            SELECT m.id, engram_bm25(memory_fts, {counts}) AS score
             FROM memory_fts JOIN memories m ON m.rid = memory_fts.rowid
             WHERE memory_fts MATCH ? AND m.owner IN ({marks(len(owners))})
               AND m.memory_type IN ({marks(len(where.memory_types))})
               {"" if where.include_superseded else "AND m.superseded_by IS NULL"}
-            ORDER BY score LIMIT ?"""
-        params = (terms, *owners, *sorted(where.memory_types), limit)
+            ORDER BY score DESC, m.rid LIMIT ?"""
+        params = (*owners, terms, *owners, *sorted(where.memory_types), limit)
         with self._errors():
             rows = fetch_all(self._conn(), sql, params)
-        return [LegHit(id=i, score=-s) for i, s in rows]  # FTS5 bm25() is negated: lower is better
+        return [LegHit(id=i, score=s) for i, s in rows]
 
     def search_vector(self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int) -> list[LegHit]:
         if not where.memory_types:
