@@ -165,12 +165,13 @@ def test_migrate_refuses_to_go_down_and_changes_nothing(opensearch_node, os_pref
     node = opensearch_node
     prefix = os_prefixes()
     open_store(node, prefix).close()  # tombstones and store at the current version
-    ok(node.request("PUT", f"/{prefix}memories-v2", {"aliases": {f"{prefix}memories": {}}}))
+    newer = MAPPING_VERSION + 1
+    ok(node.request("PUT", f"/{prefix}memories-v{newer}", {"aliases": {f"{prefix}memories": {}}}))
     before = aliased(node, prefix)
-    with pytest.raises(StorageError, match=r"cannot migrate down: .*memories is at v2"):
+    with pytest.raises(StorageError, match=rf"cannot migrate down: .*memories is at v{newer}"):
         migrate(f"opensearchs://{node.address}", options_for(node, prefix))
     assert aliased(node, prefix) == before
-    with pytest.raises(StorageError, match=r"mapping version 2, newer .*: upgrade Engram"):
+    with pytest.raises(StorageError, match=rf"mapping version {newer}, newer .*: upgrade Engram"):
         open_store(node, prefix)
 
 

@@ -6,8 +6,8 @@ by one atomic alias change (``_migrate``: ``engram.storage.opensearch.migrate``)
 a half-migrated store.
 
 * ``memories``: every memory type and the catalog in one index, ``memory_type`` a keyword field. Recall
-  searches all types at once: one index means one BM25 corpus (as SQLite's and PostgreSQL's one
-  table) and one k-NN search per shard instead of four merged ones. Measured on the test node (6k
+  searches all types at once: one index means one text search and one k-NN search per shard instead
+  of four merged ones (BM25's statistics are still each owner's own: ``_lexical``). Measured on the test node (6k
   384-d documents, 50 tenants, both legs in one _msearch, k = 80): one index p50 63.6 / p95 68.5 ms, an
   index per type 68.6 / 82.6 ms.
 * ``tombstones``: what a forget leaves (no text).
