@@ -7,9 +7,9 @@ a half-migrated store.
 
 * ``memories``: every memory type and the catalog in one index, ``memory_type`` a keyword field. Recall
   searches all types at once: one index means one text search and one k-NN search per shard instead
-  of four merged ones (BM25's statistics are still each owner's own: ``_lexical``). Measured on the test node (6k
-  384-d documents, 50 tenants, both legs in one _msearch, k = 80): one index p50 63.6 / p95 68.5 ms, an
-  index per type 68.6 / 82.6 ms.
+  of four merged ones (BM25's statistics are still each owner's own: ``_lexical``). Measured on the
+  test node (6k 384-d documents, 50 tenants, both legs in one _msearch, k = 80): one index p50 63.6 /
+  p95 68.5 ms, an index per type 68.6 / 82.6 ms.
 * ``tombstones``: what a forget leaves (no text).
 * ``store``: what no tenant owns, by document kind: ``meta`` (models), ``key`` (API keys by hash),
   ``tenant`` (user ids, for the consolidation worker and exports) and ``lock`` (a tenant's write lease).

@@ -13,6 +13,8 @@ Layout (the schema is in ``_schema``)
 * ``memory_tokens``: each row's late-interaction token vectors (int8), clustered by owner like
   ``memory_vec``; rows written before it existed have none and are encoded at recall time.
 * ``tombstones``: what is left of forgotten rows (no text).
+* ``owner_rows``: each owner's row count, kept by triggers: BM25 ranks over the owner's rows only
+  (``_fts.owner_bm25``), so a tenant's scores never move with another tenant's writes.
 
 The Store rules are shared (engram.storage._rules); this module opens connections and transactions and
 runs the two search legs; ``_statements`` holds the statements the rules run.
@@ -161,8 +163,8 @@ class SQLiteStore(StoreRules[int]):
         # frequency of every phrase in the query, and a "live" or "episodic" token is in every row of
         # the store (measured: 4 ms of a 4.4 ms query at 100k rows). The owner is checked again here,
         # as a second wall behind the owner-prefixed terms. engram_bm25 (``_fts.owner_bm25``) ranks
-        # over each owner's rows: the row counts are the owners' (the subqueries run once).
-        counts = ", ".join(["(SELECT count(*) FROM memories WHERE owner = ?)"] * len(owners))
+        # over each owner's rows: the row counts are the owners' (``owner_rows``; the subqueries run once).
+        counts = ", ".join(["coalesce((SELECT n FROM owner_rows WHERE owner = ?), 0)"] * len(owners))
         sql = f"""
             SELECT m.id, engram_bm25(memory_fts, {counts}) AS score
             FROM memory_fts JOIN memories m ON m.rid = memory_fts.rowid
