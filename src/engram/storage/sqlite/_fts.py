@@ -23,8 +23,8 @@ def owner_prefix(owner: str) -> str:
     are counted over the tenant's rows only: a query costs O(tenant), not O(whole store) (measured at
     100k rows / 1k users: bm25() over global doclists took 7.7 ms of a 8.4 ms query), and a tenant's
     scores reveal nothing about other tenants' words (``owner_bm25`` takes the row count per owner
-    too). Digits only, because the porter stemmer counts
-    vowel-consonant sequences: a digit prefix never changes how the word is stemmed. A collision
+    too). Digits only, because the porter stemmer counts vowel-consonant sequences: a digit prefix
+    never changes how the word is stemmed. A collision
     between two tenants (1 in 10^12) would only merge their term statistics: rows are still filtered
     by owner.
     """
