@@ -21,6 +21,7 @@ from engram.models import (
 from engram.storage.base import CATALOG, SearchFilter, Supersession
 
 ALL = SearchFilter(frozenset({"episodic", "semantic", "procedural", "catalog"}))
+ALL_WITH_OLD = SearchFilter(ALL.memory_types, include_superseded=True)
 T0 = datetime(2025, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
 
 
@@ -322,7 +323,7 @@ def test_forgetting_a_link_of_a_supersession_chain_mends_it(store, embedder):
     a_now, c_now = store.fetch("sarah", [a.id, c.id])
     assert (a_now.superseded_by, a_now.retracted, c_now.supersedes) == (c.id, True, a.id)
     assert [h.id for h in store.search_vector("sarah", embedder.embed_query("where"), live, 10)] == [c.id]
-    store.forget("sarah", c.id, T0)  # the head: a is live again, and can be superseded anew
+    store.forget("sarah", c.id, T0, revive_retracted=True)  # the head, asked to: a is live again
     (a_now,) = store.fetch("sarah", [a.id])
     assert (a_now.superseded_by, a_now.superseded_at, a_now.retracted) == (None, None, False)
     assert [h.id for h in store.search_vector("sarah", embedder.embed_query("where"), live, 10)] == [a.id]
@@ -330,6 +331,28 @@ def test_forgetting_a_link_of_a_supersession_chain_mends_it(store, embedder):
     d = fact("sarah", "Sarah lives in Glasgow", supersedes=a.id)
     put(store, embedder, "sarah", d, supersede={d.id: Supersession(a.id, retract=False, at=T0)})
     assert store.fetch("sarah", [a.id])[0].superseded_by == d.id
+    store.forget("sarah", d.id, T0)  # a natural update forgotten: the value before it is current again
+    assert store.fetch("sarah", [a.id])[0].superseded_by is None
+
+
+def test_forgetting_a_harsh_correction_leaves_the_fact_retracted(store, embedder):
+    """A harsh contradiction says the old fact was never true: forgetting the correction does not make
+    it true again (issue 26, item 19). It stays retracted and out of live recall."""
+    live = SearchFilter(frozenset({"semantic"}))
+    a = put(store, embedder, "sarah", fact("sarah", "Sarah is allergic to penicillin"))
+    b = fact("sarah", "Sarah was never allergic to anything", supersedes=a.id)
+    at = T0 + timedelta(hours=1)
+    put(store, embedder, "sarah", b, supersede={b.id: Supersession(a.id, retract=True, at=at)})
+    store.forget("sarah", b.id, T0 + timedelta(hours=2))
+    (a_now,) = store.fetch("sarah", [a.id])
+    assert (a_now.superseded_by, a_now.superseded_at, a_now.retracted) == (b.id, at, True)
+    assert store.search_text("sarah", "penicillin", live, 10) == []
+    assert store.search_vector("sarah", embedder.embed_query("allergic"), live, 10) == []
+    assert [h.id for h in store.search_text("sarah", "penicillin", ALL_WITH_OLD, 10)] == [a.id]
+    assert store.list_memories("sarah", "semantic") == []
+    with pytest.raises(Conflict):  # still superseded: a new fact is written, not chained onto it
+        c = fact("sarah", "Sarah is allergic to latex", supersedes=a.id)
+        put(store, embedder, "sarah", c, supersede={c.id: Supersession(a.id, retract=False, at=T0)})
 
 
 def test_list_pages_newest_first(store, embedder):
@@ -459,3 +482,36 @@ def test_apply_consolidation_cannot_touch_another_tenant(store, embedder):
             store.apply_consolidation("sarah", plan(store, embedder, [eps], **bad))
     assert [e.id for e in store.waiting_episodes("sarah", 10)] == [eps.id]
     assert store.fetch("bob", [bobs.id])[0].use_count == 0
+
+
+def test_text_scores_do_not_depend_on_other_tenants_rows(store, embedder):
+    """A hit's bm25_score is shown to its tenant (explain): if corpus statistics counted other tenants'
+    rows, comparing the scores of two own rows that differ in one word would tell whether other tenants
+    use that word (issue 26, item 17). Each owner's rows are their own corpus on every backend."""
+    put(
+        store,
+        embedder,
+        "sarah",
+        episode("sarah", "the zigbee sensor in the hall went offline again"),
+        episode("sarah", "firmware update for the thermostat failed twice"),
+        episode("sarah", "zigbee pairing needs the hub close by"),
+        fact("sarah", "Sarah's hub runs firmware v15.3"),
+        fact("sarah", "Sarah owns a garden shed"),
+    )
+    item = CatalogItem(id=new_id("catalog"), text="Zigbee sensors pair in 30 s", user_id=None, created_at=T0)
+    put(store, embedder, CATALOG, item)
+    queries = ["zigbee sensor firmware", "v15.3 thermostat", "garden"]
+
+    def scores():
+        return {q: [(h.id, h.score) for h in store.search_text("sarah", q, ALL, 50)] for q in queries}
+
+    before = scores()
+    assert all(before.values()) and {i for i, _ in before["zigbee sensor firmware"]} >= {item.id}
+    # Another tenant writes rows with the query's words and rows without them (row counts, lengths).
+    bob = [episode("bob", f"zigbee sensor {i} firmware v15.3 thermostat garden") for i in range(12)]
+    bob += [episode("bob", f"an unrelated note number {i} " + "about nothing much " * 8) for i in range(12)]
+    put(store, embedder, "bob", *bob)
+    assert store.search_text("bob", "zigbee", ALL, 50)  # bob's rows are indexed and found
+    assert scores() == before
+    store.forget("bob", bob[0].id, T0)  # and a forget of another tenant's row changes nothing either
+    assert scores() == before

@@ -16,7 +16,7 @@ import pytest
 
 from engram import Engram, NotFound
 from engram.errors import StorageError
-from engram.storage.opensearch import OpenSearchOptions, OpenSearchStore
+from engram.storage.opensearch import MAPPING_VERSION, OpenSearchOptions, OpenSearchStore
 from tests.conftest import make_store, opensearch_options
 from tests.opensearch_node.node import OpenSearchNode
 from tests.test_isolation import (  # the same suite, on OpenSearch (the eng fixture below)
@@ -127,10 +127,12 @@ def test_indices_are_versioned_behind_aliases(store, request):
     prefix = store.names.prefix
     aliases = node.request("GET", f"/_alias/{prefix}*")[1]
     assert {i: list(a["aliases"]) for i, a in aliases.items()} == {
-        f"{prefix}{kind}-v1": [f"{prefix}{kind}"] for kind in ("memories", "tombstones", "store")
+        f"{prefix}{kind}-v{MAPPING_VERSION}": [f"{prefix}{kind}"]
+        for kind in ("memories", "tombstones", "store")
     }
-    mapping = node.request("GET", f"/{prefix}memories/_mapping")[1][f"{prefix}memories-v1"]["mappings"]
-    assert mapping["_meta"]["engram_mapping_version"] == 1
+    current = f"{prefix}memories-v{MAPPING_VERSION}"
+    mapping = node.request("GET", f"/{prefix}memories/_mapping")[1][current]["mappings"]
+    assert mapping["_meta"]["engram_mapping_version"] == MAPPING_VERSION
     assert mapping["properties"]["embedding"]["method"]["engine"] == "lucene"
     assert mapping["properties"]["search_text"]["analyzer"] == "english"
 

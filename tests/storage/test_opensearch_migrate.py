@@ -2,9 +2,10 @@
 
 The "old version" is made here: a store written through Engram (two tenants, the catalog, a tombstone,
 an API key) is moved onto ``{prefix}{kind}-v0`` indices with an older mapping (``_meta`` version 0, and
-``search_text`` with the standard analyzer where v1 stems with the english one), its aliases pointing at
-them. Migrating must bring every document back behind v1 aliases with the v1 mapping, readable through
-the Store API with isolation intact, once (a second run changes nothing), and never down.
+``search_text`` with the standard analyzer where v1 stems with the english one, and Lucene's BM25
+where v2 scores with Engram's per-owner statistics), its aliases pointing at them. Migrating must bring
+every document back behind the current version's aliases and mapping, readable through the Store API
+with isolation intact, once (a second run changes nothing), and never down.
 """
 
 from __future__ import annotations
@@ -48,12 +49,13 @@ def v0_body(kind: str) -> dict:
 
 
 def downgrade_to_v0(node: OpenSearchNode, prefix: str, body=v0_body) -> None:
-    """Move a v1 store onto ``-v0`` indices of ``body``'s mapping, its aliases pointing at them."""
+    """Move a current store onto ``-v0`` indices of ``body``'s mapping, its aliases pointing at them."""
     for kind in KINDS:
         ok(node.request("PUT", f"/{prefix}{kind}-v0", body(kind)))
-        copy = {"source": {"index": f"{prefix}{kind}-v1"}, "dest": {"index": f"{prefix}{kind}-v0"}}
+        current = f"{prefix}{kind}-v{MAPPING_VERSION}"
+        copy = {"source": {"index": current}, "dest": {"index": f"{prefix}{kind}-v0"}}
         assert ok(node.request("POST", "/_reindex?refresh=true", copy))["failures"] == []
-        ok(node.request("DELETE", f"/{prefix}{kind}-v1"))
+        ok(node.request("DELETE", f"/{current}"))
         ok(
             node.request(
                 "POST",
@@ -100,7 +102,9 @@ def old_store(opensearch_node, os_prefixes, embedder, reranker, token_encoder):
     return prefix, rows, before
 
 
-def test_migrate_moves_an_old_store_to_v1_once(opensearch_node, old_store, embedder, reranker, token_encoder):
+def test_migrate_moves_an_old_store_to_the_current_version_once(
+    opensearch_node, old_store, embedder, reranker, token_encoder
+):
     node = opensearch_node
     prefix, rows, before = old_store
     url = f"opensearchs://{node.address}"
@@ -124,12 +128,14 @@ def test_migrate_moves_an_old_store_to_v1_once(opensearch_node, old_store, embed
     after = aliased(node, prefix)
     assert after == {
         **{f"{prefix}{kind}-v0": [] for kind in KINDS},  # kept for the operator, read-only
-        **{f"{prefix}{kind}-v1": [f"{prefix}{kind}"] for kind in KINDS},
+        **{f"{prefix}{kind}-v{MAPPING_VERSION}": [f"{prefix}{kind}"] for kind in KINDS},
     }
     assert counts(node, prefix) == before
-    mapping = ok(node.request("GET", f"/{prefix}memories/_mapping"))[f"{prefix}memories-v1"]["mappings"]
+    current = f"{prefix}memories-v{MAPPING_VERSION}"
+    mapping = ok(node.request("GET", f"/{prefix}memories/_mapping"))[current]["mappings"]
     assert mapping["_meta"]["engram_mapping_version"] == MAPPING_VERSION
     assert mapping["properties"]["search_text"]["analyzer"] == "english"
+    assert mapping["properties"]["search_text"]["similarity"] == "engram_bm25"  # version 2
     assert ok(node.request("POST", f"/{prefix}memories/_count", stemmed))["count"] == 3  # re-analysed
     old = ok(node.request("GET", f"/{prefix}memories-v0/_settings"))[f"{prefix}memories-v0"]
     assert old["settings"]["index"]["blocks"]["write"] == "true"
@@ -145,7 +151,7 @@ def test_migrate_moves_an_old_store_to_v1_once(opensearch_node, old_store, embed
         assert [t.id for t in eng.store.tombstones("bob")] == [rows["bob_turn"].id]
         assert eng.store.tombstones("sarah") == []
         assert eng.store.find_key("hash1") is not None
-        assert sarah.write("Sarah's bike is blue").id  # writes go to v1
+        assert sarah.write("Sarah's bike is blue").id  # writes go to the current version
     finally:
         eng.close()
 
@@ -158,13 +164,14 @@ def test_migrate_moves_an_old_store_to_v1_once(opensearch_node, old_store, embed
 def test_migrate_refuses_to_go_down_and_changes_nothing(opensearch_node, os_prefixes):
     node = opensearch_node
     prefix = os_prefixes()
-    open_store(node, prefix).close()  # tombstones and store at v1
-    ok(node.request("PUT", f"/{prefix}memories-v2", {"aliases": {f"{prefix}memories": {}}}))
+    open_store(node, prefix).close()  # tombstones and store at the current version
+    newer = MAPPING_VERSION + 1
+    ok(node.request("PUT", f"/{prefix}memories-v{newer}", {"aliases": {f"{prefix}memories": {}}}))
     before = aliased(node, prefix)
-    with pytest.raises(StorageError, match=r"cannot migrate down: .*memories is at v2"):
+    with pytest.raises(StorageError, match=rf"cannot migrate down: .*memories is at v{newer}"):
         migrate(f"opensearchs://{node.address}", options_for(node, prefix))
     assert aliased(node, prefix) == before
-    with pytest.raises(StorageError, match=r"mapping version 2, newer .*: upgrade Engram"):
+    with pytest.raises(StorageError, match=rf"mapping version {newer}, newer .*: upgrade Engram"):
         open_store(node, prefix)
 
 
@@ -208,7 +215,8 @@ def test_a_step_script_runs_in_the_copy_and_writes_meanwhile_are_refused(
     monkeypatch.setattr(_migrate._Migration, "_copy", copy_with_a_write)
     done = migrate(f"opensearchs://{node.address}", options_for(node, prefix), delete_old=True)
     assert [(m.kind, m.documents, m.old_deleted) for m in done] == [("memories", 2, True)]
-    assert aliased(node, prefix) == {f"{prefix}memories-v1": [f"{prefix}memories"]}  # v0 deleted
+    current = f"{prefix}memories-v{MAPPING_VERSION}"
+    assert aliased(node, prefix) == {current: [f"{prefix}memories"]}  # v0 deleted
     assert during[0][0] == 403 and "cluster_block_exception" in str(during[0][1])  # refused, not lost
     for doc_id, has in (("a", True), ("b", False)):
         assert ok(node.request("GET", f"/{prefix}memories/_doc/{doc_id}"))["_source"]["has_tokens"] is has
@@ -223,7 +231,7 @@ def test_a_failed_copy_leaves_the_old_store_as_it_was(opensearch_node, os_prefix
     )  # a null dereference
     with pytest.raises(StorageError, match="reindex"):
         migrate(f"opensearchs://{node.address}", options_for(node, prefix))
-    assert aliased(node, prefix) == {f"{prefix}memories-v0": [f"{prefix}memories"]}  # no v1 left behind
+    assert aliased(node, prefix) == {f"{prefix}memories-v0": [f"{prefix}memories"]}  # no new index left
     settings = ok(node.request("GET", f"/{prefix}memories-v0/_settings"))[f"{prefix}memories-v0"]["settings"]
     assert settings["index"].get("blocks", {}).get("write") in (None, "false")  # writers let in again
 
@@ -232,10 +240,9 @@ def test_an_interrupted_migration_is_named_not_overwritten(opensearch_node, os_p
     node = opensearch_node
     prefix = os_prefixes()
     memories_v0(node, prefix)
-    ok(node.request("PUT", f"/{prefix}memories-v1", {}))  # what a killed migration leaves
-    with pytest.raises(
-        StorageError, match=rf"index {prefix}memories-v1 exists .* delete {prefix}memories-v1"
-    ):
+    new = f"{prefix}memories-v{MAPPING_VERSION}"
+    ok(node.request("PUT", f"/{new}", {}))  # what a killed migration leaves
+    with pytest.raises(StorageError, match=rf"index {new} exists .* delete {new}"):
         migrate(f"opensearchs://{node.address}", options_for(node, prefix))
     assert ok(node.request("GET", f"/{prefix}memories-v0/_count"))["count"] == 2
 

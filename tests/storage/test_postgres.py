@@ -347,3 +347,47 @@ def test_a_heavy_tenant_gets_its_own_hnsw_index_and_recall_uses_it(database, req
     with pytest.raises(ConfigError, match="schema owner"):
         runtime_only.index_heavy_tenants(10)
     runtime_only.close()
+
+
+def test_concurrent_forgets_of_adjacent_links_never_deadlock(pg, embedder):
+    """Forgetting B and C of a chain A <- B <- C at once: forget(B) deletes B, then updates A and C;
+    forget(C) deletes C, then updates B. Locking rows as they come took them in opposite orders and
+    PostgreSQL aborted one as a deadlock (a 503). Both must succeed, in either order, every time, and
+    leave A live."""
+    from engram.storage.base import Supersession
+
+    store, _, _ = pg
+    vec = embedder.embed_documents(["Sarah lives somewhere"])
+    failures: list[BaseException] = []
+    for round_ in range(30):
+        chain = []
+        for city in ("Bristol", "Leith", "Edinburgh"):
+            row = SemanticMemory(
+                id=new_id("semantic"),
+                text=f"Sarah lives in {city} ({round_})",
+                user_id="sarah",
+                created_at=T0,
+                supersedes=chain[-1].id if chain else None,
+            )
+            supersede = {row.id: Supersession(chain[-1].id, retract=False, at=T0)} if chain else None
+            store.insert("sarah", [row], vec, supersede)
+            chain.append(row)
+        a, b, c = chain
+        start = threading.Barrier(2)
+
+        def forget(memory_id, start=start):
+            start.wait()
+            try:
+                store.forget("sarah", memory_id, T0)
+            except BaseException as exc:  # collected and asserted below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=forget, args=(i,)) for i in (b.id, c.id)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures, f"round {round_}: {failures[0]!r}"
+        (a_now,) = store.fetch("sarah", [a.id])
+        assert (a_now.superseded_by, store.fetch("sarah", [b.id, c.id])) == (None, [])
+        store.forget("sarah", a.id, T0)

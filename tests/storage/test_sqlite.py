@@ -147,3 +147,43 @@ def test_a_writer_of_this_process_bounds_a_use_count_wait_and_nesting_fails_at_o
             store.record_use("sarah", {"sem_x": 1}, datetime.now(UTC))
         assert time.monotonic() - started < 1
     store.close()
+
+
+def test_row_counts_per_owner_follow_writes_and_are_made_for_older_files(tmp_path, embedder):
+    """BM25's row count per owner (``owner_rows``, kept by triggers): filled once for a file written
+    before it existed, then kept by every insert and delete."""
+    from engram.models import SemanticMemory, new_id
+
+    at = datetime(2025, 1, 1, tzinfo=UTC)
+
+    def counts(store):
+        return dict(store._conn().execute("SELECT owner, n FROM owner_rows WHERE n > 0").fetchall())
+
+    def write(store, user, n):
+        rows = [
+            SemanticMemory(id=new_id("semantic"), text=f"{user} fact {i}", user_id=user, created_at=at)
+            for i in range(n)
+        ]
+        store.insert(user, rows, embedder.embed_documents([r.text for r in rows]))
+        return rows
+
+    store = SQLiteStore(tmp_path / "e.db")
+    store.ensure_model(embedder.name, embedder.dim)
+    sarah = write(store, "sarah", 3)
+    write(store, "bob", 2)
+    assert counts(store) == {"sarah": 3, "bob": 2}
+    store.forget("sarah", sarah[0].id, at)
+    assert counts(store) == {"sarah": 2, "bob": 2}
+    conn = store._conn()  # a file from before owner_rows
+    for statement in (
+        "DROP TRIGGER owner_rows_insert",
+        "DROP TRIGGER owner_rows_delete",
+        "DROP TABLE owner_rows",
+    ):
+        conn.execute(statement)
+    store.close()
+    reopened = SQLiteStore(tmp_path / "e.db")
+    assert counts(reopened) == {"sarah": 2, "bob": 2}
+    write(reopened, "sarah", 1)
+    assert counts(reopened) == {"sarah": 3, "bob": 2}
+    reopened.close()

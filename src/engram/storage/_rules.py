@@ -130,17 +130,20 @@ class StoreRules(abc.ABC, Generic[K]):
         with self._tenant_statements(tenant, write=True) as statements:
             statements.set_tokens(tokens)
 
-    def forget(self, tenant: Tenant, memory_id: str, at: datetime) -> Tombstone:
+    def forget(
+        self, tenant: Tenant, memory_id: str, at: datetime, *, revive_retracted: bool = False
+    ) -> Tombstone:
         if not is_well_formed_id(memory_id):
             raise NotFound(str(memory_id))
         with self._tenant_statements(tenant, write=True) as statements:
+            statements.lock_owner()  # before any row: the chain's rows are locked as links lead to them
             gone = statements.delete_row(memory_id)
             if gone is None:
                 raise NotFound(memory_id)
             if gone.memory_type == "episodic":
                 _drop_quotes(statements, memory_id)
             if gone.supersedes:
-                _mend_chain(statements, memory_id, gone.supersedes, gone.superseded_by)
+                _mend_chain(statements, memory_id, gone.supersedes, gone.superseded_by, revive_retracted)
             tombstone = Tombstone(
                 id=memory_id,
                 user_id=tenant,
@@ -271,6 +274,8 @@ def _insert_rows(
     """Insert checked rows, then mark the rows they supersede (which may be among them)."""
     if not rows:
         return
+    if supersede:
+        statements.lock_owner()  # before any row lock, as forget does
     batch = {row.id for row in rows}
     rows = [_with_live_context(statements, row, batch) for row in rows]
     statements.insert_rows(rows, vectors, tokens)
@@ -299,11 +304,16 @@ def _drop_quotes(statements: TenantStatements[K], episode_id: str) -> None:
         statements.set_context(key, memory_to_row(cleared)["attrs"], keyword_text_of(cleared))
 
 
-def _mend_chain(statements: TenantStatements[K], gone: str, before: str, after: str | None) -> None:
+def _mend_chain(
+    statements: TenantStatements[K], gone: str, before: str, after: str | None, revive_retracted: bool
+) -> None:
     """Forgetting a link of a supersession chain: the row it replaced takes its place, re-linked to the
-    row that replaced it, else live again (its supersession time and retraction cleared)."""
+    row that replaced it, else live again (its supersession time cleared). A row the forgotten one
+    retracted (a harsh correction: the user said it was never true) stays retracted, still naming the
+    forgotten row as its successor, unless ``revive_retracted``: forgetting the correction does not
+    make the fact true."""
     if after is None:
-        statements.revive(before, gone)
+        statements.revive(before, gone, revive_retracted)
     elif statements.relink(before, gone, after):
         statements.set_supersedes(after, before)
 

@@ -78,6 +78,14 @@ class RowReads(Protocol):
 class RowWrites(Protocol[K]):
     """Inserting the owner's rows and superseding them."""
 
+    def lock_owner(self) -> None:
+        """No other forget, supersession or consolidation of the owner runs until this transaction
+        ends. They find the rows they change by following links (a chain's neighbours, the turns
+        quoting a turn), so locking rows as they come could take them in opposite orders: two
+        forgets of adjacent links deadlocked on PostgreSQL. A backend with one writer at a time
+        (SQLite's write lock, OpenSearch's tenant lease) has nothing more to do."""
+        ...
+
     def has_row(self, memory_id: str) -> bool:
         """Whether the owner has the row; it then stays until the transaction ends (a concurrent
         forget of it waits)."""
@@ -113,8 +121,9 @@ class Forgetting(Protocol[K]):
         """Store an episode's attrs and re-index its text (after its context changed)."""
         ...
 
-    def revive(self, memory_id: str, superseded_by: str) -> None:
-        """Make the row live again (no successor, time or retraction) if ``superseded_by`` replaced it."""
+    def revive(self, memory_id: str, superseded_by: str, retracted: bool) -> None:
+        """Make the row live again (no successor, time or retraction) if ``superseded_by`` replaced it
+        and it is not retracted; a retracted row too when ``retracted`` is true."""
         ...
 
     def relink(self, memory_id: str, superseded_by: str, to: str) -> bool:

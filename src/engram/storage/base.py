@@ -368,8 +368,13 @@ class MemoryStore(SearchStore, Protocol):
         With ``max_wait_s``, raises StoreBusy instead of waiting longer for another writer."""
         ...
 
-    def forget(self, tenant: Tenant, memory_id: str, at: datetime) -> Tombstone:
-        """Hard-delete a row owned by ``tenant``, leaving a tombstone without text."""
+    def forget(
+        self, tenant: Tenant, memory_id: str, at: datetime, *, revive_retracted: bool = False
+    ) -> Tombstone:
+        """Hard-delete a row owned by ``tenant``, leaving a tombstone without text. A supersession
+        chain through it is mended: the row it replaced takes its place, or is live again if it was the
+        newest link, except a row it retracted (harsh contradiction), which stays retracted unless
+        ``revive_retracted``."""
         ...
 
     def list_memories(

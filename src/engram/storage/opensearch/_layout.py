@@ -1,15 +1,15 @@
 """The OpenSearch store's indices, their versioned mappings, and the tenant role the server enforces.
 
 Three indices per store, each a versioned concrete index behind an alias (``{prefix}memories`` ->
-``{prefix}memories-v1``): a new mapping version is a new index, filled by ``_reindex`` and swapped in
+``{prefix}memories-v2``): a new mapping version is a new index, filled by ``_reindex`` and swapped in
 by one atomic alias change (``_migrate``: ``engram.storage.opensearch.migrate``), so readers never see
 a half-migrated store.
 
 * ``memories``: every memory type and the catalog in one index, ``memory_type`` a keyword field. Recall
-  searches all types at once: one index means one BM25 corpus (as SQLite's and PostgreSQL's one
-  table) and one k-NN search per shard instead of four merged ones. Measured on the test node (6k
-  384-d documents, 50 tenants, both legs in one _msearch, k = 80): one index p50 63.6 / p95 68.5 ms, an
-  index per type 68.6 / 82.6 ms.
+  searches all types at once: one index means one text search and one k-NN search per shard instead
+  of four merged ones (BM25's statistics are still each owner's own: ``_lexical``). Measured on the
+  test node (6k 384-d documents, 50 tenants, both legs in one _msearch, k = 80): one index p50 63.6 /
+  p95 68.5 ms, an index per type 68.6 / 82.6 ms.
 * ``tombstones``: what a forget leaves (no text).
 * ``store``: what no tenant owns, by document kind: ``meta`` (models), ``key`` (API keys by hash),
   ``session`` (sign-in sessions by their token's hash), ``tenant`` (user ids, for the consolidation
@@ -27,7 +27,11 @@ import json
 import re
 from typing import Any
 
-MAPPING_VERSION = 1  # the mappings below; a change is a new version, migrated by reindex + alias swap
+from engram.storage.opensearch._lexical import SIMILARITY, similarity
+
+# The mappings below; a change is a new version, migrated by reindex + alias swap. 2: search_text's
+# similarity scores with per-owner statistics Engram sends (``_lexical``), not the shard's.
+MAPPING_VERSION = 2
 KINDS = ("memories", "tombstones", "store")
 TENANT_USER_PREFIXES = ("engram_u_", "engram_h_")  # the service account may impersonate only these
 CATALOG_USER = "engram_catalog"
@@ -41,7 +45,8 @@ MEMORY_FIELDS: dict[str, Any] = {
     "owner": {"type": "keyword"},
     "memory_type": {"type": "keyword"},
     "text": {"type": "text", "index": False},
-    "search_text": {"type": "text", "analyzer": "english"},  # BM25 over the keyword text
+    # BM25 over the keyword text, with each owner's own statistics (``_lexical``)
+    "search_text": {"type": "text", "analyzer": "english", "similarity": SIMILARITY},
     "created_at": _TIME,
     "event_at": _TIME,
     "metadata": _NOT_INDEXED,
@@ -106,6 +111,7 @@ def index_body(kind: str, dim: int, shards: int, replicas: int) -> dict[str, Any
     settings: dict[str, Any] = {"number_of_shards": shards, "number_of_replicas": replicas}
     if kind == "memories":
         settings["knn"] = True
+        settings["similarity"] = {SIMILARITY: similarity()}
         properties["embedding"] = {
             "type": "knn_vector",
             "dimension": dim,

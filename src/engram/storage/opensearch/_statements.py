@@ -125,6 +125,9 @@ class OpenSearchRows(UnitOfWork):
         ]
 
     # -- inserts and supersession --------------------------------------------------------------
+    def lock_owner(self) -> None:
+        pass  # the unit's tenant lease already keeps the owner's other writers out
+
     def has_row(self, memory_id: str) -> bool:
         return self._get(memory_id) is not None
 
@@ -175,9 +178,13 @@ class OpenSearchRows(UnitOfWork):
         values = json.loads(attrs)
         self._change(key, attrs=values, search_text=keyword_text, context_id=values.get("context_id"))
 
-    def revive(self, memory_id: str, superseded_by: str) -> None:
+    def revive(self, memory_id: str, superseded_by: str, retracted: bool) -> None:
         kept = self._get(memory_id)
-        if kept is not None and kept.source.get("superseded_by") == superseded_by:
+        if (
+            kept is not None
+            and kept.source.get("superseded_by") == superseded_by
+            and (retracted or not kept.source.get("retracted"))
+        ):
             self._change(memory_id, superseded_by=None, superseded_at=None, retracted=0)
 
     def relink(self, memory_id: str, superseded_by: str, to: str) -> bool:

@@ -65,6 +65,7 @@ from engram.storage.opensearch._layout import (
     tenant_role,
     tenant_user,
 )
+from engram.storage.opensearch._lexical import stats_searches, weighted_words
 from engram.storage.opensearch._meta import OpenSearchMeta
 from engram.storage.opensearch._statements import OpenSearchRows
 from engram.text import fts_words
@@ -245,14 +246,30 @@ class OpenSearchStore(StoreRules[str]):
         return query
 
     def _text_body(
-        self, tenant: Tenant, query: str, where: SearchFilter, limit: int
+        self, tenant: Tenant, words: list[str], stats: list[dict[str, Any]], where: SearchFilter, limit: int
     ) -> dict[str, Any] | None:
-        words = fts_words(query)
-        if not words or not where.memory_types:
+        """The text leg's search, from the owners' statistics (``_lexical``); None if no row has a word."""
+        should = weighted_words(where.owners(tenant), words, stats)
+        if not should:
             return None
-        should = [{"match_phrase": {"search_text": word}} for word in words]
         bool_query = {"should": should, "minimum_should_match": 1, **self._filter(tenant, where)}
-        return {"size": limit, "query": {"bool": bool_query}}
+        return {"size": limit, "query": {"bool": bool_query}, "sort": ["_score", {"rid": "asc"}]}
+
+    def _stats(self, tenant: Tenant, words: list[str], where: SearchFilter) -> list[dict[str, Any]]:
+        """The searches of the text leg's per-owner statistics (none without words or types)."""
+        return stats_searches(where.owners(tenant), words) if words and where.memory_types else []
+
+    def _msearch(self, tenant: Tenant, bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        lines: list[dict[str, Any]] = []
+        for body in bodies:
+            lines += [{"index": self.names.memories}, body]
+        with errors():
+            found = self._client.msearch(body=lines, headers=as_user(self._user(owner_of(tenant))))
+        answers: list[dict[str, Any]] = found["responses"]
+        for answer in answers:
+            if "error" in answer:
+                raise StorageError(f"OpenSearch search failed: {answer['error']}")
+        return answers
 
     def _vector_body(
         self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int
@@ -274,7 +291,9 @@ class OpenSearchStore(StoreRules[str]):
         return hits
 
     def search_text(self, tenant: Tenant, query: str, where: SearchFilter, limit: int) -> list[LegHit]:
-        body = self._text_body(tenant, query, where, limit)
+        words = fts_words(query)
+        stats = self._stats(tenant, words, where)
+        body = self._text_body(tenant, words, self._msearch(tenant, stats), where, limit) if stats else None
         return (
             [] if body is None else [LegHit(h["_id"], _bm25(h["_score"])) for h in self._search(tenant, body)]
         )
@@ -288,25 +307,20 @@ class OpenSearchStore(StoreRules[str]):
     def search_candidates(
         self, tenant: Tenant, query: str, vector: Vectors, where: SearchFilter, limit: int, tokens: bool
     ) -> Candidates:
-        """Both legs, with their rows (and token vectors), in one ``_msearch``; the token vectors of the
-        turns the rows replied to that are not among them, in one ``_mget`` more."""
+        """Both legs, with their rows (and token vectors), in two ``_msearch``: the dense leg with the
+        text leg's per-owner statistics, then the text leg; the token vectors of the turns the rows
+        replied to that are not among them, in one ``_mget`` more."""
         if not where.memory_types:
             return Candidates([], [], [], {} if tokens else None)
         source = {"excludes": ["embedding", "search_text"]} if tokens else ROW_SOURCE
-        text = self._text_body(tenant, query, where, limit)
-        legs = [b for b in (text, self._vector_body(tenant, vector, where, limit)) if b is not None]
-        lines: list[dict[str, Any]] = []
-        for body in legs:
-            lines += [{"index": self.names.memories}, dict(body, _source=source)]
+        words = fts_words(query)
+        stats = self._stats(tenant, words, where)
+        dense = dict(self._vector_body(tenant, vector, where, limit), _source=source)
+        *stats_answers, dense_answer = self._msearch(tenant, [*stats, dense])
+        text = self._text_body(tenant, words, stats_answers, where, limit) if stats else None
+        text_hits = self._msearch(tenant, [dict(text, _source=source)])[0]["hits"]["hits"] if text else []
+        dense_hits = dense_answer["hits"]["hits"]
         owner = owner_of(tenant)
-        with errors():
-            found = self._client.msearch(body=lines, headers=as_user(self._user(owner)))
-        answers = found["responses"]
-        for answer in answers:
-            if "error" in answer:
-                raise StorageError(f"OpenSearch search failed: {answer['error']}")
-        text_hits = answers[0]["hits"]["hits"] if text is not None else []
-        dense_hits = answers[-1]["hits"]["hits"]
         sources = {h["_id"]: h["_source"] for h in [*text_hits, *dense_hits]}
         rows = [memory(s) for s in sources.values()]
         blobs: dict[str, bytes] | None = None

@@ -85,6 +85,11 @@ class PostgresRows:
         return [(i, t, c, f) for i, t, c, f in self.conn.execute(sql, (self.owner,)).fetchall()]
 
     # -- inserts and supersession --------------------------------------------------------------
+    def lock_owner(self) -> None:
+        # A transaction-scoped advisory lock on the owner, taken before any row lock; it stacks when
+        # taken again in the same transaction (consolidation's claim, then its supersessions).
+        self.conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.owner,))
+
     def has_row(self, memory_id: str) -> bool:
         # The key-share lock makes a concurrent forget of that turn wait for this insert, then clear
         # the context itself.
@@ -132,11 +137,11 @@ class PostgresRows:
         sql = "UPDATE memories SET attrs = %s::jsonb, search_text = %s WHERE rid = %s AND owner = %s"
         self.conn.execute(sql, (attrs, keyword_text, key, self.owner))
 
-    def revive(self, memory_id: str, superseded_by: str) -> None:
+    def revive(self, memory_id: str, superseded_by: str, retracted: bool) -> None:
         self.conn.execute(
             "UPDATE memories SET superseded_by = NULL, superseded_at = NULL, retracted = 0 "
-            "WHERE id = %s AND owner = %s AND superseded_by = %s",
-            (memory_id, self.owner, superseded_by),
+            "WHERE id = %s AND owner = %s AND superseded_by = %s AND (retracted = 0 OR %s)",
+            (memory_id, self.owner, superseded_by, retracted),
         )
 
     def relink(self, memory_id: str, superseded_by: str, to: str) -> bool:
@@ -163,7 +168,7 @@ class PostgresRows:
 
     # -- consolidation -------------------------------------------------------------------------
     def claim_waiting(self, episode_ids: Sequence[str]) -> int:
-        self.conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.owner,))  # one run per user
+        self.lock_owner()  # one consolidation run per user, and no forget or supersession meanwhile
         sql = f"""SELECT count(*) FROM memories WHERE owner = %s AND memory_type = 'episodic'
                   AND consolidated = {WAITING} AND id = ANY(%s)"""
         row = self.conn.execute(sql, (self.owner, list(episode_ids))).fetchone()

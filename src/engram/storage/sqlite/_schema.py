@@ -9,6 +9,7 @@ import apsw
 import sqlite_vec
 
 from engram.errors import StorageError
+from engram.storage.sqlite._fts import owner_bm25
 
 # 2: memory_tokens, episode context; 3: episodes marked consolidated (older Engrams refuse the file)
 SCHEMA_VERSION = 3
@@ -92,6 +93,7 @@ def connect(path: Path) -> apsw.Connection:
     conn.enable_load_extension(True)
     conn.load_extension(sqlite_vec.loadable_path())
     conn.enable_load_extension(False)
+    conn.register_fts5_function("engram_bm25", owner_bm25)
     # page_size only takes effect before the first table exists; 8 KiB keeps a 1.5 KiB
     # embedding inside its b-tree cell instead of an overflow page.
     conn.execute("PRAGMA page_size = 8192")
@@ -118,6 +120,7 @@ def prepare(conn: apsw.Connection, path: Path) -> None:
         if version < 3:
             _mark_consolidated_before_the_watermark(conn)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+    _count_rows_per_owner(conn)
     conn.execute(
         "CREATE INDEX IF NOT EXISTS memories_waiting ON memories (owner, created_at, id) "
         "WHERE memory_type = 'episodic' AND consolidated = 0"
@@ -125,6 +128,27 @@ def prepare(conn: apsw.Connection, path: Path) -> None:
     # (owner) indexes rowid too: an export pages a tenant in write order without sorting
     conn.execute("CREATE INDEX IF NOT EXISTS memories_owner ON memories (owner)")
     conn.execute("CREATE INDEX IF NOT EXISTS tombstones_owner ON tombstones (owner)")
+
+
+def _count_rows_per_owner(conn: apsw.Connection) -> None:
+    """``owner_rows``: each owner's row count, kept by triggers, for BM25 over the owner's rows
+    (``_fts.owner_bm25``): counting a heavy tenant's index entries per query cost 17 ms at 100k rows.
+    Additive (no schema version): made and filled once, under the caller's write lock; the triggers
+    live in the file, so an older Engram's writes keep the counts too."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'owner_rows'").fetchone():
+        return
+    conn.execute("CREATE TABLE owner_rows (owner TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID")
+    conn.execute("INSERT INTO owner_rows SELECT owner, count(*) FROM memories GROUP BY owner")
+    conn.execute(
+        """CREATE TRIGGER owner_rows_insert AFTER INSERT ON memories BEGIN
+               INSERT INTO owner_rows VALUES (NEW.owner, 1) ON CONFLICT (owner) DO UPDATE SET n = n + 1;
+           END"""
+    )
+    conn.execute(
+        """CREATE TRIGGER owner_rows_delete AFTER DELETE ON memories BEGIN
+               UPDATE owner_rows SET n = n - 1 WHERE owner = OLD.owner;
+           END"""
+    )
 
 
 def _use_wal(conn: apsw.Connection) -> None:

@@ -82,6 +82,9 @@ class SQLiteRows:
         return [(i, t, as_time(c), as_time(f)) for i, t, c, f in fetch_all(self.conn, sql, (self.owner,))]
 
     # -- inserts and supersession --------------------------------------------------------------
+    def lock_owner(self) -> None:
+        pass  # the caller's BEGIN IMMEDIATE already keeps every other writer out
+
     def has_row(self, memory_id: str) -> bool:
         return (
             fetch_one(self.conn, "SELECT 1 FROM memories WHERE id = ? AND owner = ?", (memory_id, self.owner))
@@ -170,12 +173,12 @@ class SQLiteRows:
             "INSERT INTO memory_fts (rowid, body) VALUES (?, ?)", (key, index_text(self.owner, keyword_text))
         )
 
-    def revive(self, memory_id: str, superseded_by: str) -> None:
+    def revive(self, memory_id: str, superseded_by: str, retracted: bool) -> None:
         revived = fetch_all(
             self.conn,
             "UPDATE memories SET superseded_by = NULL, superseded_at = NULL, retracted = 0 "
-            "WHERE id = ? AND owner = ? AND superseded_by = ? RETURNING rid",
-            (memory_id, self.owner, superseded_by),
+            "WHERE id = ? AND owner = ? AND superseded_by = ? AND (retracted = 0 OR ?) RETURNING rid",
+            (memory_id, self.owner, superseded_by, int(retracted)),
         )
         for (rid,) in revived:
             self.conn.execute("UPDATE memory_vec SET live = 1 WHERE owner = ? AND rid = ?", (self.owner, rid))

@@ -13,6 +13,8 @@ Layout (the schema is in ``_schema``)
 * ``memory_tokens``: each row's late-interaction token vectors (int8), clustered by owner like
   ``memory_vec``; rows written before it existed have none and are encoded at recall time.
 * ``tombstones``: what is left of forgotten rows (no text).
+* ``owner_rows``: each owner's row count, kept by triggers: BM25 ranks over the owner's rows only
+  (``_fts.owner_bm25``), so a tenant's scores never move with another tenant's writes.
 
 The Store rules are shared (engram.storage._rules); this module opens connections and transactions and
 runs the two search legs; ``_statements`` holds the statements the rules run.
@@ -157,21 +159,23 @@ class SQLiteStore(StoreRules[int]):
         terms = fts_query(owners, query)
         if terms is None or not where.memory_types:
             return []
-        # Type and state are filtered on the joined row, not as FTS terms: bm25() counts the document
+        # Type and state are filtered on the joined row, not as FTS terms: BM25 counts the document
         # frequency of every phrase in the query, and a "live" or "episodic" token is in every row of
         # the store (measured: 4 ms of a 4.4 ms query at 100k rows). The owner is checked again here,
-        # as a second wall behind the owner-prefixed terms.
+        # as a second wall behind the owner-prefixed terms. engram_bm25 (``_fts.owner_bm25``) ranks
+        # over each owner's rows: the row counts are the owners' (``owner_rows``; the subqueries run once).
+        counts = ", ".join(["coalesce((SELECT n FROM owner_rows WHERE owner = ?), 0)"] * len(owners))
         sql = f"""
-            SELECT m.id, bm25(memory_fts) AS score
+            SELECT m.id, engram_bm25(memory_fts, {counts}) AS score
             FROM memory_fts JOIN memories m ON m.rid = memory_fts.rowid
             WHERE memory_fts MATCH ? AND m.owner IN ({marks(len(owners))})
               AND m.memory_type IN ({marks(len(where.memory_types))})
               {"" if where.include_superseded else "AND m.superseded_by IS NULL"}
-            ORDER BY score LIMIT ?"""
-        params = (terms, *owners, *sorted(where.memory_types), limit)
+            ORDER BY score DESC, m.rid LIMIT ?"""
+        params = (*owners, terms, *owners, *sorted(where.memory_types), limit)
         with self._errors():
             rows = fetch_all(self._conn(), sql, params)
-        return [LegHit(id=i, score=-s) for i, s in rows]  # FTS5 bm25() is negated: lower is better
+        return [LegHit(id=i, score=s) for i, s in rows]
 
     def search_vector(self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int) -> list[LegHit]:
         if not where.memory_types:
