@@ -47,10 +47,11 @@ DEFAULT_RECALL_NICE = 10  # recall's helper threads run at this nice value: writ
 # Relevance of a reranked row = w x cross-encoder probability + (1 - w) x late-interaction score: the
 # two models see different things (whole pair vs token matches); w is set from docs/benchmarks.md
 DEFAULT_RERANK_WEIGHT = 1.0
-# The cross-encoder scores only the leading candidates whose late-interaction MaxSim is within this of
-# the leader's (none when the leader stands alone): it changed the answer mostly among such near-ties,
-# and past them it cost R@5 on conversations. Dev sets (docs/benchmarks.md "Cross-encoder on near-ties").
-DEFAULT_RERANK_GAP = 0.01
+# Among raw turns the cross-encoder scores only the leaders whose late-interaction MaxSim is within this
+# of the first's (none when it stands alone): it changed the answer mostly among such near-ties, and past
+# them it cost R@5 on conversations. 0.01 measured as well on LoCoMo dev but left an exact error code
+# (E-4012 vs E-4102, 0.0115 apart) to late interaction's wrong order (docs/benchmarks.md "Near-ties").
+DEFAULT_RERANK_GAP = 0.015
 DEFAULT_LATE_WINDOW = 160  # late interaction scores every fused candidate (2 legs x 80): ~0.1 ms each
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
 DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
