@@ -50,7 +50,7 @@ DEFAULT_RERANK_WEIGHT = 1.0
 # Among raw turns the cross-encoder scores only the leaders whose late-interaction MaxSim is within this
 # of the first's (none when it stands alone): it changed the answer mostly among such near-ties, and past
 # them it cost R@5 on conversations. 0.01 measured as well on LoCoMo dev but left an exact error code
-# (E-4012 vs E-4102, 0.0115 apart) to late interaction's wrong order (docs/benchmarks.md "Near-ties").
+# (E-4012 vs E-4102, 0.0115 apart) to late interaction's wrong order (docs/benchmarks.md, near-ties).
 DEFAULT_RERANK_GAP = 0.015
 DEFAULT_LATE_WINDOW = 160  # late interaction scores every fused candidate (2 legs x 80): ~0.1 ms each
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
