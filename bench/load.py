@@ -7,9 +7,10 @@
 Each client gets its own user and key, then loops over a mix of 50% remember (POST /v1/turns),
 35% recall (POST /v1/recall) and 15% write (POST /v1/memories). For each client count it prints one
 JSON object: throughput, errors and 5xx, latency p50/p95/p99 per operation, the server's CPU use
-(its processes' CPU seconds over the wall time, in cores) and how many recalls skipped the
-cross-encoder under load (hits whose explain says "rerank": "skipped: load"). Traffic goes to
-loopback only.
+(its processes' CPU seconds over the wall time, in cores), how many recalls skipped the
+cross-encoder under load (hits whose explain says "rerank": "skipped: load") or had nothing for it to
+decide (a clear leader among raw turns), and of the recalls where it could change the answer, the
+share that got it. Traffic goes to loopback only.
 """
 
 from __future__ import annotations
@@ -139,11 +140,23 @@ async def client_loop(i: int, url: str, key: str, stop: float, out: dict) -> Non
                 out["5xx"] += response.status_code >= 500
                 if ok and op == "recall":
                     hits = response.json()["hits"]
-                    out["shed"] += bool(hits) and hits[0]["explain"].get("rerank") == "skipped: load"
+                    out[cross_encoder_use(hits)] += 1
             except httpx.HTTPError:
                 ok = False
             out["lat"][op].append((time.perf_counter() - start) * 1000)
             out["errors"] += not ok
+
+
+def cross_encoder_use(hits: list[dict]) -> str:
+    """What the cross-encoder did for one recall, from its hits' explain: "reranked", "shed" (skipped
+    under load), "uncontested" (raw turns with a clear leader: nothing for it to change) or "none" (no
+    hit, or its stage failed)."""
+    said = hits[0]["explain"].get("rerank") if hits else None
+    if said == "skipped: load":
+        return "shed"
+    if isinstance(said, str) and said.startswith("skipped: uncontested"):
+        return "uncontested"
+    return "reranked" if any(isinstance(h["explain"].get("rerank"), float) for h in hits) else "none"
 
 
 def pct(values: list[float], q: int) -> float:
@@ -159,7 +172,8 @@ async def run(url: str, admin_key: str, clients: int, seconds: float, pid: int |
             r = await admin.post("/v1/keys", json={"user_id": f"load-{tag}-{i}", "label": "load test"})
             r.raise_for_status()
             keys.append(r.json()["key"])
-    out: dict = {"lat": defaultdict(list), "errors": 0, "5xx": 0, "shed": 0}
+    out: dict = {"lat": defaultdict(list), "errors": 0, "5xx": 0}
+    out.update(dict.fromkeys(("shed", "reranked", "uncontested", "none"), 0))
     cpu_before, started = cpu_seconds(pid), time.monotonic()
     await asyncio.gather(*(client_loop(i, url, k, started + seconds, out) for i, k in enumerate(keys)))
     elapsed = time.monotonic() - started
@@ -173,6 +187,11 @@ async def run(url: str, admin_key: str, clients: int, seconds: float, pid: int |
         "errors": out["errors"],
         "5xx": out["5xx"],
         "recalls_shed": out["shed"],
+        "recalls_reranked": out["reranked"],
+        "recalls_uncontested": out["uncontested"],
+        "recalls_without_cross_encoder_score": out["none"],
+        # of the recalls where the cross-encoder could change the answer, the share that got it
+        "contested_reranked_share": round(out["reranked"] / max(1, out["reranked"] + out["shed"]), 3),
         "server_cpu_cores": None
         if cpu_before is None or cpu_after is None
         else round((cpu_after - cpu_before) / elapsed, 2),

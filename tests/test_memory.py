@@ -323,10 +323,9 @@ def test_recalls_past_the_concurrency_limit_wait_their_turn_and_past_the_queue_s
 
     from tests.polling import until
 
-    eng = make_engram(recall_concurrency=1, rerank_queue=1, rerank_gap=1.0)  # the whole window
+    eng = make_engram(recall_concurrency=1, rerank_queue=1)
     mem = eng.for_user("sarah")
     mem.write("Sarah's dog Rex chews sensor cables")
-    mem.write("Sarah lives in Leith")  # one row alone is never contested
     results: dict[str, list] = {"waited": [], "shed": []}
 
     def recall(name: str) -> threading.Thread:

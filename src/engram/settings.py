@@ -48,10 +48,11 @@ DEFAULT_RECALL_NICE = 10  # recall's helper threads run at this nice value: writ
 # two models see different things (whole pair vs token matches); w is set from docs/benchmarks.md
 DEFAULT_RERANK_WEIGHT = 1.0
 # Among raw turns the cross-encoder scores only the leaders whose late-interaction MaxSim is within this
-# of the first's (none when it stands alone): it changed the answer mostly among such near-ties, and past
-# them it cost R@5 on conversations. 0.01 measured as well on LoCoMo dev but left an exact error code
-# (E-4012 vs E-4102, 0.0115 apart) to late interaction's wrong order (docs/benchmarks.md, near-ties).
-DEFAULT_RERANK_GAP = 0.015
+# of the first's (plus a row both legs rank first): it changed the answer mostly among such near-ties,
+# and past them it cost R@5 on conversations; 0.01 scored best on LoCoMo dev (docs/benchmarks.md,
+# "Cross-encoder on near-ties"). Raw MaxSim moves by up to 0.014 between CPU kinds: a tie this close
+# can go either way on another machine, as the order itself can.
+DEFAULT_RERANK_GAP = 0.01
 DEFAULT_LATE_WINDOW = 160  # late interaction scores every fused candidate (2 legs x 80): ~0.1 ms each
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
 DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
@@ -161,9 +162,10 @@ class EngramSettings(BaseSettings):
     rerank_gap: float = Field(
         default=DEFAULT_RERANK_GAP,
         ge=0,
-        description="the cross-encoder scores only the leading candidates whose late-interaction MaxSim "
-        "is within this of the leader's (none when the leader stands alone); a large value (e.g. 1) "
-        "scores the whole rerank_window as before",
+        description="among raw turns, the cross-encoder scores only the leader's near-ties (raw "
+        "late-interaction MaxSim within this of the leader's) and a row both legs rank first; a window "
+        "holding a fact, playbook or catalog item is scored whole; a large value (e.g. 1) scores every "
+        "window of two or more whole",
     )
     recall_concurrency: int = Field(
         default=DEFAULT_RECALL_CONCURRENCY,

@@ -13,7 +13,12 @@ from engram.retrieval.contenders import contenders
 AT = datetime(2026, 6, 1, tzinfo=UTC)
 
 
-def head(*raws: float | None, texts: tuple[str, ...] = (), fact_at: int | None = None) -> list[Candidate]:
+def head(
+    *raws: float | None,
+    texts: tuple[str, ...] = (),
+    fact_at: int | None = None,
+    firsts_by_both_legs: int | None = None,
+) -> list[Candidate]:
     out = []
     for i, raw in enumerate(raws):
         text = texts[i] if i < len(texts) else f"turn {i}"
@@ -22,7 +27,8 @@ def head(*raws: float | None, texts: tuple[str, ...] = (), fact_at: int | None =
         )
         if i == fact_at:
             memory = SemanticMemory(id=f"sem_{i:022d}", text=text, user_id="u", created_at=AT)
-        out.append(Candidate(memory=memory, rrf=1.0, late_raw=raw))
+        legs = 1 if i == firsts_by_both_legs else 2 + i  # the legs' ranks
+        out.append(Candidate(memory=memory, rrf=1.0, late_raw=raw, bm25_rank=legs, dense_rank=legs))
     return out
 
 
@@ -34,11 +40,21 @@ def head(*raws: float | None, texts: tuple[str, ...] = (), fact_at: int | None =
         ((0.86,), 0.015, 0),  # one row
         ((0.86, 0.82, 0.80), 1.0, 3),  # a wide gap: the whole window, as before the stage existed
         ((0.86, None, 0.80), 0.015, 3),  # a row without a late score: the whole window
+        ((float("nan"), 0.85, 0.80), 0.015, 3),  # nor a finite one
+        ((0.86,), 1.0, 0),  # a single turn, whatever the gap: nothing to order
         ((), 0.015, 0),
     ],
 )
 def test_only_the_leaders_near_ties_are_contested(raws, gap, expected):
     assert contenders(head(*raws), gap, "which battery?") == expected
+
+
+def test_a_row_both_legs_rank_first_is_contested_up_to_its_place():
+    assert contenders(head(0.86, 0.82, 0.80, firsts_by_both_legs=2), 0.015, "E-4012?") == 3
+    assert contenders(head(0.86, 0.82, 0.80, firsts_by_both_legs=0), 0.015, "E-4012?") == 0
+    split = head(0.86, 0.82, 0.80)
+    split[1].bm25_rank, split[2].dense_rank = 1, 1  # the legs disagree: late interaction's order stands
+    assert contenders(split, 0.015, "E-4012?") == 0
 
 
 def test_a_window_holding_a_distilled_memory_is_scored_whole():
@@ -53,25 +69,28 @@ def test_the_query_echoed_by_a_stored_turn_does_not_lead_the_contest():
     echo_then_leader = head(0.99, 0.76, 0.70, texts=(query,))
     assert contenders(echo_then_leader, 0.015, query) == 0
     assert contenders(head(0.99, 0.76, 0.755), 0.015, query) == 0  # not an echo: it leads alone
+    assert contenders(head(0.99, texts=(query,)), 0.015, query) == 0  # only the echo
+    fact_echo = head(0.99, 0.76, 0.70, texts=(query,), fact_at=0)  # a fact is never an echo
+    assert contenders(fact_echo, 0.015, query) == 3
 
 
 def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     mem = eng.for_user("sarah")
     twin = "Sarah's garage sensor runs on a CR2032 coin cell"
     mem.remember_turn(twin)
-    mem.remember_turn(twin)  # the same text twice: the same raw MaxSim, tied whatever the CPU
+    mem.remember_turn(twin)  # the same text twice: the same raw MaxSim (within any CPU's rounding)
     mem.remember_turn("Sarah's dog chews cables")
     query = "which battery does the garage sensor take?"
-    hits = mem.recall(query, config=eng.config.but(rerank_gap=0.0))
+    hits = mem.recall(query, config=eng.config.but(rerank_gap=1e-6))
     assert [h.explain["relevance"] for h in hits] == ["rerank", "rerank", "late_interaction"]
-    assert all(h.explain["rerank_contenders"].startswith("2 of 3") for h in hits)
+    assert all(h.explain["rerank_contenders"].startswith("the first 2 of the window") for h in hits)
 
     other = eng.for_user("marco")
     other.remember_turn(twin)
     other.remember_turn("Marco's dog chews cables")
     other.remember_turn("Marco lives in Leith")
-    alone = other.recall(query, config=eng.config.but(rerank_gap=0.0))
-    assert all(h.explain["rerank"].startswith("skipped: clear leader") for h in alone)
+    alone = other.recall(query, config=eng.config.but(rerank_gap=1e-6))
+    assert all(h.explain["rerank"].startswith("skipped: uncontested") for h in alone)
     assert alone[0].memory.text == twin and alone[0].explain["relevance"] == "late_interaction"
     assert 0 < alone[0].confidence <= 1  # calibrated on the late-interaction score instead
     whole = other.recall(query, config=eng.config.but(rerank_gap=1.0))
@@ -80,5 +99,5 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     facts = eng.for_user("lena")
     for text in (twin, "Lena's dog chews cables", "Lena lives in Leith"):
         facts.write(text)  # distilled memories: the whole window, whatever the gap
-    distilled = facts.recall(query, config=eng.config.but(rerank_gap=0.0))
+    distilled = facts.recall(query, config=eng.config.but(rerank_gap=1e-6))
     assert [h.explain["relevance"] for h in distilled] == ["rerank"] * 3

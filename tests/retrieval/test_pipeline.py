@@ -171,8 +171,7 @@ def test_rerank_weight_mixes_the_late_score_into_reranked_hits(eng):
     for text in ["Sarah owns a Lumio Hub v2", "Sarah's dog chews cables", "Sarah lives in Leith"]:
         mem.write(text)
     for weight in (1.0, 0.4):
-        whole_window = eng.config.but(rerank_weight=weight, rerank_gap=1.0)  # not only the near-ties
-        hits = mem.recall("what hub does sarah own", config=whole_window)
+        hits = mem.recall("what hub does sarah own", config=eng.config.but(rerank_weight=weight))
         top = hits[0].explain
         assert top["relevance"] == "rerank"
         expected = weight * top["rerank"] + (1 - weight) * top["late_interaction"]
@@ -184,7 +183,6 @@ def test_model_stage_failures_fall_back_to_the_previous_order(eng):
     for text in ["Sarah owns a Lumio Hub v2", "Sarah's dog chews cables", "Sarah lives in Leith"]:
         mem.write(text)
     eng.reranker = BrokenReranker()
-    eng.config = eng.config.but(rerank_gap=1.0)  # the whole window: the reranker is called, whatever margin
     hits = mem.recall("what hub does sarah own")
     assert hits[0].memory.text == "Sarah owns a Lumio Hub v2"  # late 1.0 vs 0.45 (AVX2: 0.45), 2.2x
     assert all(h.explain["relevance"] == "late_interaction" and h.explain["rerank"] is None for h in hits)
@@ -257,19 +255,16 @@ def test_window_limits_what_the_reranker_sees(make_engram):
 def test_a_query_longer_than_the_rerankers_input_is_still_reranked(eng):
     mem = eng.for_user("sarah")
     mem.write("Sarah's garage sensor runs on a CR2032 coin cell")
-    mem.write("Sarah's dog chews cables")  # a second row: one alone is never contested
-    long_query = " ".join(["which battery does the garage sensor take?"] * 40)
-    hits = mem.recall(long_query, config=eng.config.but(rerank_gap=1.0))  # the whole window
+    hits = mem.recall(" ".join(["which battery does the garage sensor take?"] * 40))
     assert "rerank_error" not in hits[0].explain and hits[0].explain["relevance"] == "rerank"
 
 
 def test_under_load_a_recall_skips_the_cross_encoder_and_says_so(make_engram):
     import threading
 
-    eng = make_engram(rerank_queue=2, rerank_gap=1.0)  # the whole window, whatever the margin
+    eng = make_engram(rerank_queue=2)
     mem = eng.for_user("sarah")
     mem.write("Sarah's garage sensor runs on a CR2032 coin cell")
-    mem.write("Sarah's dog chews cables")  # one row alone is never contested
     busy, release = threading.Barrier(3), threading.Event()
 
     def hold_a_slot() -> None:  # two recalls already in the stage: it is full

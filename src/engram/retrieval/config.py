@@ -24,7 +24,7 @@ class RetrievalConfig:
     rerank: bool = True
     rerank_window: int = s.DEFAULT_RERANK_WINDOW
     rerank_weight: float = s.DEFAULT_RERANK_WEIGHT  # cross-encoder's share of a reranked relevance
-    rerank_gap: float = s.DEFAULT_RERANK_GAP  # only near-ties of the leader are reranked (contenders.py)
+    rerank_gap: float = s.DEFAULT_RERANK_GAP  # raw turns: only contested places reranked (contenders.py)
     multipliers: bool = True  # decay, use-count boost and catalog prior
     decay_offset_days: float = s.DEFAULT_DECAY_OFFSET_DAYS
     decay_scale_days: float = s.DEFAULT_DECAY_SCALE_DAYS

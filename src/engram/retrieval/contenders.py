@@ -1,4 +1,4 @@
-"""Which candidates the cross-encoder scores: among raw turns, the leader's near-ties, not a fixed window.
+"""Which candidates the cross-encoder scores: among raw turns, the contested places, not a fixed window.
 
 After late interaction, a leading raw turn far ahead of the rest by raw MaxSim keeps its place under
 the cross-encoder far more often than not, and where the cross-encoder reorders a long window of
@@ -7,12 +7,13 @@ moved the first gold turn, it helped in 130 and hurt in 128; those it helped had
 0.006 between the two leading raw MaxSims, those it left alone 0.019. On distilled memories (facts,
 playbooks, catalog items: short, cheap to score) it is worth its cost: skipping it whenever a turn
 led cost R@1 and MRR on the evaluation corpus's dev split (0.676 -> 0.662, 0.786 -> 0.774). So a
-window of raw turns gets only its leader's near-ties scored; a window holding any distilled memory is
+window of raw turns gets only its contested places scored; a window holding any distilled memory is
 scored whole. Measured on the development sets in docs/benchmarks.md ("Cross-encoder on near-ties").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from engram.models import EpisodicMemory
@@ -20,33 +21,56 @@ from engram.retrieval.candidate import Candidate
 
 
 def contenders(window: Sequence[Candidate], gap: float, query: str) -> int:
-    """How many of the window's leading candidates the cross-encoder should score.
+    """How many of the window's leading candidates the cross-encoder should score (the first ``n``).
 
     A window of raw turns, led by ``window[0]`` (the head's best after late interaction and the
-    multipliers): ``n = |{i : late_raw_i >= late_raw_0 - gap}|``, and the first ``n`` are scored; 0
-    when the leader stands alone (``n < 2``: nothing for the cross-encoder to decide). The count says
-    how many places are contested, the head's order which rows hold them (scoring the prefix through
-    the last near-tie instead cost pairs and measured no better). The whole window when it holds a
-    distilled memory, or when a raw score is missing (late interaction off, failed, or skipped).
+    multipliers): ``n = |{i : late_raw_i >= late_raw_0 - gap}|``, the near-ties of the leader, or more
+    when both legs put one row first that late interaction did not (``n >= its place + 1``: an exact
+    error code or name that BM25 and the embedder agree on, where MaxSim is a hair off); 0 when
+    nothing is contested (``n < 2``). The count says how many places are contested, the head's order
+    which rows hold them (scoring the prefix through the last near-tie instead cost pairs and measured
+    no better). The whole window when it holds a distilled memory, or when a raw score is missing or
+    not finite (late interaction off, failed, or skipped).
 
-    Leading echoes of the query (a row whose text is the query itself, ignoring case and surrounding
+    Leading echoes of the query (a turn whose text is the query itself, ignoring case and surrounding
     space) are scored with the contenders but do not lead them: an agent writes the user's turn, then
-    recalls by its words, and that turn, first by far, would otherwise leave every recall a clear leader.
+    recalls by its words, and that turn, first by far, would otherwise leave every recall uncontested.
 
     Example (turns): raw MaxSims [0.86, 0.85, 0.80, 0.855], gap 0.015 -> 3 (three within 0.015 of the
-    leader); [0.86, 0.82, 0.80] -> 0; an echo then [0.76, 0.755] -> 3.
+    leader); [0.86, 0.82, 0.80] -> 0, or 3 when both legs rank the third first; an echo then
+    [0.76, 0.755] -> 3.
     """
     said = query.strip().casefold()
     echoes = 0
-    while echoes < len(window) and window[echoes].memory.text.strip().casefold() == said:
+    while (
+        echoes < len(window)
+        and isinstance(window[echoes].memory, EpisodicMemory)
+        and window[echoes].memory.text.strip().casefold() == said
+    ):
         echoes += 1
     rest = window[echoes:]
     raws = [c.late_raw for c in rest]
+    if any(not isinstance(c.memory, EpisodicMemory) for c in rest):
+        return len(window)
+    if any(r is None or not math.isfinite(r) for r in raws):
+        return len(window)
     if not rest:
         return 0
-    if any(not isinstance(c.memory, EpisodicMemory) for c in rest) or any(r is None for r in raws):
-        return len(window)
     leader = raws[0]
     assert leader is not None
     n = sum(1 for r in raws if r is not None and r >= leader - gap)
+    agreed = _first_by_both_legs(rest)
+    if agreed is not None:
+        n = max(n, agreed + 1)
     return echoes + n if n >= 2 else 0
+
+
+def _first_by_both_legs(rest: Sequence[Candidate]) -> int | None:
+    """The place in ``rest`` of the row that both BM25 and the dense leg rank best among ``rest``, if
+    there is one such row (one leg may have missed the others, never that one)."""
+    by_text = min(range(len(rest)), key=lambda i: rest[i].bm25_rank or math.inf)
+    by_meaning = min(range(len(rest)), key=lambda i: rest[i].dense_rank or math.inf)
+    both = rest[by_text]
+    if by_text == by_meaning and both.bm25_rank is not None and both.dense_rank is not None:
+        return by_text
+    return None

@@ -8,9 +8,10 @@
    stored token vectors (``late_interaction.late_score``, min-max scaled within the head): cheap
    enough to score every fused candidate, so a relevant row deep in one leg can still reach the
    cross-encoder's window.
-5. The cross-encoder scores the near-ties of the leader among the top ``rerank_window`` candidates
-   (``contenders.contenders``: late-interaction MaxSim within ``rerank_gap`` of the leader's), and
-   nothing when the leader stands alone (explain ``"rerank": "skipped: clear leader ..."``).
+5. The cross-encoder scores the top ``rerank_window`` candidates when they hold a distilled memory;
+   among raw turns only the contested places (``contenders.contenders``: the leader's near-ties by
+   late-interaction MaxSim, within ``rerank_gap``, or a row both legs rank first), and nothing when
+   none is contested (explain ``"rerank": "skipped: uncontested ..."``).
 6. Final score = relevance × Π multipliers (relevance = rerank probability, else late-interaction
    score, else RRF). Each stage re-orders only its head: reranked candidates rank above the rest
    of the late-interaction head, which ranks above the RRF tail, and a ``stage_scale`` factor keeps
@@ -131,12 +132,10 @@ def recall(
         else:
             errors["late_interaction"] = late_error
     window = candidates[: config.rerank_window] if config.rerank and reranker is not None else []
-    gap = config.rerank_gap
-    contested = contenders(window, gap, query)
+    contested = contenders(window, config.rerank_gap, query)
     if window and not contested:
-        notes["rerank"] = f"skipped: clear leader (no other late-interaction score within {gap})"
+        notes["rerank"] = "skipped: uncontested (no other raw turn near the leader by late interaction)"
     elif reranker is not None and window:
-        near_ties = f"{contested} of {len(window)}: within {gap} of the leader's late-interaction score"
         partial, window = contested < len(window), window[:contested]
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
             rerank_error = apply_rerank(reranker, query, window, config.rerank_weight) if admitted else None
@@ -144,7 +143,7 @@ def recall(
             notes["rerank"] = "skipped: load"
         elif rerank_error is None:
             if partial:
-                notes["rerank_contenders"] = near_ties
+                notes["rerank_contenders"] = f"the first {contested} of the window: its contested places"
             window.sort(key=lambda c: -c.final)
             candidates[: len(window)] = window
             heads.append(len(window))
