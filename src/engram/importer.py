@@ -34,9 +34,11 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.config import JsonDict
 from rich.progress import Progress
 
 from engram.errors import EngramError, ImportFileError, InvalidInput, StorageError
+from engram.limits import MAX_SESSION_ID_CHARS
 from engram.models import (
     CatalogItem,
     Contradiction,
@@ -51,10 +53,12 @@ from engram.models import (
     Vectors,
     check_playbook,
     check_text,
+    empty_or_visible_schema,
     episode_context,
     episode_speaker,
     new_id,
     utcnow,
+    visible_schema,
 )
 from engram.settings import EngramSettings
 from engram.storage.base import CATALOG, MemoryStore, Supersession, Tenant, TransferStore
@@ -88,7 +92,27 @@ class _Record(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+# What the schemas say beside the fields (the REST API's OpenAPI shows these records).
+_BOTH_TIMES: JsonDict = {
+    "required": ["timestamp", "days_ago"],
+    "properties": {"timestamp": {"type": "string"}, "days_ago": {"type": "number"}},
+}
+_CONTRADICTS: JsonDict = {"required": ["contradiction"], "properties": {"contradiction": {"type": "string"}}}
+_SUPERSEDES: JsonDict = {"required": ["supersedes"], "properties": {"supersedes": {"type": "string"}}}
+
+
+def _text() -> Any:
+    return Field(json_schema_extra=visible_schema)
+
+
+def _optional_text() -> Any:
+    return Field(default="", json_schema_extra=empty_or_visible_schema)
+
+
 class _Timed(_Record):
+    # The schema says it too: a record with both a timestamp and days_ago is refused.
+    model_config = ConfigDict(json_schema_extra={"not": _BOTH_TIMES})
+
     timestamp: IsoDatetime | None = None
     days_ago: float | None = Field(default=None, ge=0, le=MAX_DAYS_AGO, allow_inf_nan=False)
 
@@ -110,12 +134,15 @@ class _Timed(_Record):
 
 
 class EpisodeRecord(_Timed):
-    text: str
-    session_id: str | None = None
+    text: str = _text()
+    session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
 
 
 class FactRecord(_Timed):
-    text: str
+    # A contradiction says how the fact it supersedes was wrong: only with supersedes.
+    model_config = ConfigDict(json_schema_extra={"not": _BOTH_TIMES, "if": _CONTRADICTS, "then": _SUPERSEDES})
+
+    text: str = _text()
     fact_type: FactType = "identity"
     confidence: float = Field(default=1.0, ge=0, le=1)
     supporting_episodes: list[str] = Field(default_factory=list)
@@ -124,10 +151,10 @@ class FactRecord(_Timed):
 
 
 class PlaybookRecord(_Timed):
-    name: str = Field(min_length=1)
-    text: str = ""
-    trigger_text: str = ""
-    description: str = ""
+    name: str = Field(min_length=1, json_schema_extra=visible_schema)
+    text: str = _optional_text()
+    trigger_text: str = _optional_text()
+    description: str = _optional_text()
     steps: list[StrictStep] = Field(default_factory=list)
     success_count: JsonInt = Field(default=0, ge=0)
     failure_count: JsonInt = Field(default=0, ge=0)
@@ -144,7 +171,7 @@ class UserDocument(BaseModel):
 
 class CatalogRecord(_Record):
     title: str = ""
-    text: str
+    text: str = _text()
 
 
 def _fail(exc: ValidationError, prefix: str = "") -> ImportFileError:
