@@ -38,7 +38,7 @@ from pydantic.config import JsonDict
 from rich.progress import Progress
 
 from engram.errors import EngramError, ImportFileError, InvalidInput, StorageError
-from engram.limits import MAX_SESSION_ID_CHARS
+from engram.limits import MAX_COUNT, MAX_SESSION_ID_CHARS
 from engram.models import (
     CatalogItem,
     Contradiction,
@@ -156,8 +156,8 @@ class PlaybookRecord(_Timed):
     trigger_text: str = _optional_text()
     description: str = _optional_text()
     steps: list[StrictStep] = Field(default_factory=list)
-    success_count: JsonInt = Field(default=0, ge=0)
-    failure_count: JsonInt = Field(default=0, ge=0)
+    success_count: JsonInt = Field(default=0, ge=0, le=MAX_COUNT)
+    failure_count: JsonInt = Field(default=0, ge=0, le=MAX_COUNT)
 
 
 class UserDocument(BaseModel):

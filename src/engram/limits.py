@@ -19,6 +19,7 @@ MAX_LINE_CHARS: Final = 2_000  # a trigger, one step's instruction
 MAX_STEPS: Final = 100  # a longer procedure is a document, not a playbook
 MAX_SUPPORTING_IDS: Final = 100  # a fact's supporting episodes
 MAX_KEY_LABEL_CHARS: Final = 200  # an API key's label
+MAX_COUNT: Final = 1_000_000_000  # a playbook's success and failure counts: within every engine's integers
 # Hits of one recall: the Python API may ask for many (evaluations); a service caller gets at most 100,
 # as the cross-encoder and the response size are paid by the server.
 MAX_RECALL_K: Final = 1_000

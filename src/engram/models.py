@@ -72,16 +72,15 @@ def has_visible_character(text: str) -> bool:
 
 
 @functools.cache
-def visible_pattern() -> str:
-    """A JSON Schema ``pattern`` (unanchored: it matches a string with one such character) that holds
-    exactly where ``has_visible_character`` does: one character outside every invisible range.
-    Generated from that predicate (about 0.6 s, once, when a schema first needs it).
-    Written with ``\\uXXXX`` escapes and, past the BMP, the characters themselves, which every
-    JSON Schema regex dialect reads alike."""
+def invisible_class() -> str:
+    """The characters ``has_visible_character`` counts as invisible, as the inside of a regex
+    character class: generated from that predicate (about 0.6 s, once, when a schema first needs it),
+    so a schema and the server agree by construction. Written with ``\\uXXXX`` escapes and, past the
+    BMP, the characters themselves, which every JSON Schema regex dialect reads alike. Surrogates are
+    left out: no characters (the server refuses them as invalid Unicode)."""
     ranges: list[tuple[int, int]] = []
     start = None
     for cp in range(0x110000):
-        # Surrogates are no characters (the server refuses them as invalid Unicode): left out.
         invisible = not 0xD800 <= cp <= 0xDFFF and not has_visible_character(chr(cp))
         if invisible and start is None:
             start = cp
@@ -94,17 +93,25 @@ def visible_pattern() -> str:
     def char(cp: int) -> str:
         return f"\\u{cp:04x}" if cp <= 0xFFFF else chr(cp)
 
-    return "[^" + "".join(char(a) if a == b else f"{char(a)}-{char(b)}" for a, b in ranges) + "]"
+    return "".join(char(a) if a == b else f"{char(a)}-{char(b)}" for a, b in ranges)
+
+
+def shows_nothing(*, empty: bool = True) -> dict[str, Any]:
+    """A JSON Schema that matches text without a visible character (``empty``: the empty text too);
+    a field says ``"not": shows_nothing()``. Written as a negation, not as ``pattern: [^...]``: schema
+    tools generate data for a long pattern beside a maxLength very slowly."""
+    # "type": without it, null (an optional field left out) would count as showing nothing too.
+    return {"type": "string", "pattern": f"^[{invisible_class()}]{'*' if empty else '+'}$"}
 
 
 def visible_schema(schema: dict[str, Any]) -> None:
     """A text field's ``json_schema_extra``: it must show something (``check_text``'s rule)."""
-    schema["pattern"] = visible_pattern()
+    schema["not"] = shows_nothing()
 
 
 def empty_or_visible_schema(schema: dict[str, Any]) -> None:
     """An optional text field's ``json_schema_extra``: empty, or showing something."""
-    schema["pattern"] = "^$|" + visible_pattern()
+    schema["not"] = shows_nothing(empty=False)
 
 
 def check_text(text: object, what: str, max_chars: int) -> str:

@@ -117,7 +117,7 @@ def test_a_failing_stage_is_named_in_explain_without_its_exception_text(service)
 # -- item 7: one owner for every limit ---------------------------------------------------------------
 def test_the_rest_and_mcp_schemas_state_the_limits_the_server_enforces(make_service):
     with make_service(max_text_chars=300) as svc:
-        components = httpx.get(f"{svc.url}/openapi.json").json()["components"]["schemas"]
+        components = httpx.get(f"{svc.url}/openapi.json", timeout=60).json()["components"]["schemas"]
         for model, field in [
             ("TurnCreate", "text"),
             ("RecallRequest", "query"),
@@ -218,7 +218,7 @@ def test_a_405_names_every_method_of_the_resource(service):
 
 
 def test_the_schema_refuses_what_the_server_refuses(service):
-    document = httpx.get(f"{service.url}/openapi.json").json()
+    document = httpx.get(f"{service.url}/openapi.json", timeout=60).json()
 
     def valid(component: str, instance: object) -> bool:
         schema = {"$ref": f"#/components/schemas/{component}", "components": document["components"]}

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult
-from pydantic import Field, StrictBool, StrictFloat, StrictStr, ValidationError
+from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictStr, ValidationError
 
 from engram.errors import EngramError, public_failure, public_message
 from engram.limits import (
@@ -29,10 +29,10 @@ from engram.models import (
     FactType,
     Hit,
     IsoDatetime,
-    JsonInt,
     MemoryType,
     RecallView,
     StrictStep,
+    json_number,
     no_confident_match,
     was_shed,
 )
@@ -128,6 +128,8 @@ def build_mcp_server(
     OptionalText = Annotated[StrictStr, Field(max_length=limits.max_text_chars)]
     SessionId = Annotated[StrictStr, Field(max_length=MAX_SESSION_ID_CHARS)]
     Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+    # The bounds before the validator, or pydantic writes them as "ge"/"le", which no schema reader knows.
+    RecallK = Annotated[int, Field(ge=1, le=MAX_SERVICE_RECALL_K, strict=False), BeforeValidator(json_number)]
 
     def memory(ctx: Context) -> UserMemory:
         return (handle or engram.for_user)(tenant_of(ctx))
@@ -150,7 +152,7 @@ def build_mcp_server(
         query: Text,
         ctx: Context,
         memory_types: list[MemoryType] | None = None,
-        k: Annotated[JsonInt, Field(ge=1, le=MAX_SERVICE_RECALL_K)] = 10,
+        k: RecallK = 10,
         include_catalog: StrictBool = True,
         include_superseded: StrictBool = False,
         min_confidence: Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)] | None = None,

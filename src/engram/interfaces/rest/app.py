@@ -12,6 +12,7 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.exceptions import HTTPException
 from starlette.routing import Route, compile_path
@@ -118,13 +119,18 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         status = next(code for cls, code in ERROR_STATUS if isinstance(exc, cls))
         return _error(status, exc.code, public_message(exc))
 
+    routes: dict[str, set[str]] = {"/healthz": {"GET"}}  # the API's paths and their methods
+    for route in [*memories.router.routes, *admin.router.routes]:
+        if isinstance(route, APIRoute):
+            routes.setdefault(route.path, set()).update(route.methods or ())
+
     # Starlette's, not FastAPI's subclass: unknown routes (404) and wrong methods (405) raise it too.
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 400:  # FastAPI could not read the body as JSON (not UTF-8, too deep)
             return _error(422, "invalid_input", "the request body could not be read as JSON")
         headers = dict(exc.headers or {})
-        documented = allowed_methods(app, request.url.path) if exc.status_code == 405 else []
+        documented = allowed_methods(routes, request.url.path) if exc.status_code == 405 else []
         if documented:
             headers["Allow"] = ", ".join(documented)
         return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), headers)
@@ -147,18 +153,17 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     return app
 
 
-def allowed_methods(app: FastAPI, path: str) -> list[str]:
-    """The methods the API documents for the resource at this path: those of the path itself when it
-    is one (POST /v1/catalog/import, not GET and DELETE /v1/catalog/{memory_id} that also match it),
-    else those of every template it matches. Starlette's 405 names the first matching route's
-    methods only. Empty for a path outside the document (MCP, the inspector)."""
-    paths: dict[str, dict[str, Any]] = app.openapi().get("paths", {})
-    if path in paths:
-        return sorted(m.upper() for m in paths[path])
+def allowed_methods(routes: Mapping[str, set[str]], path: str) -> list[str]:
+    """The methods of the resource at this path, from ``routes`` (each documented path's methods):
+    those of the path itself when it is one (POST /v1/catalog/import, not GET and DELETE
+    /v1/catalog/{memory_id} that also match it), else those of every template it matches. Starlette's
+    405 names the first matching route's methods only. Empty outside the API (MCP, the inspector)."""
+    if path in routes:
+        return sorted(routes[path])
     methods: set[str] = set()
-    for template, operations in paths.items():
+    for template, allowed in routes.items():
         if compile_path(template)[0].match(path):
-            methods |= {m.upper() for m in operations}
+            methods |= allowed
     return sorted(methods)
 
 

@@ -38,7 +38,7 @@ from engram.models import (
     StrictStep,
     Tombstone,
     empty_or_visible_schema,
-    visible_pattern,
+    shows_nothing,
     visible_schema,
 )
 from engram.settings import DEFAULT_MAX_METADATA_CHARS, DEFAULT_MAX_TEXT_CHARS, EngramSettings
@@ -55,13 +55,18 @@ JsonDict = dict[str, Any]
 
 
 def visible_text(*, empty: bool = False) -> Callable[[JsonDict], None]:
-    """A text field's extra schema: the visible-character rule as a pattern (``empty``: or nothing),
+    """A text field's extra schema: the visible-character rule (``empty``: or nothing),
     and its maximum length, the store's ``max_text_chars``, which the engine enforces (so it is not
     checked twice here): publish_limits writes the running server's value."""
 
     def extra(schema: JsonDict) -> None:
-        pattern = ("^$|" if empty else "") + visible_pattern()
-        schema.update({"pattern": pattern, "maxLength": DEFAULT_MAX_TEXT_CHARS, LIMIT_MARK: "max_text_chars"})
+        schema.update(
+            {
+                "not": shows_nothing(empty=not empty),
+                "maxLength": DEFAULT_MAX_TEXT_CHARS,
+                LIMIT_MARK: "max_text_chars",
+            }
+        )
 
     return extra
 
@@ -121,7 +126,7 @@ class TurnCreate(_Request):
 
 def _memory_rules() -> list[JsonDict]:
     procedural = {"properties": {"memory_type": {"const": "procedural"}}, "required": ["memory_type"]}
-    fact_text = {"minLength": 1, "pattern": visible_pattern()}
+    fact_text = {"minLength": 1, "not": shows_nothing()}
     contradicts = {"properties": {"contradiction": {"type": "string"}}, "required": ["contradiction"]}
     supersedes = {"required": ["supersedes_id"], "properties": {"supersedes_id": {"type": "string"}}}
     return [
