@@ -53,16 +53,15 @@ from engram.models import (
     Vectors,
     check_playbook,
     check_text,
-    empty_or_visible_schema,
     episode_context,
     episode_speaker,
     new_id,
     utcnow,
-    visible_schema,
 )
 from engram.settings import EngramSettings
 from engram.storage.base import CATALOG, MemoryStore, Supersession, Tenant, TransferStore
 from engram.validation import aware, validate_user_id
+from engram.visibility import empty_or_visible_schema, visible_schema
 
 MAX_DAYS_AGO = 365_250  # 1000 years: any real history, far from the year 1 where datetimes end
 

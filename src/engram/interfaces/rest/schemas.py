@@ -37,12 +37,10 @@ from engram.models import (
     RecallView,
     StrictStep,
     Tombstone,
-    empty_or_visible_schema,
-    shows_nothing,
-    visible_schema,
 )
 from engram.settings import DEFAULT_MAX_METADATA_CHARS, DEFAULT_MAX_TEXT_CHARS, EngramSettings
 from engram.validation import USER_ID_PATTERN
+from engram.visibility import empty_or_visible_schema, shows_nothing, visible_schema
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
