@@ -38,7 +38,7 @@ from pydantic.config import JsonDict
 from rich.progress import Progress
 
 from engram.errors import EngramError, ImportFileError, InvalidInput, StorageError
-from engram.limits import MAX_COUNT, MAX_SESSION_ID_CHARS
+from engram.limits import MAX_COUNT, MAX_SESSION_ID_CHARS, SETTING_MARK
 from engram.models import (
     CatalogItem,
     Contradiction,
@@ -58,7 +58,7 @@ from engram.models import (
     new_id,
     utcnow,
 )
-from engram.settings import EngramSettings
+from engram.settings import DEFAULT_MAX_TEXT_CHARS, EngramSettings
 from engram.storage.base import CATALOG, MemoryStore, Supersession, Tenant, TransferStore
 from engram.validation import aware, validate_user_id
 from engram.visibility import empty_or_visible_schema, visible_schema
@@ -100,12 +100,22 @@ _CONTRADICTS: JsonDict = {"required": ["contradiction"], "properties": {"contrad
 _SUPERSEDES: JsonDict = {"required": ["supersedes"], "properties": {"supersedes": {"type": "string"}}}
 
 
+def _visible_bounded(schema: JsonDict) -> None:
+    visible_schema(schema)
+    schema.update({"maxLength": DEFAULT_MAX_TEXT_CHARS, SETTING_MARK: "max_text_chars"})  # the store's
+
+
+def _empty_or_visible_bounded(schema: JsonDict) -> None:
+    empty_or_visible_schema(schema)
+    schema.update({"maxLength": DEFAULT_MAX_TEXT_CHARS, SETTING_MARK: "max_text_chars"})
+
+
 def _text() -> Any:
-    return Field(json_schema_extra=visible_schema)
+    return Field(json_schema_extra=_visible_bounded)
 
 
 def _optional_text() -> Any:
-    return Field(default="", json_schema_extra=empty_or_visible_schema)
+    return Field(default="", json_schema_extra=_empty_or_visible_bounded)
 
 
 class _Timed(_Record):

@@ -29,3 +29,6 @@ MAX_PAGE_BOUND: Final = 1_000_000_000  # limit/offset past this are nonsense and
 # Request bodies of the service: far above any turn or fact, below abuse; imports carry whole histories.
 MAX_BODY_BYTES: Final = 1 << 20
 MAX_IMPORT_BYTES: Final = 64 << 20
+# Where a schema's bound is a setting, it names the setting under this key; the service writes the
+# running server's value there (engram.interfaces.rest.schemas.publish_limits).
+SETTING_MARK: Final = "x-engram-setting"

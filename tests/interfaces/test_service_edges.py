@@ -19,8 +19,10 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from engram import Client
 from engram.errors import InvalidInput
 from engram.limits import MAX_SERVICE_RECALL_K, MAX_SESSION_ID_CHARS
+from engram.models import was_shed
 
 
 def raw_request(url: str, request: bytes, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
@@ -187,6 +189,8 @@ def test_a_shed_recall_says_so_in_a_field_and_a_header(make_service):
             shed = client.post("/v1/recall", json=query)
             compact = client.post("/v1/recall", json={**query, "view": "compact"})
             _, (over_mcp,) = mcp(svc.url, svc.user_keys["sarah"], [("recall_memory", query)])
+            with Client(svc.url, svc.user_keys["sarah"]) as remote:
+                assert was_shed(remote.recall(query["query"]))  # the Client says it as the handle does
         calm = client.post("/v1/recall", json=query)
     for answer in (shed, compact):
         assert answer.json()["shed"] is True and answer.headers["Engram-Recall-Shed"] == "rerank"

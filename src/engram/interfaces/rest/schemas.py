@@ -24,6 +24,7 @@ from engram.limits import (
     MAX_SESSION_ID_CHARS,
     MAX_STEPS,
     MAX_SUPPORTING_IDS,
+    SETTING_MARK,
 )
 from engram.models import (
     CompactHit,
@@ -47,8 +48,7 @@ if TYPE_CHECKING:
 
 MAX_OFFSET = MAX_PAGE_BOUND  # far past any tenant's rows; keeps OFFSET inside every backend's integers
 VISIBLE = "must contain at least one visible character (letter, digit, punctuation or symbol)"
-# Marks a schema bound that is a setting: publish_limits writes the running server's value there.
-LIMIT_MARK = "x-engram-setting"
+LIMIT_MARK = SETTING_MARK
 JsonDict = dict[str, Any]
 
 
