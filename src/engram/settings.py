@@ -165,15 +165,16 @@ class EngramSettings(BaseSettings):
     recall_concurrency: int = Field(
         default=DEFAULT_RECALL_CONCURRENCY,
         ge=0,
-        description="recalls computed at once (default: half the cores); the rest wait for a slot, and "
-        "one that finds rerank_queue already waiting runs without the cross-encoder (writes never "
-        "wait); 0: no limit",
+        description="with recall_gate: recalls computed at once (default: half the cores); the rest wait "
+        "for a slot, and one whose user already has their share of rerank_queue waiting runs without the "
+        "cross-encoder (writes never wait); 0: no limit",
     )
     rerank_queue: int = Field(
         default=DEFAULT_RERANK_QUEUE,
         ge=0,
-        description="recalls that may wait for a slot (or, without recall_concurrency, for the "
-        "cross-encoder) and keep it; one past that is shed; 0: never shed",
+        description="with recall_gate: recalls that may wait for a slot (or, without recall_concurrency, "
+        "for the cross-encoder) and keep it, shared among the users waiting; one past its user's share "
+        "is shed; 0: never shed",
     )
     request_threads: int = Field(
         default=DEFAULT_REQUEST_THREADS,

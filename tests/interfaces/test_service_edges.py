@@ -127,6 +127,8 @@ def test_the_rest_and_mcp_schemas_state_the_limits_the_server_enforces(make_serv
             ("CatalogCreate", "text"),
         ]:
             assert components[model]["properties"][field]["maxLength"] == 300, (model, field)
+        for record in ("EpisodeRecord", "FactRecord", "PlaybookRecord", "CatalogRecord"):
+            assert components[record]["properties"]["text"]["maxLength"] == 300, record
         assert (
             bound(components["TurnCreate"]["properties"]["session_id"], "maxLength") == MAX_SESSION_ID_CHARS
         )
