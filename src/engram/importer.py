@@ -60,7 +60,7 @@ from engram.models import (
 )
 from engram.settings import DEFAULT_MAX_TEXT_CHARS, EngramSettings
 from engram.storage.base import CATALOG, MemoryStore, Supersession, Tenant, TransferStore
-from engram.validation import aware, validate_user_id
+from engram.validation import aware, check_metadata_size, validate_user_id
 from engram.visibility import empty_or_visible_schema, visible_schema
 
 MAX_DAYS_AGO = 365_250  # 1000 years: any real history, far from the year 1 where datetimes end
@@ -392,6 +392,11 @@ def _embed_and_insert(
 ) -> int:
     """Write the rows not in the store yet, chunk by chunk; returns how many were skipped (there
     already, or forgotten since an earlier run of the same import: forgotten stays forgotten)."""
+    for row in rows:  # bounded like one write's (Engine._store_row), before any is written
+        try:
+            check_metadata_size(row.metadata, engram.settings.max_metadata_chars)
+        except InvalidInput as exc:
+            raise ImportFileError(f"invalid import file: a record ({row.memory_type}): {exc}") from None
     chunk, skipped = engram.settings.import_chunk, 0
     forgotten = {t.id for t in engram.store.tombstones(tenant)}
     with Progress(disable=not progress, transient=True) as bar:

@@ -273,5 +273,9 @@ def test_metadata_is_bounded_like_text(service):
     assert catalog.status_code == 422
     with pytest.raises(InvalidInput, match="metadata"):
         service.engram.for_user("sarah").remember_turn("hi", metadata=huge)
+    document = {"episodic": [{"text": "a turn"}, {"text": "hi", "metadata": huge}]}
+    imported = client.post("/v1/import", json=document)
+    assert imported.status_code == 422 and "metadata" in imported.json()["message"]
+    assert service.engram.for_user("sarah").list("episodic") == []  # nothing of the document written
     assert client.post("/v1/turns", json={"text": "hi", "metadata": {"notes": "x" * 1000}}).status_code == 201
     assert service.engram.for_user("sarah").list("episodic")[0].metadata == {"notes": "x" * 1000}
