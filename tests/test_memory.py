@@ -323,7 +323,7 @@ def test_recalls_past_the_concurrency_limit_wait_their_turn_and_past_the_queue_s
 
     from tests.polling import until
 
-    eng = make_engram(recall_concurrency=1, rerank_queue=1)
+    eng = make_engram(recall_gate=True, recall_concurrency=1, rerank_queue=1)
     mem = eng.for_user("sarah")
     mem.write("Sarah's dog Rex chews sensor cables")
     results: dict[str, list] = {"waited": [], "shed": []}

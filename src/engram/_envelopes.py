@@ -25,10 +25,12 @@ class _Me(BaseModel):
 
 class _Hits(BaseModel):
     hits: list[Hit]
+    shed: bool = False  # the server skipped the cross-encoder under load
 
 
 class _CompactHits(BaseModel):
     hits: list[CompactHit]
+    shed: bool = False
 
 
 class _Rows(BaseModel):

@@ -56,6 +56,7 @@ from engram.models import (
     ProceduralMemory,
     RecallView,
     SemanticMemory,
+    ShedHits,
     Step,
     Tombstone,
     check_recall_options,
@@ -285,8 +286,10 @@ class Client:
             "view": view,
         }
         if view == "compact":
-            return self._call("POST", "/v1/recall", body, result=_envelopes.RECALLED_COMPACT).hits
-        return self._call("POST", "/v1/recall", body, result=_envelopes.RECALLED).hits
+            compact = self._call("POST", "/v1/recall", body, result=_envelopes.RECALLED_COMPACT)
+            return ShedHits(compact.hits) if compact.shed else compact.hits  # as the embedded handle says it
+        full = self._call("POST", "/v1/recall", body, result=_envelopes.RECALLED)
+        return ShedHits(full.hits) if full.shed else full.hits
 
     def get(self, memory_id: str) -> Memory:
         """One of the user's rows, or a catalog row; NotFound otherwise (also for other users' ids)."""

@@ -90,3 +90,18 @@ def public_message(exc: EngramError) -> str:
         return str(exc)
     log.error("%s: %s", type(exc).__name__, exc, exc_info=exc)
     return f"{_WITHHELD.get(exc.code, 'the server failed')}; the server log has the details"
+
+
+FAILED = "the server failed; the server log has the details"
+
+
+def public_failure(exc: BaseException, what: str = "") -> str:
+    """What a client may read about ``exc``, whatever it is: every message meant for a client goes
+    through here (the REST error handler, MCP tool errors, a failed recall stage's explain, the agent's
+    tool results). An EngramError about the request keeps its message (``public_message``); anything
+    else is logged here with its traceback (``what`` says what failed) and the client reads a fixed
+    sentence: an exception's own text can name server files or quote a driver."""
+    if isinstance(exc, EngramError):
+        return public_message(exc)
+    log.error("%s failed: %s: %s", what or "a request", type(exc).__name__, exc, exc_info=exc)
+    return f"{what + ' ' if what else ''}failed; the server log has the details"

@@ -37,9 +37,11 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.config import JsonDict
 from rich.progress import Progress
 
 from engram.errors import Conflict, EngramError, ImportFileError, InvalidInput, StorageError
+from engram.limits import MAX_COUNT, MAX_SESSION_ID_CHARS, SETTING_MARK
 from engram.models import (
     CatalogItem,
     Contradiction,
@@ -60,9 +62,10 @@ from engram.models import (
     new_id,
     utcnow,
 )
-from engram.settings import EngramSettings
+from engram.settings import DEFAULT_MAX_TEXT_CHARS, EngramSettings
 from engram.storage.base import CATALOG, MemoryStore, Supersession, Tenant, TransferStore
-from engram.validation import aware, check_metadata, validate_user_id
+from engram.validation import aware, check_metadata, check_metadata_size, validate_user_id
+from engram.visibility import empty_or_visible_schema, visible_schema
 
 ProgressCallback = Callable[[int, int], None]  # rows looked at so far, rows in all
 MAX_DAYS_AGO = 365_250  # 1000 years: any real history, far from the year 1 where datetimes end
@@ -93,7 +96,37 @@ class _Record(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+# What the schemas say beside the fields (the REST API's OpenAPI shows these records).
+_BOTH_TIMES: JsonDict = {
+    "required": ["timestamp", "days_ago"],
+    "properties": {"timestamp": {"type": "string"}, "days_ago": {"type": "number"}},
+}
+_CONTRADICTS: JsonDict = {"required": ["contradiction"], "properties": {"contradiction": {"type": "string"}}}
+_SUPERSEDES: JsonDict = {"required": ["supersedes"], "properties": {"supersedes": {"type": "string"}}}
+
+
+def _visible_bounded(schema: JsonDict) -> None:
+    visible_schema(schema)
+    schema.update({"maxLength": DEFAULT_MAX_TEXT_CHARS, SETTING_MARK: "max_text_chars"})  # the store's
+
+
+def _empty_or_visible_bounded(schema: JsonDict) -> None:
+    empty_or_visible_schema(schema)
+    schema.update({"maxLength": DEFAULT_MAX_TEXT_CHARS, SETTING_MARK: "max_text_chars"})
+
+
+def _text() -> Any:
+    return Field(json_schema_extra=_visible_bounded)
+
+
+def _optional_text() -> Any:
+    return Field(default="", json_schema_extra=_empty_or_visible_bounded)
+
+
 class _Timed(_Record):
+    # The schema says it too: a record with both a timestamp and days_ago is refused.
+    model_config = ConfigDict(json_schema_extra={"not": _BOTH_TIMES})
+
     timestamp: IsoDatetime | None = None
     days_ago: float | None = Field(default=None, ge=0, le=MAX_DAYS_AGO, allow_inf_nan=False)
 
@@ -115,12 +148,15 @@ class _Timed(_Record):
 
 
 class EpisodeRecord(_Timed):
-    text: str
-    session_id: str | None = None
+    text: str = _text()
+    session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
 
 
 class FactRecord(_Timed):
-    text: str
+    # A contradiction says how the fact it supersedes was wrong: only with supersedes.
+    model_config = ConfigDict(json_schema_extra={"not": _BOTH_TIMES, "if": _CONTRADICTS, "then": _SUPERSEDES})
+
+    text: str = _text()
     fact_type: FactType = "identity"
     confidence: float = Field(default=1.0, ge=0, le=1)
     supporting_episodes: list[str] = Field(default_factory=list)
@@ -129,13 +165,13 @@ class FactRecord(_Timed):
 
 
 class PlaybookRecord(_Timed):
-    name: str = Field(min_length=1)
-    text: str = ""
-    trigger_text: str = ""
-    description: str = ""
+    name: str = Field(min_length=1, json_schema_extra=visible_schema)
+    text: str = _optional_text()
+    trigger_text: str = _optional_text()
+    description: str = _optional_text()
     steps: list[StrictStep] = Field(default_factory=list)
-    success_count: JsonInt = Field(default=0, ge=0)
-    failure_count: JsonInt = Field(default=0, ge=0)
+    success_count: JsonInt = Field(default=0, ge=0, le=MAX_COUNT)
+    failure_count: JsonInt = Field(default=0, ge=0, le=MAX_COUNT)
 
 
 class UserDocument(BaseModel):
@@ -149,7 +185,7 @@ class UserDocument(BaseModel):
 
 class CatalogRecord(_Record):
     title: str = ""
-    text: str
+    text: str = _text()
 
 
 def _fail(exc: ValidationError, prefix: str = "") -> ImportFileError:
@@ -370,6 +406,11 @@ def _embed_and_insert(
 ) -> dict[str, int]:
     """Write the rows not in the store yet, chunk by chunk; returns the rows written per type and how
     many were skipped (there already, or forgotten since an earlier run: forgotten stays forgotten)."""
+    for row in rows:  # bounded like one write's (Engine._store_row), before any is written
+        try:
+            check_metadata_size(row.metadata, engram.settings.max_metadata_chars)
+        except InvalidInput as exc:
+            raise ImportFileError(f"invalid import file: a record ({row.memory_type}): {exc}") from None
     chunk, skipped = engram.settings.import_chunk, 0
     written = dict.fromkeys(("episodic", "semantic", "procedural", "catalog"), 0)
     forgotten = {t.id for t in engram.store.tombstones(tenant)}

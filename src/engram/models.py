@@ -11,8 +11,9 @@ import hashlib
 import re
 import secrets
 import unicodedata
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,8 @@ from pydantic import (
 )
 
 from engram.errors import InvalidInput
+from engram.limits import MAX_LINE_CHARS, MAX_NAME_CHARS, MAX_STEPS
+from engram.visibility import empty_or_visible_schema, has_visible_character, visible_schema
 
 MemoryType = Literal["episodic", "semantic", "procedural", "catalog"]
 MEMORY_TYPES: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural", "catalog")
@@ -56,21 +59,6 @@ def is_well_formed_id(memory_id: object) -> bool:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-# Playbook fields are short by nature; a description may be as long as any memory's text.
-MAX_NAME_CHARS = 200  # a playbook's name, a step's tool
-MAX_LINE_CHARS = 2_000  # a trigger, one step's instruction
-MAX_STEPS = 100  # a longer procedure is a document, not a playbook
-
-# Letters, digits, punctuation, symbols: what a reader sees. Marks alone (variation selectors),
-# controls, format characters (zero-width spaces, BOM) and separators show nothing.
-_VISIBLE_CATEGORIES = ("L", "N", "P", "S")
-_BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")  # Hangul fillers, blank Braille
-
-
-def has_visible_character(text: str) -> bool:
-    return any(ch not in _BLANK_GLYPHS and unicodedata.category(ch)[0] in _VISIBLE_CATEGORIES for ch in text)
 
 
 def check_text(text: object, what: str, max_chars: int) -> str:
@@ -134,8 +122,10 @@ class StrictStep(Step):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     order: JsonInt = Field(ge=1)
-    instruction: str = Field(min_length=1, max_length=MAX_LINE_CHARS)
-    tool: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    instruction: str = Field(min_length=1, max_length=MAX_LINE_CHARS, json_schema_extra=visible_schema)
+    tool: str | None = Field(
+        default=None, max_length=MAX_NAME_CHARS, json_schema_extra=empty_or_visible_schema
+    )
 
 
 class _MemoryBase(BaseModel):
@@ -374,6 +364,21 @@ def confident(hits: list[Hit], min_confidence: float | None) -> list[Hit]:
         return hits
     kept = [h for h in hits if h.confidence >= min_confidence]
     return [h if h.rank == rank else h.model_copy(update={"rank": rank}) for rank, h in enumerate(kept, 1)]
+
+
+_RecalledT = TypeVar("_RecalledT", Hit, CompactHit)
+SHED_RERANK = "skipped: load"  # a shed recall's explain["rerank"]
+
+
+class ShedHits(list[_RecalledT]):
+    """The hits of a recall computed without the cross-encoder because the server was loaded (its
+    ``RecallGate`` shed it): a list like any other, which the service announces at the top of the
+    response (``shed``, and the ``Engram-Recall-Shed`` header)."""
+
+
+def was_shed(hits: Sequence[object]) -> bool:
+    """Whether these are a shed recall's hits (``ShedHits``)."""
+    return isinstance(hits, ShedHits)
 
 
 def no_confident_match(min_confidence: float) -> str:

@@ -79,6 +79,7 @@ DEFAULT_AGENT_TURN_TIMEOUT_S = 120.0
 # --- writes ----------------------------------------------------------------------------------------
 DEFAULT_SUPERSEDE_PENALTY = 0.1  # a harshly contradicted user was wrong once: trust the new fact less
 DEFAULT_MAX_TEXT_CHARS = 16_000  # a turn or fact longer than this is a document, not a memory
+DEFAULT_MAX_METADATA_CHARS = 16_000  # a row's metadata, as JSON: notes about a memory, not a second one
 DEFAULT_EMBED_BATCH = 32  # batch size for the embedder; larger did not help on 2 cores
 # onnxruntime threads per model (and cross-encoder sessions): 1 beat 2 on 2 cores at every load, as the
 # pipeline already runs its stages side by side (bench/load.py: 1 client recall p50 65 -> 60 ms,
@@ -167,18 +168,24 @@ class EngramSettings(BaseSettings):
         "holding a fact, playbook or catalog item is scored whole; a large value (e.g. 1) scores every "
         "window of two or more whole",
     )
+    recall_gate: bool = Field(
+        default=False,
+        description="queue and shed recalls under load (recall_concurrency, rerank_queue): `engram serve` "
+        "turns it on; an Engram embedded in another program computes every recall in full by default",
+    )
     recall_concurrency: int = Field(
         default=DEFAULT_RECALL_CONCURRENCY,
         ge=0,
-        description="recalls computed at once (default: half the cores); the rest wait for a slot, and "
-        "one that finds rerank_queue already waiting runs without the cross-encoder (writes never "
-        "wait); 0: no limit",
+        description="with recall_gate: recalls computed at once (default: half the cores); the rest wait "
+        "for a slot, and one whose user already has their share of rerank_queue waiting runs without the "
+        "cross-encoder (writes never wait); 0: no limit",
     )
     rerank_queue: int = Field(
         default=DEFAULT_RERANK_QUEUE,
         ge=0,
-        description="recalls that may wait for a slot (or, without recall_concurrency, for the "
-        "cross-encoder) and keep it; one past that is shed; 0: never shed",
+        description="with recall_gate: recalls that may wait for a slot (or, without recall_concurrency, "
+        "for the cross-encoder) and keep it, shared among the users waiting; one past its user's share "
+        "is shed; 0: never shed",
     )
     request_threads: int = Field(
         default=DEFAULT_REQUEST_THREADS,
@@ -225,6 +232,9 @@ class EngramSettings(BaseSettings):
     )
     supersede_penalty: float = Field(default=DEFAULT_SUPERSEDE_PENALTY, ge=0, le=1)
     max_text_chars: int = Field(default=DEFAULT_MAX_TEXT_CHARS, ge=1)
+    max_metadata_chars: int = Field(
+        default=DEFAULT_MAX_METADATA_CHARS, ge=2, description="a row's metadata, counted as compact JSON"
+    )
     embed_batch: int = Field(default=DEFAULT_EMBED_BATCH, ge=1)
     model_threads: int = Field(default=DEFAULT_MODEL_THREADS, ge=1)
     use_wait_ms: int = Field(default=DEFAULT_USE_WAIT_MS, ge=0)

@@ -7,6 +7,7 @@ facade depends on it. Pure functions over models and errors.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -15,12 +16,12 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from engram.errors import InvalidInput
+from engram.limits import MAX_PAGE_BOUND, MAX_SESSION_ID_CHARS
 from engram.models import MEMORY_TYPES, MemoryType
 
 # Also the REST schema's pattern, so the OpenAPI document shows it.
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@:+\-]{0,127}$"
 _USER_ID = re.compile(USER_ID_PATTERN)
-MAX_PAGE_BOUND = 1_000_000_000  # limit/offset past this are nonsense and overflow some engines' integers
 
 RowT = TypeVar("RowT", bound=BaseModel)
 
@@ -122,3 +123,23 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def check_metadata_size(metadata: Mapping[str, Any], max_chars: int) -> None:
+    """Refuse metadata whose compact JSON is over ``max_chars`` characters (the store's
+    ``max_metadata_chars``), or that JSON cannot hold: metadata is notes about a memory, bounded like
+    its text, and a row is refused before anything is embedded."""
+    try:
+        size = len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False))
+    except (TypeError, ValueError):
+        raise InvalidInput("metadata must be a JSON object (strings, numbers, lists, objects)") from None
+    if size > max_chars:
+        raise InvalidInput(f"metadata is {size} characters as JSON; the limit is {max_chars}")
+
+
+def check_session_id(session_id: object) -> None:
+    """A turn's session_id: None, or a string of at most MAX_SESSION_ID_CHARS characters."""
+    if session_id is not None and not isinstance(session_id, str):
+        raise InvalidInput("session_id must be a string")
+    if session_id is not None and len(session_id) > MAX_SESSION_ID_CHARS:
+        raise InvalidInput(f"session_id is {len(session_id)} characters; the limit is {MAX_SESSION_ID_CHARS}")

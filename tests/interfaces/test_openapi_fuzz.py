@@ -1,54 +1,77 @@
-"""Schemathesis against the running server: generated requests for every documented operation, valid
-and invalid, must get no 5xx, and every response must be what the OpenAPI document says (status,
-content type, headers, body schema). Bounded and derandomized: about 10 s, the same cases every run."""
+"""Schemathesis against the running server, with every check it has: generated requests for every
+documented operation, valid and invalid, in each of its phases (coverage: boundary values, missing
+parameters, methods the document does not list and the Allow header of their 405; fuzzing; stateful
+sequences along the document's links). No request may get a 5xx, and every response must be what the
+OpenAPI document says (status, content type, headers, body schema); data the schema allows must be
+accepted and data it forbids refused. Derandomized and bounded: the same cases every run, about a
+minute in all (issue 26, item 22).
 
-import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Unsatisfiable
-from schemathesis import APIOperation, GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+The two import routes run without ``positive_data_acceptance``: a record's ``supersedes`` must name
+an earlier record's key and keys must be unique within the document, rules between records that JSON
+Schema cannot state, so the schema lets such documents through and the server refuses them (422).
+One rule of POST /v1/memories is of that kind too (``valid_from`` not after ``valid_to``, documented
+on the fields): this run's fixed cases do not hit it, a long random run can.
+"""
 
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-]
-EXAMPLES = {GenerationMode.POSITIVE: 25, GenerationMode.NEGATIVE: 15}  # per operation
+from __future__ import annotations
+
+import subprocess
+import sys
+
+EXAMPLES = 10  # per operation and phase
 
 
-def fuzz(operation: APIOperation, mode: GenerationMode, url: str, key: str) -> None:
-    @settings(
-        max_examples=EXAMPLES[mode],
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    @given(case=operation.as_strategy(generation_mode=mode))
-    def run(case):
-        case.call_and_validate(
-            base_url=url, headers={"Authorization": f"Bearer {key}"}, checks=CHECKS, timeout=30
-        )
-
-    try:
-        run()
-    except Unsatisfiable:  # nothing in the request can be made invalid (GET /healthz)
-        assert mode is GenerationMode.NEGATIVE, operation.label
+def schemathesis(url: str, key: str, *selection: str, exclude_checks: str = "") -> str:
+    """Run the schemathesis CLI over the operations ``selection`` picks; its report if it failed."""
+    command = [
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "run",
+        f"{url}/openapi.json",
+        "--checks",
+        "all",
+        "--generation-deterministic",
+        "--max-examples",
+        str(EXAMPLES),
+        "--continue-on-failure",
+        "--request-timeout",
+        "60",
+        "--header",
+        f"Authorization: Bearer {key}",
+        *selection,
+        *(["--exclude-checks", exclude_checks] if exclude_checks else []),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return "" if done.returncode == 0 else done.stdout[-20_000:] + done.stderr[-5_000:]
 
 
 def test_every_operation_conforms_to_the_openapi_and_never_fails(service):
-    schema = schemathesis.openapi.from_url(f"{service.url}/openapi.json")
-    operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) >= 16
-    for operation in operations:
-        key = service.admin_key if "admin" in operation.tags else service.user_keys["sarah"]
-        for mode in EXAMPLES:
-            fuzz(operation, mode, service.url, key)
+    user, admin = service.user_keys["sarah"], service.admin_key
+    runs = {
+        "memories": schemathesis(
+            service.url, user, "--include-tag", "memories", "--exclude-path", "/v1/import"
+        ),
+        "admin": schemathesis(
+            service.url,
+            admin,
+            "--include-tag",
+            "admin",
+            "--include-tag",
+            "health",
+            "--exclude-path",
+            "/v1/catalog/import",
+        ),
+        "import": schemathesis(
+            service.url, user, "--include-path", "/v1/import", exclude_checks="positive_data_acceptance"
+        ),
+        "catalog import": schemathesis(
+            service.url,
+            admin,
+            "--include-path",
+            "/v1/catalog/import",
+            exclude_checks="positive_data_acceptance",
+        ),
+    }
+    failed = {name: report for name, report in runs.items() if report}
+    assert not failed, "\n\n".join(f"== {name}\n{report}" for name, report in failed.items())

@@ -341,7 +341,7 @@ def test_recall_takes_min_confidence_and_a_compact_view(service):
     none = sarah.post(
         "/v1/recall", json={"query": "which router does Sarah have?", "min_confidence": 1}
     ).json()
-    assert none == {"hits": [], "abstained": True}
+    assert none == {"hits": [], "abstained": True, "shed": False}
     for bad in ({"min_confidence": 2}, {"min_confidence": "high"}, {"view": "tiny"}):
         refused = sarah.post("/v1/recall", json={"query": "router", **bad})
         assert refused.status_code == 422 and refused.json()["error"] == "invalid_input", bad

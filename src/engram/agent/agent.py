@@ -40,7 +40,7 @@ from engram.agent.tools import (
 )
 from engram.consolidation.llm import LLMClient, LLMError
 from engram.consolidation.prompts import ASSISTANT_CONTEXT_KEY
-from engram.errors import ConfigError, EngramError, public_message
+from engram.errors import ConfigError, EngramError, public_failure, public_message
 from engram.models import EpisodicMemory, Hit, Memory, Tombstone, utcnow
 from engram.settings import DEFAULT_AGENT_TURN_TIMEOUT_S, DEFAULT_MIN_CONFIDENCE, EngramSettings
 
@@ -251,9 +251,8 @@ class Agent:
             result.error = str(exc)
             if exc.status in REFUSED_STATUSES:
                 self._history = []
-        except Exception as exc:  # never a traceback for the user; the log has it
-            log.exception("agent turn failed")
-            result.error = _clip(f"the turn failed: {type(exc).__name__}: {exc}", 500)
+        except Exception as exc:  # never a traceback nor exception text for the user; the log has it
+            result.error = public_failure(exc, "the turn")
         result.reply = text or NO_ANSWER
         # Only what the model said is context for the next turn; our fallback is not.
         self._last_reply = text or None

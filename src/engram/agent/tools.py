@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engram.agent.handle import MAX_RECALL_K, MemoryHandle
 from engram.errors import EngramError, public_message
+from engram.limits import MAX_STEPS
 from engram.models import (
-    MAX_STEPS,
     Contradiction,
     FactType,
     Hit,

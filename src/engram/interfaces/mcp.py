@@ -4,30 +4,37 @@ The tenant of every tool call comes from a ``tenant_of(ctx)`` function chosen by
 HTTP the bearer key checked by the REST app's middleware; over stdio the user fixed at start.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: the tools' parameter types are built from this server's
+# settings inside build_mcp_server, and the SDK reads them from the evaluated signatures.
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field, StrictBool, StrictFloat, StrictStr
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.types import CallToolResult, InputRequiredResult
+from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictStr, ValidationError
 
-from engram.errors import EngramError, public_message
-from engram.interfaces.vocabulary import MAX_SESSION_ID_CHARS
+from engram.errors import EngramError, public_failure, public_message
+from engram.limits import (
+    MAX_LINE_CHARS,
+    MAX_NAME_CHARS,
+    MAX_SERVICE_RECALL_K,
+    MAX_SESSION_ID_CHARS,
+    MAX_STEPS,
+)
 from engram.memory import Engram, UserMemory
 from engram.models import (
-    MAX_STEPS,
     Contradiction,
     FactType,
     Hit,
     IsoDatetime,
-    JsonInt,
     MemoryType,
     RecallView,
     StrictStep,
+    json_number,
     no_confident_match,
+    was_shed,
 )
 
 log = logging.getLogger(__name__)
@@ -76,8 +83,34 @@ def _call(fn: Callable[[], Any]) -> Any:
     except EngramError as exc:
         raise ToolError(f"{exc.code}: {public_message(exc)}") from exc
     except Exception as exc:
-        log.exception("MCP tool call failed")
-        raise ToolError("internal_error: the server failed; the server log has the details") from exc
+        raise ToolError(f"internal_error: {public_failure(exc, 'the tool call')}") from exc
+
+
+def argument_problems(exc: ValidationError) -> str:
+    """A tool's refused arguments in our words, as REST names them (``steps[0].instruction: ...``),
+    without pydantic's heading ("1 validation error for recall_memoryArguments") or its links."""
+    problems = []
+    for err in exc.errors(include_url=False)[:5]:
+        where = ""
+        for part in err.get("loc", ()):
+            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+        problems.append(f"{where or 'arguments'}: {err['msg']}")
+    return "; ".join(problems)
+
+
+class EngramMCPServer(MCPServer):
+    """The SDK's server, answering refused arguments in our words (``invalid_input: k: Input should be
+    less than or equal to 100``)."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError) and not isinstance(exc, UnexpectedToolError):
+                raise ToolError(f"invalid_input: {argument_problems(exc.__cause__)}") from exc.__cause__
+            raise
 
 
 def build_mcp_server(
@@ -87,16 +120,25 @@ def build_mcp_server(
 ) -> MCPServer:
     """The MCP tools on ``engram`` for the tenant ``tenant_of`` names; ``handle`` makes the user's
     handle (the service's records what it does for the inspector), else ``engram.for_user``."""
-    server = MCPServer(name="engram", instructions=INSTRUCTIONS, log_level="WARNING")
+    server = EngramMCPServer(name="engram", instructions=INSTRUCTIONS, log_level="WARNING")
+    # Each bound is the one the engine enforces (engram.limits, this store's settings): the tools'
+    # input schemas show it, and a call past it is refused before any work.
+    limits = engram.settings
+    Text = Annotated[StrictStr, Field(min_length=1, max_length=limits.max_text_chars)]
+    OptionalText = Annotated[StrictStr, Field(max_length=limits.max_text_chars)]
+    SessionId = Annotated[StrictStr, Field(max_length=MAX_SESSION_ID_CHARS)]
+    Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+    # The bounds before the validator, or pydantic writes them as "ge"/"le", which no schema reader knows.
+    RecallK = Annotated[int, Field(ge=1, le=MAX_SERVICE_RECALL_K, strict=False), BeforeValidator(json_number)]
 
     def memory(ctx: Context) -> UserMemory:
         return (handle or engram.for_user)(tenant_of(ctx))
 
     @server.tool(name="remember_turn", description=REMEMBER_DESCRIPTION)
     def remember_turn(
-        text: StrictStr,
+        text: Text,
         ctx: Context,
-        session_id: Annotated[StrictStr, Field(max_length=MAX_SESSION_ID_CHARS)] | None = None,
+        session_id: SessionId | None = None,
         at: IsoDatetime | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -107,10 +149,10 @@ def build_mcp_server(
 
     @server.tool(name="recall_memory", description=RECALL_DESCRIPTION)
     def recall_memory(
-        query: StrictStr,
+        query: Text,
         ctx: Context,
         memory_types: list[MemoryType] | None = None,
-        k: Annotated[JsonInt, Field(ge=1, le=100)] = 10,
+        k: RecallK = 10,
         include_catalog: StrictBool = True,
         include_superseded: StrictBool = False,
         min_confidence: Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)] | None = None,
@@ -131,13 +173,15 @@ def build_mcp_server(
         result: dict[str, Any] = {
             "hits": [h.compact().as_json() if view == "compact" else h.model_dump(mode="json") for h in hits]
         }
+        if was_shed(hits):  # at the top, as REST says it: the order is the previous stage's
+            result["shed"] = "the server was loaded: this recall ran without the cross-encoder"
         if not hits:
             result["note"] = no_confident_match(threshold)
         return result
 
     @server.tool(name="write_memory", description=WRITE_DESCRIPTION)
     def write_memory(
-        text: StrictStr,
+        text: OptionalText,
         ctx: Context,
         memory_type: Literal["semantic", "procedural"] = "semantic",
         fact_type: FactType | None = None,
@@ -146,9 +190,9 @@ def build_mcp_server(
         contradiction: Contradiction | None = None,
         valid_from: IsoDatetime | None = None,
         valid_to: IsoDatetime | None = None,
-        name: StrictStr | None = None,
-        trigger_text: StrictStr | None = None,
-        description: StrictStr | None = None,
+        name: Name | None = None,
+        trigger_text: Annotated[StrictStr, Field(max_length=MAX_LINE_CHARS)] | None = None,
+        description: OptionalText | None = None,
         steps: Annotated[list[StrictStep], Field(max_length=MAX_STEPS)] | None = None,
     ) -> dict[str, Any]:
         mem = memory(ctx)

@@ -18,9 +18,6 @@ from dataclasses import dataclass
 from typing import Final
 
 CATALOG_TYPE: Final = "catalog"  # the catalog's memory_type: the one name the surfaces show for it
-# A turn's session_id, on REST and MCP alike: an id, not text (the MCP module cannot import the REST
-# schemas: the REST package imports the MCP server).
-MAX_SESSION_ID_CHARS: Final = 200
 
 
 @dataclass(frozen=True)

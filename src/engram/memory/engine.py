@@ -21,6 +21,7 @@ from engram.retrieval.late_interaction import pack
 from engram.settings import EngramSettings
 from engram.storage.base import CATALOG, Store, Supersession, Tenant, TenantIndexing
 from engram.use_counts import UseRecorder
+from engram.validation import check_metadata_size
 
 _ENCODE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-encode")
 
@@ -53,14 +54,17 @@ class Engine:
         self.token_encoder = token_encoder  # late interaction; None: recall skips that stage
         self.config = config or RetrievalConfig.from_settings(self.settings)
         self.use_counts = UseRecorder(store, self.settings.use_wait_ms / 1000)
-        # Under load: a few recalls computed at once, first come first served; past a short queue they
-        # skip the cross-encoder, so writes keep the other cores.
+        # Under load (a server: settings.recall_gate): a few recalls computed at once, fair per tenant;
+        # past a short queue they skip the cross-encoder, so writes keep the other cores. Embedded in
+        # someone else's program, Engram neither queues nor sheds unless told to.
+        gated = self.settings.recall_gate
         self.recall_gate = RecallGate(
-            self.settings.recall_concurrency,
+            self.settings.recall_concurrency if gated else 0,
             self.settings.rerank_queue,
             max_queued=self.settings.request_threads // 2,  # a waiting recall holds a request thread
         )
-        self.rerank_admission = Admission(self.settings.rerank_queue)  # the bound when the gate is off
+        # The bound when the gate has no slots (recall_concurrency 0): recalls in the cross-encoder at once.
+        self.rerank_admission = Admission(self.settings.rerank_queue if gated else 0)
         self._made: list[object] = []  # providers Engram.from_settings made: close() closes them too
         store.ensure_model(embedder.name, embedder.dim)
         if token_encoder is not None:
@@ -118,5 +122,6 @@ class Engine:
         return check_text(text, what, self.settings.max_text_chars)
 
     def _store_row(self, tenant: Tenant, row: Memory, supersede: Supersession | None = None) -> None:
+        check_metadata_size(row.metadata, self.settings.max_metadata_chars)
         vectors, tokens = self.encode_rows([row])
         self.store.insert(tenant, [row], vectors, {row.id: supersede} if supersede else None, tokens)

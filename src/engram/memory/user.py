@@ -13,10 +13,12 @@ from datetime import datetime
 from typing import Any, Literal, overload
 
 from engram.errors import InvalidInput, NotFound, PermissionDenied
+from engram.limits import MAX_RECALL_K
 from engram.memory.engine import Engine
 from engram.memory.handles import TenantHandle
 from engram.models import (
     MEMORY_TYPES,
+    SHED_RERANK,
     CompactHit,
     Contradiction,
     EpisodicMemory,
@@ -27,6 +29,7 @@ from engram.models import (
     ProceduralMemory,
     RecallView,
     SemanticMemory,
+    ShedHits,
     Step,
     check_playbook,
     check_recall_options,
@@ -39,7 +42,7 @@ from engram.models import (
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.pipeline import recall as run_recall
 from engram.storage.base import Supersession
-from engram.validation import aware, build_row, check_metadata, check_types
+from engram.validation import aware, build_row, check_metadata, check_session_id, check_types
 
 WRITABLE_TYPES = ("semantic", "procedural")
 SESSION_LOOKBACK = 16  # a new turn's session is looked for among the user's last 16 turns
@@ -71,6 +74,7 @@ class UserMemory(TenantHandle):
         speaker ranks it up (a line that already opens with ``"Name: "`` needs no key).
         """
         text = self._engram._check_text(text)
+        check_session_id(session_id)
         meta = check_metadata(metadata)
         episode_speaker(meta)
         context, context_id = episode_context(meta, self._previous_turn(session_id))
@@ -253,14 +257,14 @@ class UserMemory(TenantHandle):
         """
         engram = self._engram
         query = engram._check_text(query, "query")
-        if not isinstance(k, int) or not 1 <= k <= 1000:
-            raise InvalidInput("k must be an integer in [1, 1000]")
+        if not isinstance(k, int) or not 1 <= k <= MAX_RECALL_K:
+            raise InvalidInput(f"k must be an integer in [1, {MAX_RECALL_K}]")
         check_recall_options(min_confidence, view)
         types = set(MEMORY_TYPES if memory_types is None else check_types(memory_types))
         if not include_catalog:
             types.discard("catalog")
         now = utcnow()
-        with engram.recall_gate.enter() as full:
+        with engram.recall_gate.enter(self.user_id) as full:
             hits = run_recall(
                 engram.store,
                 engram.embedder,
@@ -277,6 +281,7 @@ class UserMemory(TenantHandle):
                 shed_rerank=not full,
                 helper_nice=engram.settings.recall_nice,
             )
+        shed = any(h.explain.get("rerank") == SHED_RERANK for h in hits)
         hits = confident(hits, min_confidence)
         if record_use if record_use is not None else as_of is None:
             used = [
@@ -287,7 +292,8 @@ class UserMemory(TenantHandle):
             counts = engram.use_counts.record(self.user_id, used, now) or {}  # None: queued, not applied
             used_set = set(used)
             hits = [_used(h, counts, now) if h.memory.id in used_set else h for h in hits]
-        return [h.compact() for h in hits] if view == "compact" else hits
+        result = [h.compact() for h in hits] if view == "compact" else hits
+        return ShedHits(result) if shed else result
 
     def history(self, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain that contains ``memory_id``, oldest first (forgotten links are gone)."""

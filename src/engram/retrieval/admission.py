@@ -5,7 +5,9 @@ recalls want it than it can serve, every request waits behind the others and tai
 without bound. ``RecallGate`` (the default) bounds the recalls computed at once and sheds the
 cross-encoder of those that would wait too long; without it, ``Admission`` lets at most ``limit``
 recalls into the stage at once (running or waiting for a session). A shed recall keeps the previous
-stage's order, and its hits say ``"rerank": "skipped: load"``. Batching the waiting requests would not
+stage's order, its hits say ``"rerank": "skipped: load"``, and the service says so at the top of the
+response (``shed``, and the ``Engram-Recall-Shed`` header). Neither gate is on in an embedded Engram
+unless its settings say ``recall_gate``; ``engram serve`` turns it on. Batching the waiting requests would not
 help: the INT8 cross-encoder runs each pair alone (see OnnxCrossEncoder), so its cost is per pair, not
 per call.
 """
@@ -55,12 +57,17 @@ class Admission:
 
 
 class RecallGate:
-    """At most ``slots`` recalls computed at once; the rest wait for a slot, first come first served
-    (a finishing recall hands its slot to the oldest waiter). A recall that has to wait while
-    ``waiting`` are already queued is shed: it waits its turn too, but is computed without the
-    cross-encoder, so it holds its slot for a few milliseconds instead of ~100. Past ``max_queued``
-    waiting, a shed recall runs at once instead of queueing, so waiting recalls can never take every
-    request thread of a server from the writes.
+    """At most ``slots`` recalls computed at once; the rest wait for a slot. A recall that has to wait
+    while its tenant already has its share of ``waiting`` queued is shed: it waits its turn too, but is
+    computed without the cross-encoder, so it holds its slot for a few milliseconds instead of ~100.
+    Past ``max_queued`` waiting in all, a shed recall runs at once instead of queueing, so waiting
+    recalls can never take every request thread of a server from the writes.
+
+    Fair per tenant: a tenant's share is ``waiting`` divided among the tenants with recalls waiting
+    (itself included), at least one, and a finishing recall hands its slot to the next tenant in turn
+    (first come first served within a tenant). So one tenant flooding recall sheds its own recalls,
+    not everyone's, and the others' wait behind one of its recalls at a time, not its whole queue.
+    With one tenant this is the plain first-come-first-served gate.
 
     Bounding every recall (shed ones too: without the cross-encoder a recall still encodes the query
     twice and scores 160 candidates) leaves the other cores to writes, the hot path an agent waits on;
@@ -75,36 +82,41 @@ class RecallGate:
             raise ValueError("slots, waiting and max_queued must be >= 0")
         self.slots, self.waiting, self.max_queued = slots, waiting, max_queued
         self._running = 0
-        self._queue: deque[threading.Event] = deque()  # set: the slot was handed to that waiter
+        # Each tenant's waiters, oldest first (set: the slot was handed to it); the dict's order is
+        # the turn: the tenant served next is moved to the end.
+        self._queues: dict[str, deque[threading.Event]] = {}
         self._lock = threading.Lock()
         self.shed = 0  # how many ran without the cross-encoder, for logs and benchmarks
 
     @property
     def queued(self) -> int:
         """Recalls waiting for a slot now."""
-        return len(self._queue)
+        return sum(len(q) for q in self._queues.values())
 
     @contextmanager
-    def enter(self) -> Iterator[bool]:
+    def enter(self, tenant: str = "") -> Iterator[bool]:
         """Hold a slot until the block ends (waiting for one if need be). True: a full recall; False:
-        shed (it had to wait with ``waiting`` already queued), so it holds its slot only briefly."""
+        shed (``tenant`` had its share of ``waiting`` queued), so it holds its slot only briefly."""
         if self.slots == 0:
             yield True
             return
         with self._lock:
-            if self._running < self.slots and not self._queue:
+            queued = self.queued
+            if self._running < self.slots and not queued:
                 self._running += 1
                 turn = None
                 full = True
             else:
-                full = self.waiting == 0 or len(self._queue) < self.waiting
+                mine = len(self._queues.get(tenant, ()))
+                tenants = len(self._queues) + (tenant not in self._queues)
+                full = self.waiting == 0 or mine < max(1, self.waiting // tenants)
                 if not full:
                     self.shed += 1
-                if not full and len(self._queue) >= self.max_queued:
+                if not full and queued >= self.max_queued:
                     turn = None  # run at once, outside the slots
                 else:
                     turn = threading.Event()
-                    self._queue.append(turn)
+                    self._queues.setdefault(tenant, deque()).append(turn)
         holds_slot = turn is not None or full
         if turn is not None:
             try:
@@ -114,7 +126,7 @@ class RecallGate:
                     if turn.is_set():
                         self._release()
                     else:
-                        self._queue.remove(turn)
+                        self._leave(tenant, turn)
                 raise
         try:
             yield full
@@ -123,9 +135,20 @@ class RecallGate:
                 with self._lock:
                     self._release()
 
+    def _leave(self, tenant: str, turn: threading.Event) -> None:
+        queue = self._queues[tenant]
+        queue.remove(turn)
+        if not queue:
+            del self._queues[tenant]
+
     def _release(self) -> None:
-        """Hand the slot to the oldest waiter, else free it (called with the lock held)."""
-        if self._queue:
-            self._queue.popleft().set()
-        else:
+        """Hand the slot to the oldest waiter of the tenant whose turn it is, else free it (called with
+        the lock held)."""
+        if not self._queues:
             self._running -= 1
+            return
+        tenant = next(iter(self._queues))
+        queue = self._queues.pop(tenant)
+        queue.popleft().set()
+        if queue:
+            self._queues[tenant] = queue  # back of the line: the other tenants go first

@@ -29,12 +29,12 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
 
+from engram.errors import public_failure
 from engram.models import EpisodicMemory, Hit, MemoryType, event_time, search_text_of
 from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.retrieval.admission import Admission
@@ -51,7 +51,6 @@ from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tena
 from engram.text import query_words
 from engram.threads import lower_priority
 
-log = logging.getLogger(__name__)
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
 # stage is skipped, so a store upgraded from 0.1 keeps 0.1's latency until `engram reindex` has run.
 MAX_ENCODED_AT_RECALL = 8
@@ -229,8 +228,7 @@ def apply_late_interaction(
             context_id = context_of.get(c.memory.id)
             scores.append(late_score(maxima[c.memory.id], maxima.get(context_id) if context_id else None))
     except Exception as exc:  # recall must never fail because of an optional stage
-        log.warning("late interaction failed, keeping the fused order: %s", exc)
-        return f"{type(exc).__name__}: {exc}"
+        return public_failure(exc, "late interaction")  # logged there; no driver text in explain
     for candidate, raw, score in zip(head, scores, normalised(scores), strict=True):
         candidate.late, candidate.late_raw = score, raw
     return None
@@ -316,8 +314,7 @@ def apply_rerank(reranker: Reranker, query: str, window: list[Candidate], weight
         if len(scores) != len(window):
             raise ValueError(f"reranker returned {len(scores)} scores for {len(window)} passages")
     except Exception as exc:  # recall must never fail because of the reranker
-        log.warning("reranker failed, falling back to RRF order: %s", exc)
-        return f"{type(exc).__name__}: {exc}"
+        return public_failure(exc, "the reranker")  # logged there; no driver text in explain
     for candidate, score in zip(window, scores, strict=True):
         candidate.rerank, candidate.rerank_weight = float(score), weight
     return None

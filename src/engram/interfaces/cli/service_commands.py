@@ -38,8 +38,9 @@ def serve(
 
     from engram.auth import ApiKeys, check_admin_key
     from engram.interfaces.rest import create_app
+    from engram.interfaces.rest.protocol import JsonErrorsH11Protocol
 
-    settings = _settings()
+    settings = serving_settings()
     admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
     if admin_key:
         try:
@@ -60,7 +61,8 @@ def serve(
         worker = _consolidation_worker(eng)  # in this process only: one per store, whatever --workers
         try:
             if workers == 1:
-                uvicorn.run(create_app(eng, keys, host=host), host=host, port=port, log_level="warning")
+                app = create_app(eng, keys, host=host)
+                uvicorn.run(app, host=host, port=port, log_level="warning", http=JsonErrorsH11Protocol)
             else:
                 _serve_processes(
                     workers, eng.settings, _store_url(store, eng.settings, existing=False), host, port
@@ -68,6 +70,15 @@ def serve(
         finally:
             if worker is not None:
                 worker.stop()
+
+
+def serving_settings() -> EngramSettings:
+    """`engram serve`'s settings: a server queues and sheds recalls under load (recall_gate), unless
+    ENGRAM_RECALL_GATE (or the TOML file) says otherwise; an embedded Engram does neither by default."""
+    settings = _settings()
+    if "recall_gate" not in settings.model_fields_set:
+        settings = _settings(recall_gate=True)
+    return settings
 
 
 def _serve_processes(workers: int, settings: EngramSettings, store: str, host: str, port: int) -> None:
@@ -78,9 +89,11 @@ def _serve_processes(workers: int, settings: EngramSettings, store: str, host: s
 
     import uvicorn
 
+    from engram.interfaces.rest.protocol import JSON_ERRORS_H11
     from engram.threads import available_cores
 
     os.environ["ENGRAM_STORE"] = store
+    os.environ["ENGRAM_RECALL_GATE"] = str(settings.recall_gate).lower()
     os.environ["ENGRAM_HOST"] = host
     if "model_threads" not in settings.model_fields_set:
         os.environ["ENGRAM_MODEL_THREADS"] = str(max(1, available_cores() // workers))
@@ -91,6 +104,7 @@ def _serve_processes(workers: int, settings: EngramSettings, store: str, host: s
         "engram.interfaces.rest.workers:app_from_environment",
         factory=True,
         workers=workers,
+        http=JSON_ERRORS_H11,
         host=host,
         port=port,
         log_level="warning",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -11,14 +12,16 @@ import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.exceptions import HTTPException
-from starlette.routing import Route
+from starlette.routing import Route, compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
 from engram.auth import ApiKeys
 from engram.errors import (
+    FAILED,
     Conflict,
     EngramError,
     InvalidInput,
@@ -33,13 +36,15 @@ from engram.interfaces.inspector.routes import mount_inspector
 from engram.interfaces.mcp import build_mcp_server, http_tenant
 from engram.interfaces.rest.imports import ImportJobs
 from engram.interfaces.rest.routes import admin, memories
-from engram.interfaces.rest.schemas import HTTP_CODES
+from engram.interfaces.rest.schemas import HTTP_CODES, publish_limits
+from engram.limits import MAX_BODY_BYTES, MAX_IMPORT_BYTES
 from engram.memory import Engram, validate_user_id
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1 << 20  # 1 MiB: far above any turn or fact (16k chars), below abuse
-MAX_IMPORT_BYTES = 64 << 20  # imports carry whole histories
+# The routes that take a whole history, and who may call each: their bodies are read only after that.
+IMPORT_ROUTES = {"/v1/import": "user", "/v1/catalog/import": "admin"}
+NOT_UTF8 = "the request body must be JSON in UTF-8, without a byte order mark"
 LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]  # what the MCP SDK allows by default
 
 # One table from our errors to HTTP statuses (most specific first).
@@ -117,12 +122,21 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         status = next(code for cls, code in ERROR_STATUS if isinstance(exc, cls))
         return _error(status, exc.code, public_message(exc))
 
+    routes: dict[str, set[str]] = {"/healthz": {"GET"}}  # the API's paths and their methods
+    for route in [*memories.router.routes, *admin.router.routes]:
+        if isinstance(route, APIRoute):
+            routes.setdefault(route.path, set()).update(route.methods or ())
+
     # Starlette's, not FastAPI's subclass: unknown routes (404) and wrong methods (405) raise it too.
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         if exc.status_code == 400:  # FastAPI could not read the body as JSON (not UTF-8, too deep)
             return _error(422, "invalid_input", "the request body could not be read as JSON")
-        return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), exc.headers)
+        headers = dict(exc.headers or {})
+        documented = allowed_methods(routes, request.url.path) if exc.status_code == 405 else []
+        if documented:
+            headers["Allow"] = ", ".join(documented)
+        return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -132,13 +146,28 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     @app.exception_handler(Exception)
     async def server_error(_: Request, exc: Exception) -> JSONResponse:
         # Starlette logs the traceback after this; the client gets no server detail.
-        return _error(500, "internal_error", "the server failed; the server log has the details")
+        return _error(500, "internal_error", FAILED)
 
     gate = McpGate(mcp_app, keys)
     app.router.routes.append(Route("/mcp", gate, methods=["GET", "POST", "DELETE"]))
     app.router.routes.append(Route("/mcp/{user_id}", gate, methods=["GET", "POST", "DELETE"]))
-    app.add_middleware(BodyLimit)
+    app.add_middleware(BodyLimit, keys=keys)
+    publish_limits(app, engram.settings)
     return app
+
+
+def allowed_methods(routes: Mapping[str, set[str]], path: str) -> list[str]:
+    """The methods of the resource at this path, from ``routes`` (each documented path's methods):
+    those of the path itself when it is one (POST /v1/catalog/import, not GET and DELETE
+    /v1/catalog/{memory_id} that also match it), else those of every template it matches. Starlette's
+    405 names the first matching route's methods only. Empty outside the API (MCP, the inspector)."""
+    if path in routes:
+        return sorted(routes[path])
+    methods: set[str] = set()
+    for template, allowed in routes.items():
+        if compile_path(template)[0].match(path):
+            methods |= allowed
+    return sorted(methods)
 
 
 class McpGate:
@@ -173,39 +202,82 @@ class McpGate:
 
 
 class BodyLimit:
-    """Refuses request bodies over the limit with 413 before any route (or the MCP SDK) sees them.
+    """Bounds request bodies before any route (or the MCP SDK) sees them, and refuses any that is not
+    UTF-8 (UTF-16, a byte order mark).
 
-    The body is read here in full, at most ``limit`` bytes, and replayed to the app: a chunked body
-    declares no length, and an error raised while a route or the SDK reads it would surface there as
-    a parse failure (400) or a 500, not as 413.
+    Every route takes at most MAX_BODY_BYTES; the import routes take MAX_IMPORT_BYTES, and only from a
+    caller whose key may use that route, checked before a byte of the body is read. The body is read
+    here, at most its limit, and replayed to the app chunk by chunk as it came: a chunked body declares
+    no length, and an error raised while a route or the SDK reads it would surface there as a parse
+    failure (400) or a 500, not as 413.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
         self.app = app
+        self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        limit = MAX_IMPORT_BYTES if scope["path"].endswith("/import") else MAX_BODY_BYTES
+        limit = MAX_BODY_BYTES
+        route_for = IMPORT_ROUTES.get(scope["path"])
+        if route_for is not None and scope["method"] == "POST":
+            refused = await self._refuse(scope, route_for)
+            if refused is not None:
+                return await refused(scope, receive, send)
+            limit = MAX_IMPORT_BYTES
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             return await _too_large(limit)(scope, receive, send)
-        body = bytearray()
+        chunks: list[bytes] = []
+        size, head = 0, b""
+        utf8 = codecs.getincrementaldecoder("utf-8")()
         while True:
             message = await receive()
             if message["type"] != "http.request":  # the client went away
                 return None
-            body += message.get("body", b"")
-            if len(body) > limit:
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
                 return await _too_large(limit)(scope, receive, send)
+            head = (head + chunk)[:3] if len(head) < 3 else head
+            try:
+                utf8.decode(chunk, final=not message.get("more_body", False))
+                # A raw NUL is never in UTF-8 JSON (a string escapes it): it is UTF-16 or 32 without a mark.
+                not_utf8 = head.startswith(codecs.BOM_UTF8) or b"\x00" in chunk
+            except UnicodeDecodeError:  # UTF-16 or 32, Latin-1...
+                not_utf8 = True
+            if not_utf8:
+                return await _error(422, "invalid_input", NOT_UTF8)(scope, receive, send)
+            chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        pending: list[Message] = [{"type": "http.request", "body": bytes(body), "more_body": False}]
+        pending = [
+            {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+            for i, chunk in enumerate(chunks)
+        ]
+        pending.reverse()
 
         async def replay() -> Message:
             return pending.pop() if pending else await receive()
 
         await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, route_for: str) -> JSONResponse | None:
+        """401 or 403 for a caller that may not import here (the route would say the same after
+        reading the body); None: the caller may."""
+        auth = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin-1")
+        key = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        principal = await anyio.to_thread.run_sync(self.keys.resolve, key)
+        if principal is None:
+            return _error(
+                401, "unauthorized", "missing, unknown or revoked API key", {"WWW-Authenticate": "Bearer"}
+            )
+        if route_for == "admin" and not principal.is_admin:
+            return _error(403, "forbidden", "this route needs the admin key")
+        if route_for == "user" and principal.user_id is None:
+            return _error(403, "forbidden", "the admin key manages keys and the catalog; use a user key")
+        return None
 
 
 def _where(loc: Sequence[str | int]) -> str:

@@ -10,6 +10,8 @@ from typing import Any
 
 import uvicorn
 
+from engram.interfaces.rest.protocol import JsonErrorsH11Protocol
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
@@ -25,7 +27,9 @@ class BackgroundServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+            uvicorn.Config(
+                app, host="127.0.0.1", port=self.port, log_level="warning", http=JsonErrorsH11Protocol
+            )
         )
         self._thread = threading.Thread(target=self._server.run, daemon=True)
         self._start_timeout = start_timeout

@@ -7,18 +7,28 @@ error response is documented with the one error body the server sends.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Header, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from engram.interfaces.rest.imports import MAX_KEY_CHARS, ImportRunning
-from engram.interfaces.vocabulary import MAX_SESSION_ID_CHARS
-from engram.models import (
+from engram.limits import (
+    MAX_BODY_BYTES,
+    MAX_IMPORT_BYTES,
+    MAX_KEY_LABEL_CHARS,
     MAX_LINE_CHARS,
     MAX_NAME_CHARS,
+    MAX_PAGE_BOUND,
+    MAX_SERVICE_RECALL_K,
+    MAX_SESSION_ID_CHARS,
     MAX_STEPS,
+    MAX_SUPPORTING_IDS,
+    SETTING_MARK,
+)
+from engram.models import (
     CompactHit,
     Contradiction,
     FactType,
@@ -31,19 +41,70 @@ from engram.models import (
     StrictStep,
     Tombstone,
 )
-from engram.settings import DEFAULT_MAX_TEXT_CHARS
-from engram.validation import MAX_PAGE_BOUND, USER_ID_PATTERN
+from engram.settings import DEFAULT_MAX_METADATA_CHARS, DEFAULT_MAX_TEXT_CHARS, EngramSettings
+from engram.validation import USER_ID_PATTERN
+from engram.visibility import empty_or_visible_schema, shows_nothing, visible_schema
 
-MAX_QUERY_CHARS = 4_000  # a recall query is a question, not a document
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 MAX_OFFSET = MAX_PAGE_BOUND  # far past any tenant's rows; keeps OFFSET inside every backend's integers
 VISIBLE = "must contain at least one visible character (letter, digit, punctuation or symbol)"
+LIMIT_MARK = SETTING_MARK
+JsonDict = dict[str, Any]
 
 
-def _text(description: str, *, max_chars: int = DEFAULT_MAX_TEXT_CHARS) -> Any:
-    """A required text field. Its maximum is the store's ``max_text_chars``, enforced by the engine
-    (the schema shows the default), so it is documented here and not checked twice."""
+def visible_text(*, empty: bool = False) -> Callable[[JsonDict], None]:
+    """A text field's extra schema: the visible-character rule (``empty``: or nothing),
+    and its maximum length, the store's ``max_text_chars``, which the engine enforces (so it is not
+    checked twice here): publish_limits writes the running server's value."""
+
+    def extra(schema: JsonDict) -> None:
+        schema.update(
+            {
+                "not": shows_nothing(empty=not empty),
+                "maxLength": DEFAULT_MAX_TEXT_CHARS,
+                LIMIT_MARK: "max_text_chars",
+            }
+        )
+
+    return extra
+
+
+def publish_limits(app: FastAPI, settings: EngramSettings) -> None:
+    """Make ``app``'s OpenAPI document show this server's limits where they are settings."""
+    generate = app.openapi
+
+    def openapi() -> JsonDict:
+        if app.openapi_schema is None:
+            _write_settings(generate(), settings)
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _write_settings(node: object, settings: EngramSettings) -> None:
+    if isinstance(node, dict):
+        name = node.pop(LIMIT_MARK, None)
+        if isinstance(name, str):
+            node["maxLength"] = getattr(settings, name)
+        for value in node.values():
+            _write_settings(value, settings)
+    elif isinstance(node, list):
+        for value in node:
+            _write_settings(value, settings)
+
+
+def _text(description: str) -> Any:
+    """A required text field, bounded by the store's ``max_text_chars``."""
+    return Field(min_length=1, description=f"{description}; {VISIBLE}", json_schema_extra=visible_text())
+
+
+def _metadata(description: str = "free-form, kept verbatim") -> Any:
     return Field(
-        min_length=1, description=f"{description}; {VISIBLE}", json_schema_extra={"maxLength": max_chars}
+        default_factory=dict,
+        description=f"{description}; at most {DEFAULT_MAX_METADATA_CHARS} characters as compact JSON by "
+        "default (the store's max_metadata_chars)",
     )
 
 
@@ -55,34 +116,43 @@ class TurnCreate(_Request):
     text: str = _text("the user's message, verbatim")
     at: IsoDatetime | None = Field(default=None, description="when it was said (default: now)")
     session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
-    metadata: dict[str, Any] = Field(
-        default_factory=dict,
-        description="free-form, kept verbatim; two keys have a meaning: assistant_context (the assistant "
+    metadata: dict[str, Any] = _metadata(
+        "free-form, kept verbatim; two keys have a meaning: assistant_context (the assistant "
         "message this turn replied to: searched with the turn, never made a fact) and speaker (who said "
         "it, in a conversation of several people: the turn is searched as 'Speaker: text', and a recall "
-        "that names them ranks it up)",
+        "that names them ranks it up)"
     )
+
+
+def _memory_rules() -> list[JsonDict]:
+    procedural = {"properties": {"memory_type": {"const": "procedural"}}, "required": ["memory_type"]}
+    fact_text = {"minLength": 1, "not": shows_nothing()}
+    contradicts = {"properties": {"contradiction": {"type": "string"}}, "required": ["contradiction"]}
+    supersedes = {"required": ["supersedes_id"], "properties": {"supersedes_id": {"type": "string"}}}
+    return [
+        {
+            "if": procedural,
+            "then": {"required": ["name"], "properties": {"name": {"type": "string"}}},
+            "else": {"required": ["text"], "properties": {"text": fact_text}},
+        },
+        {"if": contradicts, "then": supersedes},
+    ]
 
 
 class MemoryCreate(_Request):
-    # What each type needs, in the schema too: a fact its text, a playbook its name.
-    model_config = ConfigDict(
-        json_schema_extra={
-            "if": {"properties": {"memory_type": {"const": "procedural"}}, "required": ["memory_type"]},
-            "then": {"required": ["name"]},
-            "else": {"required": ["text"], "properties": {"text": {"minLength": 1}}},
-        }
-    )
+    # What each type needs, in the schema too: a fact its text, a playbook its name; and a
+    # contradiction names how the row it supersedes was wrong, so it comes with supersedes_id.
+    model_config = ConfigDict(json_schema_extra=lambda schema: schema.update(allOf=_memory_rules()))
 
     text: str = Field(
         default="",
         description=f"the fact (required, {VISIBLE}), or a summary of the playbook (optional)",
-        json_schema_extra={"maxLength": DEFAULT_MAX_TEXT_CHARS},
+        json_schema_extra=visible_text(empty=True),
     )
     memory_type: Literal["semantic", "procedural"] = "semantic"
     fact_type: FactType = "identity"
     confidence: float = Field(default=1.0, ge=0, le=1, allow_inf_nan=False)
-    supporting_episode_ids: list[str] = Field(default_factory=list, max_length=100)
+    supporting_episode_ids: list[str] = Field(default_factory=list, max_length=MAX_SUPPORTING_IDS)
     supersedes_id: str | None = Field(default=None, description="id of the live row this one replaces")
     contradiction: Contradiction | None = Field(
         default=None, description="natural: the world changed; harsh: the old fact was never true"
@@ -90,20 +160,26 @@ class MemoryCreate(_Request):
     valid_from: IsoDatetime | None = Field(default=None, description="not after valid_to")
     valid_to: IsoDatetime | None = None
     name: str | None = Field(
-        default=None, min_length=1, max_length=MAX_NAME_CHARS, description="playbook name (procedural)"
+        default=None,
+        min_length=1,
+        max_length=MAX_NAME_CHARS,
+        description="playbook name (procedural)",
+        json_schema_extra=visible_schema,
     )
-    trigger_text: str = Field(default="", max_length=MAX_LINE_CHARS)
-    description: str = Field(default="", json_schema_extra={"maxLength": DEFAULT_MAX_TEXT_CHARS})
+    trigger_text: str = Field(
+        default="", max_length=MAX_LINE_CHARS, json_schema_extra=empty_or_visible_schema
+    )
+    description: str = Field(default="", json_schema_extra=visible_text(empty=True))
     steps: list[StrictStep] = Field(default_factory=list, max_length=MAX_STEPS)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = _metadata()
     created_at: IsoDatetime | None = Field(
         default=None, description="backdates the row (e.g. when copying memories over); default: now"
     )
 
 
 class RecallRequest(_Request):
-    query: str = _text("what to search for", max_chars=MAX_QUERY_CHARS)
-    k: JsonInt = Field(default=10, ge=1, le=100)
+    query: str = _text("what to search for")
+    k: JsonInt = Field(default=10, ge=1, le=MAX_SERVICE_RECALL_K)
     memory_types: list[MemoryType] | None = None
     include_catalog: bool = True
     include_superseded: bool = False
@@ -135,12 +211,12 @@ class RecallRequest(_Request):
 class CatalogCreate(_Request):
     text: str = _text("the catalog entry")
     title: str = ""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = _metadata()
 
 
 class KeyCreate(_Request):
     user_id: str = Field(pattern=USER_ID_PATTERN, description="the user whose memory the key opens")
-    label: str = Field(default="", max_length=200)
+    label: str = Field(default="", max_length=MAX_KEY_LABEL_CHARS)
 
 
 class Me(BaseModel):
@@ -150,14 +226,23 @@ class Me(BaseModel):
 _ABSTAINED = Field(description="min_confidence was given and no hit reached it: nothing relevant is stored")
 
 
+_SHED = Field(
+    description="the server was loaded and computed this recall without the cross-encoder: the hits are in "
+    "the previous stage's order (also said by the Engram-Recall-Shed header)"
+)
+SHED_HEADER = "Engram-Recall-Shed"
+
+
 class RecallResponse(BaseModel):
     hits: list[Hit]
     abstained: bool = _ABSTAINED
+    shed: bool = _SHED
 
 
 class CompactRecallResponse(BaseModel):
     hits: list[CompactHit]
     abstained: bool = _ABSTAINED
+    shed: bool = _SHED
 
 
 class MemoryList(BaseModel):
@@ -206,7 +291,7 @@ _MEANING = {
     403: "this key may not use this route (user key on an admin route, admin key on a memory route)",
     404: "no such row in your scope (also for other tenants' ids)",
     409: "the row's state forbids it (e.g. superseding an already superseded fact)",
-    413: "request body over 1 MiB (imports: 64 MiB)",
+    413: f"request body over {MAX_BODY_BYTES >> 20} MiB (imports: {MAX_IMPORT_BYTES >> 20} MiB)",
     422: "invalid input (malformed JSON, a wrong type, empty or invisible text...): nothing was changed",
     503: "the store or a model failed (the server log has the details), or the server is busy",
 }

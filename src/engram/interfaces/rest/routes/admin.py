@@ -25,6 +25,7 @@ from engram.interfaces.rest.schemas import (
     MemoryList,
     error_responses,
 )
+from engram.limits import MAX_PAGE
 from engram.models import CatalogItem, Memory
 
 router = APIRouter(
@@ -60,7 +61,7 @@ def add_catalog_item(body: CatalogCreate, catalog: AdminDep) -> CatalogItem:
 @router.get("/catalog", response_model=MemoryList)
 def list_catalog(
     catalog: AdminDep,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> MemoryList:
     return MemoryList(data=catalog.list(limit=limit, offset=offset), limit=limit, offset=offset)

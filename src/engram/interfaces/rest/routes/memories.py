@@ -14,6 +14,7 @@ from engram.interfaces.rest.schemas import (
     IMPORT_RESPONSES,
     IMPORT_STATUS_RESPONSES,
     MAX_OFFSET,
+    SHED_HEADER,
     CompactRecallResponse,
     ForgetResponse,
     IdempotencyKey,
@@ -27,7 +28,8 @@ from engram.interfaces.rest.schemas import (
     TurnCreate,
     error_responses,
 )
-from engram.models import EpisodicMemory, Memory, ProceduralMemory, SemanticMemory
+from engram.limits import MAX_PAGE
+from engram.models import EpisodicMemory, Memory, ProceduralMemory, SemanticMemory, was_shed
 
 router = APIRouter(prefix="/v1", tags=["memories"], responses=error_responses(401, 403, 413, 422, 503))
 
@@ -71,10 +73,24 @@ def write(body: MemoryCreate, mem: UserMemoryDep) -> SemanticMemory | Procedural
     )
 
 
-@router.post("/recall", response_model=RecallResponse | CompactRecallResponse)
-def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse | JSONResponse:
+@router.post(
+    "/recall",
+    response_model=RecallResponse | CompactRecallResponse,
+    responses={
+        200: {
+            "headers": {
+                SHED_HEADER: {
+                    "description": "sent only when the recall was shed (see shed): the stage skipped",
+                    "schema": {"type": "string", "enum": ["rerank"]},
+                }
+            }
+        }
+    },
+)
+def recall(body: RecallRequest, mem: UserMemoryDep) -> JSONResponse:
     """Search all memory types and the catalog. Each hit carries its event time, a calibrated
-    confidence and (``view="full"``) its score breakdown in ``explain``."""
+    confidence and (``view="full"``) its score breakdown in ``explain``. Under load the server may
+    skip the cross-encoder: ``shed`` is then true, and the ``Engram-Recall-Shed`` header says so."""
     hits = mem.recall(
         body.query,
         k=body.k,
@@ -86,9 +102,13 @@ def recall(body: RecallRequest, mem: UserMemoryDep) -> RecallResponse | JSONResp
         min_confidence=body.min_confidence,
     )
     abstained = body.min_confidence is not None and not hits
+    shed = was_shed(hits)
+    headers = {SHED_HEADER: "rerank"} if shed else None
     if body.view == "compact":  # sent as CompactHit.as_json: without the fields that do not apply
-        return JSONResponse({"hits": [h.compact().as_json() for h in hits], "abstained": abstained})
-    return RecallResponse(hits=hits, abstained=abstained)
+        compact = [h.compact().as_json() for h in hits]
+        return JSONResponse({"hits": compact, "abstained": abstained, "shed": shed}, headers=headers)
+    full = RecallResponse(hits=hits, abstained=abstained, shed=shed)
+    return JSONResponse(full.model_dump(mode="json"), headers=headers)
 
 
 @router.get("/memories", response_model=MemoryList)
@@ -101,7 +121,7 @@ def list_memories(
         ),
     ] = "semantic",
     include_superseded: bool = False,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> MemoryList:
     """Your memories of one type, newest first, paged."""
