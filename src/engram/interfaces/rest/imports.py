@@ -27,11 +27,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from engram.errors import Conflict, EngramError, InvalidInput, NotFound
+from engram.limits import MAX_IDEMPOTENCY_KEY_CHARS
 from engram.settings import EngramSettings
 
 Progress = Callable[[int, int], None]
 Work = Callable[[Progress], dict[str, Any]]
-MAX_KEY_CHARS = 200  # a UUID or a SHA-256 in hex fits with room to spare
+MAX_KEY_CHARS = MAX_IDEMPOTENCY_KEY_CHARS
 BUSY = {"Retry-After": "5"}
 
 
