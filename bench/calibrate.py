@@ -133,7 +133,8 @@ def main():
     result["as_recalled"] = {}
     for stage, chosen in (
         ("cross-encoder ran", [r for r in rows if r["rerank"] is not None]),
-        ("cross-encoder not run", [r for r in rows if r["rerank"] is None]),
+        ("not run, first hit", [r for r in rows if r["rerank"] is None and r["rank"] == 1]),
+        ("not run, below", [r for r in rows if r["rerank"] is None and r["rank"] > 1]),
         ("all", rows),
     ):
         said = np.array([r["confidence"] for r in chosen])

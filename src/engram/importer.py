@@ -33,27 +33,24 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.config import JsonDict
+from pydantic import ValidationError
 from rich.progress import Progress
 
 from engram.errors import Conflict, EngramError, ImportFileError, InvalidInput, StorageError
-from engram.limits import MAX_COUNT, MAX_SESSION_ID_CHARS, SETTING_MARK
+from engram.import_records import (
+    CatalogRecord,
+    Record,
+    UserDocument,
+)
 from engram.models import (
     CatalogItem,
-    Contradiction,
     EpisodicMemory,
-    FactType,
-    IsoDatetime,
-    JsonInt,
     Memory,
     MemoryType,
     ProceduralMemory,
     SemanticMemory,
-    StrictStep,
     Vectors,
     check_playbook,
     check_text,
@@ -62,13 +59,11 @@ from engram.models import (
     new_id,
     utcnow,
 )
-from engram.settings import DEFAULT_MAX_TEXT_CHARS, EngramSettings
+from engram.settings import EngramSettings
 from engram.storage.base import CATALOG, MemoryStore, Supersession, Tenant, TransferStore
-from engram.validation import aware, check_metadata, check_metadata_size, validate_user_id
-from engram.visibility import empty_or_visible_schema, visible_schema
+from engram.validation import check_metadata, check_metadata_size, validate_user_id
 
 ProgressCallback = Callable[[int, int], None]  # rows looked at so far, rows in all
-MAX_DAYS_AGO = 365_250  # 1000 years: any real history, far from the year 1 where datetimes end
 
 
 class ImportStore(MemoryStore, TransferStore, Protocol):
@@ -86,106 +81,6 @@ class ImportTarget(Protocol):
     def store(self) -> ImportStore: ...
 
     def encode_rows(self, rows: Sequence[Memory]) -> tuple[Vectors, list[bytes] | None]: ...
-
-
-class _Record(BaseModel):
-    # strict: "confidence": "0.9" or "success_count": true is a mistake in the file, not a number
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    key: str | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-# What the schemas say beside the fields (the REST API's OpenAPI shows these records).
-_BOTH_TIMES: JsonDict = {
-    "required": ["timestamp", "days_ago"],
-    "properties": {"timestamp": {"type": "string"}, "days_ago": {"type": "number"}},
-}
-_CONTRADICTS: JsonDict = {"required": ["contradiction"], "properties": {"contradiction": {"type": "string"}}}
-_SUPERSEDES: JsonDict = {"required": ["supersedes"], "properties": {"supersedes": {"type": "string"}}}
-
-
-def _visible_bounded(schema: JsonDict) -> None:
-    visible_schema(schema)
-    schema.update({"maxLength": DEFAULT_MAX_TEXT_CHARS, SETTING_MARK: "max_text_chars"})  # the store's
-
-
-def _empty_or_visible_bounded(schema: JsonDict) -> None:
-    empty_or_visible_schema(schema)
-    schema.update({"maxLength": DEFAULT_MAX_TEXT_CHARS, SETTING_MARK: "max_text_chars"})
-
-
-def _text() -> Any:
-    return Field(json_schema_extra=_visible_bounded)
-
-
-def _optional_text() -> Any:
-    return Field(default="", json_schema_extra=_empty_or_visible_bounded)
-
-
-class _Timed(_Record):
-    # The schema says it too: a record with both a timestamp and days_ago is refused.
-    model_config = ConfigDict(json_schema_extra={"not": _BOTH_TIMES})
-
-    timestamp: IsoDatetime | None = None
-    days_ago: float | None = Field(default=None, ge=0, le=MAX_DAYS_AGO, allow_inf_nan=False)
-
-    @field_validator("timestamp")
-    @classmethod
-    def _utc(cls, at: datetime | None) -> datetime | None:
-        return aware(at)  # stored in UTC like every other timestamp; its InvalidInput is a ValueError
-
-    @model_validator(mode="after")
-    def _one_time(self) -> _Timed:
-        if self.timestamp is not None and self.days_ago is not None:
-            raise ValueError("give either timestamp or days_ago, not both")
-        return self
-
-    def at(self, now: datetime) -> datetime | None:
-        if self.days_ago is not None:
-            return now - timedelta(days=self.days_ago)
-        return self.timestamp
-
-
-class EpisodeRecord(_Timed):
-    text: str = _text()
-    session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
-
-
-class FactRecord(_Timed):
-    # A contradiction says how the fact it supersedes was wrong: only with supersedes.
-    model_config = ConfigDict(json_schema_extra={"not": _BOTH_TIMES, "if": _CONTRADICTS, "then": _SUPERSEDES})
-
-    text: str = _text()
-    fact_type: FactType = "identity"
-    confidence: float = Field(default=1.0, ge=0, le=1)
-    supporting_episodes: list[str] = Field(default_factory=list)
-    supersedes: str | None = None
-    contradiction: Contradiction | None = None
-
-
-class PlaybookRecord(_Timed):
-    name: str = Field(min_length=1, json_schema_extra=visible_schema)
-    text: str = _optional_text()
-    trigger_text: str = _optional_text()
-    description: str = _optional_text()
-    steps: list[StrictStep] = Field(default_factory=list)
-    success_count: JsonInt = Field(default=0, ge=0, le=MAX_COUNT)
-    failure_count: JsonInt = Field(default=0, ge=0, le=MAX_COUNT)
-
-
-class UserDocument(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    user_id: str | None = None
-    episodic: list[EpisodeRecord] = Field(default_factory=list)
-    semantic: list[FactRecord] = Field(default_factory=list)
-    procedural: list[PlaybookRecord] = Field(default_factory=list)
-
-
-class CatalogRecord(_Record):
-    title: str = ""
-    text: str = _text()
 
 
 def _fail(exc: ValidationError, prefix: str = "") -> ImportFileError:
@@ -470,7 +365,7 @@ class _Identity:
         self.owner = owner
         self.seen: dict[str, int] = {}
 
-    def of(self, memory_type: MemoryType, record: _Record) -> str:
+    def of(self, memory_type: MemoryType, record: Record) -> str:
         if record.key is not None:
             basis = f"key\n{record.key}"
         else:
@@ -484,7 +379,7 @@ class _Identity:
         return new_id(memory_type, digest)
 
 
-def _check_metadata(record: _Record, where: str) -> None:
+def _check_metadata(record: Record, where: str) -> None:
     try:
         check_metadata(record.metadata)
     except InvalidInput as exc:  # before anything is embedded: the store would fail or change it

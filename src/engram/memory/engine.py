@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from engram.errors import InvalidInput
-from engram.importer import UserDocument, import_document
+from engram.import_records import UserDocument
+from engram.importer import import_document
 from engram.models import Memory, Vectors, check_text, search_text_of
 from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.retrieval.admission import Admission, RecallGate

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from engram.importer import CatalogRecord, import_document
+from engram.import_records import CatalogRecord
+from engram.importer import import_document
 from engram.interfaces.rest.deps import AdminDep, EngramDep, KeysDep, get_admin, import_jobs
 from engram.interfaces.rest.schemas import (
     IMPORT_RESPONSES,

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
-from engram.importer import UserDocument, import_document
+from engram.import_records import UserDocument
+from engram.importer import import_document
 from engram.interfaces.rest.deps import EngramDep, UserMemoryDep, import_jobs
 from engram.interfaces.rest.schemas import (
     IMPORT_RESPONSES,
