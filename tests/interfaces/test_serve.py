@@ -41,6 +41,12 @@ def test_serve_prints_admin_key_once_and_serves(tmp_path):
             admin_key = match.group(1) if match else None
         assert admin_key, "no admin key printed"
         url = f"http://127.0.0.1:{port}"
+        # Issue 24: the banner names every surface with its URL (the inspector was never mentioned).
+        banner = ""
+        while "/mcp" not in banner and time.time() < deadline:
+            banner += lines.get(timeout=max(0.01, deadline - time.time()))
+        for surface in ("/inspector", "/docs", "/mcp", "/v1"):
+            assert f"{url}{surface}" in banner, banner
         while time.time() < deadline:
             try:
                 if httpx.get(f"{url}/healthz").status_code == 200:

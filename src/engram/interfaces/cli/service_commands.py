@@ -20,6 +20,7 @@ from engram.interfaces.cli.common import (
     console,
     keys_app,
 )
+from engram.interfaces.cli.urls import serve_banner
 from engram.memory import Engram, sqlite_path
 from engram.settings import EngramSettings, load_settings
 
@@ -57,7 +58,7 @@ def serve(
         elif not keys.has_admin():
             key, _ = keys.create(None, label="created on first start")
             console.print(f"[bold]admin key[/bold] (shown once, keep it): {key}", highlight=False)
-        console.print(f"Engram on http://{host}:{port}  (REST /v1, docs /docs, MCP /mcp)", highlight=False)
+        console.print(serve_banner(host, port), highlight=False, soft_wrap=True)
         worker = _consolidation_worker(eng)  # in this process only: one per store, whatever --workers
         try:
             if workers == 1:
