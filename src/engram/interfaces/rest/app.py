@@ -35,7 +35,7 @@ from engram.errors import (
 from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.inspector.routes import mount_inspector
 from engram.interfaces.mcp import build_mcp_server, http_tenant
-from engram.interfaces.rest.docs import docs_app_options, mount_docs
+from engram.interfaces.rest.docs import mount_docs
 from engram.interfaces.rest.imports import ImportJobs
 from engram.interfaces.rest.routes import admin, memories
 from engram.interfaces.rest.schemas import HTTP_CODES, publish_limits
@@ -107,7 +107,8 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         summary="Persistent, multi-tenant memory for LLM agents",
         version=__version__,
         lifespan=lifespan,
-        **docs_app_options(),
+        docs_url=None,  # mount_docs serves /docs from local assets instead of a CDN
+        redoc_url=None,
     )
     app.state.engram = engram
     app.state.keys = keys

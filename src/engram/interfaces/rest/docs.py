@@ -23,13 +23,9 @@ DOCS_ASSETS = "/docs/assets"
 ASSETS_DIR = Path(str(resources.files("fastapi_offline") / "static"))
 
 
-def docs_app_options() -> dict[str, None]:
-    """FastAPI(...) options that turn off its CDN pages; mount_docs serves /docs instead."""
-    return {"docs_url": None, "redoc_url": None}
-
-
 def mount_docs(app: FastAPI) -> None:
-    """Swagger UI at /docs from local assets, its OAuth2 redirect page, and `/` -> the inspector."""
+    """Swagger UI at /docs from local assets, its OAuth2 redirect page, and `/` -> the inspector, on an
+    app made with docs_url=None and redoc_url=None (FastAPI's own pages load from a CDN)."""
     app.mount(DOCS_ASSETS, StaticFiles(directory=ASSETS_DIR), name="docs-assets")
     openapi_url = app.openapi_url or "/openapi.json"
     oauth2_redirect = app.swagger_ui_oauth2_redirect_url or f"{DOCS}/oauth2-redirect"
