@@ -37,7 +37,10 @@ def test_docs_work_offline_and_root_leads_to_the_inspector(service):
     assert "http://" not in page.text.replace(service.url, "") and "https://" not in page.text
     home = httpx.get(f"{service.url}/", follow_redirects=False)
     assert home.status_code in (302, 303, 307) and home.headers["location"] == "/inspector"
-    assert httpx.get(f"{service.url}/", follow_redirects=True).url.path.startswith("/inspector")
+    landed = httpx.get(f"{service.url}/", follow_redirects=True)
+    assert landed.url.path == "/inspector/sign-in"
+    # ... and the sign-in page says where keys come from
+    assert "engram keys create --user NAME" in landed.text and "engram serve" in landed.text
 
 
 def test_turn_write_recall_history_forget(service):
