@@ -45,7 +45,7 @@ def test_demo_runs_and_explains(tmp_path):
     out = proc.stdout
     assert "loaded demo_sarah.json" in out and "rrf=" in out and "decay=" in out
     assert "(superseded)" in out  # the include_superseded recall shows the old fact
-    assert (tmp_path / "demo.db").is_file()
+    assert (tmp_path / "engram.db").is_file()  # the store `engram serve` uses
 
 
 def test_import_recall_forget_round_trip(tmp_path):
@@ -136,23 +136,52 @@ def test_remember_turn_and_its_old_name_store_turns(tmp_path):
     assert "Old name of `remember-turn`" in runner.invoke(app, ["remember", "--help"]).output
 
 
-def test_demo_suggests_commands_that_reach_its_data(tmp_path):
-    """Issue 12 #24: the demo's sample is in demo.db; the commands it suggests next must read it, and a
-    recall on the (absent) default store says where the sample is instead of answering "(no hits)"."""
+def test_demo_loads_into_the_store_serve_uses_once(tmp_path):
+    """Issue 24: the demo wrote demo.db while `engram serve` served an empty engram.db. It loads into the
+    store serve uses, prints a live key for sarah, suggests commands that reach its data without --store,
+    and a second run writes nothing twice: it says the data is there and how to see it."""
     import shlex
 
+    from engram.auth import ApiKeys
+    from engram.storage.sqlite import SQLiteStore
+
     out = run("demo", env_home=tmp_path).stdout
-    suggested = [shlex.split(line) for line in out.splitlines() if line.startswith("  engram ")]
-    assert suggested and all("--store" in args for args in suggested)
+    assert not (tmp_path / "demo.db").exists() and (tmp_path / "engram.db").is_file()
+    key = re.search(r"a key for sarah .*: (egk_\S+)", out).group(1)
+    assert "engram serve" in out and "http://127.0.0.1:8765/inspector" in out
+    tried = out.split("Try it yourself")[1]
+    suggested = [shlex.split(line) for line in tried.splitlines() if line.startswith("  engram ")]
+    assert suggested and not any("--store" in args for args in suggested)
     recall = next(args for args in suggested if args[1] == "recall")
     hits = run(*recall[1:], "--json", env_home=tmp_path).stdout
     assert json.loads(hits)[0]["memory"]["text"].startswith("Sarah lives in Edinburgh")
     for args in suggested:
         assert run(*args[1:], env_home=tmp_path).stdout.strip()
-    default = run("recall", "where does Sarah live?", "--user", "sarah", env_home=tmp_path, check=False)
-    assert default.returncode == 1 and "(no hits)" not in default.stdout
-    assert "no store at" in default.stdout and "demo.db" in default.stdout
+    listed = run("list", "--user", "sarah", "--type", "semantic", "--include-superseded", env_home=tmp_path)
+    before = json.loads(listed.stdout)
+
+    again = run("demo", env_home=tmp_path).stdout
+    assert "already have memories in this store (sarah, marco)" in again and "loaded " not in again
+    assert "engram list --user sarah" in again and "/inspector" in again
+    listed = run("list", "--user", "sarah", "--type", "semantic", "--include-superseded", env_home=tmp_path)
+    assert json.loads(listed.stdout) == before  # nothing written twice
+    store = SQLiteStore(tmp_path / "engram.db")
+    try:
+        principal = ApiKeys(store).resolve(key)
+        assert principal is not None and principal.user_id == "sarah"
+    finally:
+        store.close()
+
+
+def test_demo_into_a_store_of_its_own(tmp_path):
+    """--store keeps the sample apart; the commands it suggests name that store."""
+    store = f"sqlite:///{tmp_path / 'sample.db'}"
+    out = run("demo", "--store", store, env_home=tmp_path).stdout
+    assert "loaded demo_sarah.json" in out and f"engram serve --store {store}" in out
     assert not (tmp_path / "engram.db").exists()
+    tried = out.split("Try it yourself")[1]
+    suggested = [line.split() for line in tried.splitlines() if line.startswith("  engram ")]
+    assert suggested and all(args[-2:] == ["--store", store] for args in suggested)
 
 
 def test_store_that_is_not_a_url_or_path_is_refused(tmp_path):

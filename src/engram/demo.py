@@ -1,9 +1,9 @@
-"""The demo's sample and its questions: two users (a supersession, a playbook) and a catalog, loaded
-into a store of its own, and the recalls that show what Engram does with them.
+"""The demo's sample and its questions: two users (a supersession, a playbook) and a catalog, and the
+recalls that show what Engram does with them.
 
-``engram demo`` (engram.interfaces.cli.demo) prints them; the sample goes to its own store
-($ENGRAM_HOME/demo.db, recreated on every run) so it never mixes with, or wipes, the user's memories in
-engram.db.
+``engram demo`` (engram.interfaces.cli.demo) loads them into the store ``engram serve`` uses, so the
+service, the inspector and the CLI show them at once; a store whose demo users already have memories
+gets nothing (loaded_already), so the sample is never written twice nor mixed into someone's memories.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from engram.memory import Engram
-from engram.models import Hit
-from engram.settings import EngramSettings
+from engram.models import Hit, MemoryType
 
 SAMPLES = ("demo_catalog.json", "demo_sarah.json", "demo_marco.json")  # catalog first: users cite it
+USERS = ("sarah", "marco")  # the users of the sample files
+MEMORY_TYPES: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural")
 HITS_SHOWN = 4
 
 
@@ -45,12 +45,14 @@ QUERIES = (
 )
 
 
-def fresh_demo_store(settings: EngramSettings) -> str:
-    """The URL of the demo's own store, emptied: $ENGRAM_HOME/demo.db and its WAL files removed."""
-    path = settings.home / "demo.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    return f"sqlite:///{path}"
+def loaded_already(eng: Engram) -> list[str]:
+    """The demo's users that already have memories in this store (superseded or not): loading the
+    sample again would write its facts beside theirs (an earlier demo's, or a real user's)."""
+    return [
+        user
+        for user in USERS
+        if any(eng.reader(user).count(t, include_superseded=True, limit=1) for t in MEMORY_TYPES)
+    ]
 
 
 def load_samples(eng: Engram) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -60,8 +62,9 @@ def load_samples(eng: Engram) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def ask(eng: Engram, question: DemoQuery) -> list[Hit]:
+    # record_use=False: the demo shows the sample as loaded, and leaves its use counts as they were.
     return eng.for_user(question.user).recall(
-        question.query, k=HITS_SHOWN, include_superseded=question.include_superseded
+        question.query, k=HITS_SHOWN, include_superseded=question.include_superseded, record_use=False
     )
 
 

@@ -303,3 +303,39 @@ def test_recall_is_compact_by_default_and_says_when_nothing_is_confident(service
         "note": "no stored memory matches with confidence >= 0.1: nothing relevant is known; "
         "answer without memory or ask the user",
     }
+
+
+def test_argument_errors_are_in_our_words(service):
+    """Issue 24: an argument a tool does not take was dropped without a word (a misspelt `querry`, an
+    `as_of` on recall changed nothing), and a refused value read "Value error, ...", pydantic's words.
+    Each refusal names the argument, says what is wrong, and writes nothing."""
+
+    async def main() -> dict[str, str]:
+        async with (
+            httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {service.user_keys['sarah']}"}, timeout=60
+            ) as http,
+            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            calls = {
+                "unknown": ("recall_memory", {"query": "hub", "as_of": "2024-01-01T00:00:00Z"}),
+                "misspelt": ("write_memory", {"text": "Sarah has a cat", "metadata": {"a": 1}}),
+                "value": ("recall_memory", {"query": "hub", "k": "5"}),
+                "tool": ("recall_memories", {"query": "hub"}),
+            }
+            answers = {}
+            for what, (tool, arguments) in calls.items():
+                result = await session.call_tool(tool, arguments)
+                assert result.is_error, (tool, arguments, result)
+                answers[what] = result.content[0].text
+            return answers
+
+    answers = anyio.run(main)
+    assert answers["unknown"].startswith("invalid_input: as_of: not an argument of recall_memory (it takes ")
+    assert answers["misspelt"].startswith("invalid_input: metadata: not an argument of write_memory")
+    assert answers["value"] == "invalid_input: k: expected a number"
+    assert answers["tool"].startswith("invalid_input: no tool named 'recall_memories' (tools: ")
+    assert not any("Value error" in a or "validation error" in a for a in answers.values())
+    assert service.engram.for_user("sarah").list("semantic") == []

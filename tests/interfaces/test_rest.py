@@ -18,6 +18,31 @@ def test_health_and_openapi(service):
     } <= set(spec["paths"])
 
 
+def test_docs_work_offline_and_root_leads_to_the_inspector(service):
+    """Issue 24: /docs loaded Swagger UI from a CDN (blank without internet) and / answered a JSON 404.
+    Every asset the page names is served here, and the page points at this server's OpenAPI document."""
+    import re
+    from urllib.parse import urljoin
+
+    import httpx
+
+    page = httpx.get(f"{service.url}/docs")
+    assert page.status_code == 200 and "swagger" in page.text.lower()
+    assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text)
+    assert len(assets) >= 3 and all(a.startswith("/") and not a.startswith("//") for a in assets), assets
+    for asset in assets:
+        answer = httpx.get(urljoin(service.url, asset))
+        assert answer.status_code == 200 and len(answer.content) > 0, asset
+    assert "url: '/openapi.json'" in page.text or 'url: "/openapi.json"' in page.text
+    assert "http://" not in page.text.replace(service.url, "") and "https://" not in page.text
+    home = httpx.get(f"{service.url}/", follow_redirects=False)
+    assert home.status_code in (302, 303, 307) and home.headers["location"] == "/inspector"
+    landed = httpx.get(f"{service.url}/", follow_redirects=True)
+    assert landed.url.path == "/inspector/sign-in"
+    # ... and the sign-in page says where keys come from
+    assert "engram keys create --user NAME" in landed.text and "engram serve" in landed.text
+
+
 def test_turn_write_recall_history_forget(service):
     sarah = service.client("sarah")
     turn = sarah.post(

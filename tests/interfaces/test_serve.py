@@ -8,11 +8,11 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 
 from engram.interfaces.rest.background import free_port
+from tests.interfaces.conftest import cli_user_key
 
 
 def test_serve_prints_admin_key_once_and_serves(tmp_path):
@@ -41,6 +41,12 @@ def test_serve_prints_admin_key_once_and_serves(tmp_path):
             admin_key = match.group(1) if match else None
         assert admin_key, "no admin key printed"
         url = f"http://127.0.0.1:{port}"
+        # Issue 24: the banner names every surface with its URL (the inspector was never mentioned).
+        banner = ""
+        while "/mcp" not in banner and time.time() < deadline:
+            banner += lines.get(timeout=max(0.01, deadline - time.time()))
+        for surface in ("/inspector", "/docs", "/mcp", "/v1"):
+            assert f"{url}{surface}" in banner, banner
         while time.time() < deadline:
             try:
                 if httpx.get(f"{url}/healthz").status_code == 200:
@@ -85,17 +91,44 @@ def test_keys_cli_create_and_revoke(tmp_path):
     assert json.loads(engram("keys", "list"))[0]["revoked_at"] is not None
 
 
-def test_mcp_config_is_pasteable_json():
+def test_mcp_config_is_pasteable_json(tmp_path):
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
+    key = cli_user_key(env, "sarah")
     out = subprocess.run(
-        [sys.executable, "-m", "engram", "mcp-config", "--user", "sarah", "--key", "egk_x"],
+        [sys.executable, "-m", "engram", "mcp-config", "--user", "sarah", "--key", key],
+        env=env,
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+    assert "MCP config for user sarah" in out
     blocks = [json.loads(b) for b in re.findall(r"^\{.*?^\}", out, re.S | re.M)]
     stdio, http = blocks[0]["mcpServers"]["engram"], blocks[1]["mcpServers"]["engram"]
-    # ENGRAM_HOME is set (conftest), so the store is not the default one: the config names it
-    store = f"sqlite:///{(Path(os.environ['ENGRAM_HOME']) / 'engram.db').resolve()}"
-    assert stdio["args"] == ["mcp", "--store", store] and stdio["env"] == {"ENGRAM_API_KEY": "egk_x"}
-    assert http["url"] == "http://127.0.0.1:8765/mcp" and http["headers"]["Authorization"] == "Bearer egk_x"
+    # ENGRAM_HOME is set, so the store is not the default one: the config names it
+    store = f"sqlite:///{(tmp_path / 'engram.db').resolve()}"
+    assert stdio["args"] == ["mcp", "--store", store] and stdio["env"] == {"ENGRAM_API_KEY": key}
+    assert http["url"] == "http://127.0.0.1:8765/mcp" and http["headers"]["Authorization"] == f"Bearer {key}"
     assert "Application Support/Claude" in out and "%APPDATA%" in out and ".cursor/mcp.json" in out
+
+
+def test_mcp_config_takes_the_user_from_the_key(tmp_path):
+    """Issue 24: `mcp-config --user sarah --key <marco's key>` printed a config titled for Sarah that
+    opens Marco's memory. The key decides: its user titles the config, a --user that is not the key's
+    is refused with a clear error, and so is a key the store does not hold (or the admin key)."""
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
+    marco = cli_user_key(env, "marco")
+
+    def config(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "engram", "mcp-config", *args], env=env, capture_output=True, text=True
+        )
+
+    mismatch = config("--user", "sarah", "--key", marco)
+    assert mismatch.returncode == 1 and "mcpServers" not in mismatch.stdout
+    assert "--user sarah does not match --key, which opens marco's memory" in mismatch.stdout
+    derived = config("--key", marco)
+    assert derived.returncode == 0 and "MCP config for user marco" in derived.stdout
+    unknown = config("--key", "egk_" + "x" * 43)
+    assert unknown.returncode == 1 and "not a live key" in unknown.stdout
+    placeholder = config()  # no key yet: a template, with the placeholder where the key goes
+    assert placeholder.returncode == 0 and "<API_KEY>" in placeholder.stdout

@@ -94,7 +94,8 @@ def argument_problems(exc: ValidationError) -> str:
         where = ""
         for part in err.get("loc", ()):
             where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
-        problems.append(f"{where or 'arguments'}: {err['msg']}")
+        # A validator's ValueError comes back as "Value error, <ours>": the prefix is pydantic's, not ours.
+        problems.append(f"{where or 'arguments'}: {err['msg'].removeprefix('Value error, ')}")
     return "; ".join(problems)
 
 
@@ -105,6 +106,18 @@ class EngramMCPServer(MCPServer):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
     ) -> CallToolResult | InputRequiredResult:
+        # The SDK drops arguments a tool does not take, so a misspelt one ("user_query", "metadata" on
+        # recall) would change nothing and say nothing; REST refuses unknown fields, so do we.
+        schemas = {tool.name: tool.input_schema for tool in await self.list_tools()}
+        if name not in schemas:
+            raise ToolError(f"invalid_input: no tool named {name!r} (tools: {', '.join(sorted(schemas))})")
+        known = set(schemas[name].get("properties", {}))
+        unknown = sorted(set(arguments or {}) - known)
+        if unknown:
+            raise ToolError(
+                f"invalid_input: {', '.join(unknown)}: not an argument of {name} "
+                f"(it takes {', '.join(sorted(known))})"
+            )
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

@@ -1,5 +1,6 @@
-"""`engram demo`: a fresh sample store (engram.demo), a few recalls with their explain breakdown, and
-the commands to try next on that store; they carry its --store, since the sample is in its own store."""
+"""`engram demo`: the sample (engram.demo) loaded into the store `engram serve` uses, a few recalls with
+their explain breakdown, a ready key for one of its users, and what to try next. A store whose demo users
+already have memories is left as it is: the demo says so and how to see them."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import shlex
 
 from rich.console import Console
 
-from engram.demo import QUERIES, ask, fresh_demo_store, load_samples
+from engram.auth import ApiKeys
+from engram.demo import QUERIES, USERS, ask, load_samples, loaded_already
 from engram.interfaces.cli.common import print_hits
+from engram.interfaces.cli.urls import base_url
 from engram.memory import Engram
 from engram.settings import load_settings
 
+KEY_USER = USERS[0]
 NEXT = [
     ("recall", "where does Sarah live?", "--user", "sarah", "--explain"),
     ("recall", "where does Sarah live?", "--user", "sarah", "--include-superseded"),
@@ -22,10 +26,28 @@ NEXT = [
 
 def run_demo(store: str | None, console: Console) -> None:
     settings = load_settings()
-    if store is None:
-        store = fresh_demo_store(settings)
-    console.print(f"[bold]Engram demo[/bold] — store: {store}", soft_wrap=True)
-    with Engram.from_settings(settings, store) as eng:
+    url = store or settings.store_url()
+    pinned = ["--store", store] if store else []  # the default store needs no --store
+
+    def command(*args: str) -> str:
+        return shlex.join(["engram", *args, *pinned])
+
+    console.print(f"[bold]Engram demo[/bold] — store: {url}", soft_wrap=True)
+    service = base_url()
+    with Engram.from_settings(settings, url) as eng:
+        present = loaded_already(eng)
+        if present:
+            console.print(
+                f"The demo's users already have memories in this store ({', '.join(present)}): nothing "
+                "loaded, so nothing is written twice.\nSee them:\n"
+                f"  {command('list', '--user', present[0])}\n"
+                f"  engram serve, then {service}/inspector with a key from "
+                f"`{command('keys', 'create', '--user', present[0])}`\n"
+                "A fresh copy in a store of its own: engram demo --store sqlite:///PATH/demo.db",
+                soft_wrap=True,
+                highlight=False,
+            )
+            return
         for name, result in load_samples(eng):
             counts = ", ".join(
                 f"{v} {k}" for k, v in result.items() if isinstance(v, int) and v and k != "written"
@@ -35,6 +57,16 @@ def run_demo(store: str | None, console: Console) -> None:
             opts = f" {question.options}" if question.options else ""
             console.print(f"\n[bold]{question.user}[/bold] asks: [italic]{question.query}[/italic]{opts}")
             print_hits(ask(eng, question), explain=True)
-    console.print("\n[bold]Try it yourself[/bold] (the sample is in its own store, hence --store):")
+        key, _ = ApiKeys(eng.store).create(KEY_USER, label="engram demo")
+    serve = "engram serve" + (f" --store {shlex.quote(store)}" if store else "")
+    console.print(
+        f"\n[bold]Ready[/bold]: a key for {KEY_USER} (shown once, keep it): {key}\n"
+        f"  {serve}     then open {service}/inspector and sign in with it;\n"
+        f"  REST at {service}/v1 (docs {service}/docs), MCP at {service}/mcp, with that key as "
+        "Authorization: Bearer",
+        soft_wrap=True,
+        highlight=False,
+    )
+    console.print("\n[bold]Try it yourself[/bold]:")
     for args in NEXT:
-        console.print(f"  {shlex.join(['engram', *args, '--store', store])}", soft_wrap=True, highlight=False)
+        console.print(f"  {command(*args)}", soft_wrap=True, highlight=False)

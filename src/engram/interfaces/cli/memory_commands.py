@@ -30,8 +30,9 @@ from engram.validation import check_types
 
 @app.command()
 def demo(store: StoreOpt = None) -> None:
-    """Load a small sample (two users, a supersession, a playbook, a catalog) into a fresh demo store
-    and show recalls with their explain breakdown."""
+    """Load a small sample (two users, a supersession, a playbook, a catalog) into the store `engram
+    serve` uses (or --store), show recalls with their explain breakdown, and print a key for sarah;
+    a store whose demo users have memories already is left as it is."""
     from engram.interfaces.cli.demo import run_demo
 
     try:

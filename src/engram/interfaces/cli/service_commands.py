@@ -20,6 +20,7 @@ from engram.interfaces.cli.common import (
     console,
     keys_app,
 )
+from engram.interfaces.cli.urls import serve_banner
 from engram.memory import Engram, sqlite_path
 from engram.settings import EngramSettings, load_settings
 
@@ -57,7 +58,7 @@ def serve(
         elif not keys.has_admin():
             key, _ = keys.create(None, label="created on first start")
             console.print(f"[bold]admin key[/bold] (shown once, keep it): {key}", highlight=False)
-        console.print(f"Engram on http://{host}:{port}  (REST /v1, docs /docs, MCP /mcp)", highlight=False)
+        console.print(serve_banner(host, port), highlight=False, soft_wrap=True)
         worker = _consolidation_worker(eng)  # in this process only: one per store, whatever --workers
         try:
             if workers == 1:
@@ -199,20 +200,29 @@ def mcp(store: StoreOpt = None) -> None:
         raise typer.Exit(1) from None
 
 
+PLACEHOLDER_KEY = "<API_KEY>"
+
+
 @app.command("mcp-config")
 def mcp_config(
-    user: UserOpt,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", "-u", help="the key's user, to check (the key decides whose memory opens)"),
+    ] = None,
     url: Annotated[str, typer.Option(help="where `engram serve` listens")] = "http://127.0.0.1:8765",
-    key: Annotated[str, typer.Option(help="the user's API key (default: a placeholder)")] = "<API_KEY>",
+    key: Annotated[str, typer.Option(help="the user's API key (default: a placeholder)")] = PLACEHOLDER_KEY,
     store: StoreOpt = None,
 ) -> None:
-    """Print ready-to-paste MCP config for Claude Desktop and Cursor (stdio and HTTP)."""
+    """Print ready-to-paste MCP config for Claude Desktop and Cursor (stdio and HTTP), for the user whose
+    key is given (checked in the store; a --user that is not the key's is refused)."""
     import shutil
 
+    owner = user if key == PLACEHOLDER_KEY else _key_user(key, user, store)
     command = shutil.which("engram") or "engram"
     stdio = {"command": command, "args": ["mcp", *_pinned_store(store)], "env": {"ENGRAM_API_KEY": key}}
     http = {"url": f"{url.rstrip('/')}/mcp", "headers": {"Authorization": f"Bearer {key}"}}
-    console.print(f"[bold]MCP config for user {user}[/bold]\n", highlight=False)
+    whose = f"user {owner}" if owner else f"the user of the key you put in place of {PLACEHOLDER_KEY}"
+    console.print(f"[bold]MCP config for {whose}[/bold]\n", highlight=False, soft_wrap=True)
     console.print(
         "Claude Desktop: claude_desktop_config.json\n"
         "  macOS:   ~/Library/Application Support/Claude/claude_desktop_config.json\n"
@@ -239,6 +249,33 @@ def mcp_config(
             }
         }
     )
+
+
+def _key_user(key: str, user: str | None, store: str | None) -> str:
+    """The user whose memory ``key`` opens, from the store that holds it (the stdio config's store, and
+    the one `engram serve` serves by default). A key that is not a live user key there, or a ``user``
+    that is not the key's, is a one-line error: a config titled for one user that opens another's
+    memory would mislead whoever pastes it."""
+    from engram.auth import ApiKeys
+
+    why = "--key cannot be checked against it (is --store right?)"
+    settings = _settings(rerank=False, late_interaction=False)  # only the keys are read
+    try:
+        url = _store_url(store, settings, existing=True, why=why)
+    except EngramError as exc:
+        raise _fail(exc) from None
+    with _engram(url, settings) as eng:
+        principal = ApiKeys(eng.store).resolve(key)
+    if principal is None:
+        raise _fail("--key is not a live key in this store (is --store right, or was it revoked?)")
+    if principal.user_id is None:
+        raise _fail("--key is the admin key, which opens no memory: give a user key (engram keys create)")
+    if user is not None and user != principal.user_id:
+        raise _fail(
+            f"--user {user} does not match --key, which opens {principal.user_id}'s memory (the key "
+            f"decides): leave out --user, or give {user}'s key"
+        )
+    return principal.user_id
 
 
 def _pinned_store(store: str | None) -> list[str]:

@@ -1,4 +1,5 @@
-"""create_app: one ASGI app serving the REST API (/v1), MCP (/mcp, /mcp/{user_id}) and /healthz."""
+"""create_app: one ASGI app serving the REST API (/v1, docs at /docs), MCP (/mcp, /mcp/{user_id}), the
+inspector (/inspector, where / leads) and /healthz."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from engram.errors import (
 from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.inspector.routes import mount_inspector
 from engram.interfaces.mcp import build_mcp_server, http_tenant
+from engram.interfaces.rest.docs import mount_docs
 from engram.interfaces.rest.imports import ImportJobs
 from engram.interfaces.rest.routes import admin, memories
 from engram.interfaces.rest.schemas import HTTP_CODES, publish_limits
@@ -105,6 +107,8 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         summary="Persistent, multi-tenant memory for LLM agents",
         version=__version__,
         lifespan=lifespan,
+        docs_url=None,  # mount_docs serves /docs from local assets instead of a CDN
+        redoc_url=None,
     )
     app.state.engram = engram
     app.state.keys = keys
@@ -112,6 +116,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     app.include_router(memories.router)
     app.include_router(admin.router)
     mount_inspector(app)  # /inspector, and the activity log the memory routes record into
+    mount_docs(app)  # /docs with local assets, / -> /inspector
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, Any]:
