@@ -101,3 +101,59 @@ def test_serve_on_a_busy_port_fails_before_its_banner(tmp_path):
 def test_serve_refuses_an_unknown_log_level(tmp_path):
     proc = run("serve", "--log-level", "loud", env_home=tmp_path, check=False)
     assert proc.returncode == 2 and not (tmp_path / "engram.db").exists()
+
+
+def test_one_human_format_and_json_on_every_data_command(tmp_path):
+    """`list`, `get`, `write` dumped every null field as JSON while `recall` printed lines: now a list is
+    one memory a line with its id last (as recall's hits), one memory is `field  value` lines without
+    empty fields, and --json gives the JSON on each."""
+    fact = run("write", "Sarah drives a green Skoda", "-u", "sarah", env_home=tmp_path).stdout
+    fields = dict(line.split(None, 1) for line in fact.splitlines())
+    assert fields["memory_type"] == "semantic" and fields["text"] == "Sarah drives a green Skoda"
+    assert "superseded_by" not in fields and "null" not in fact and "None" not in fact
+    newer = json.loads(
+        run(
+            "write",
+            "Sarah drives a red Fiat",
+            "-u",
+            "sarah",
+            "--supersedes",
+            fields["id"],
+            "--json",
+            env_home=tmp_path,
+        ).stdout
+    )
+    assert newer["supersedes"] == fields["id"] and newer["valid_to"] is None  # JSON keeps every field
+    listed = run("list", "-u", "sarah", "--include-superseded", env_home=tmp_path).stdout.splitlines()
+    assert [line.split()[-1] for line in listed] == [newer["id"], fields["id"]]
+    assert "(superseded)" in listed[1] and listed[0].split()[0] == "semantic"
+    history = run("history", fields["id"], "-u", "sarah", env_home=tmp_path).stdout.splitlines()
+    assert [line.split()[-1] for line in history] == [fields["id"], newer["id"]]
+    for args in (
+        ["list", "-u", "sarah"],
+        ["history", fields["id"], "-u", "sarah"],
+        ["get", newer["id"], "-u", "sarah"],
+    ):
+        assert json.loads(run(*args, "--json", env_home=tmp_path).stdout)
+    assert json.loads(run("info", "--json", env_home=tmp_path).stdout)["counts"]["semantic"] == 2
+    assert "counts.semantic" in run("info", env_home=tmp_path).stdout
+    item = json.loads(
+        run(
+            "catalog", "add", "Hub v2 has Zigbee radios", "--title", "Hub", "--json", env_home=tmp_path
+        ).stdout
+    )
+    assert run("catalog", "list", env_home=tmp_path).stdout.split()[-1] == item["id"]
+    assert run("catalog", "get", item["id"], env_home=tmp_path).stdout.startswith(
+        f"id           {item['id']}\n"
+    )
+    gone = run("forget", newer["id"], "-u", "sarah", env_home=tmp_path).stdout
+    assert gone == f"forgot semantic {newer['id']}\n"
+    tombstone = json.loads(run("catalog", "forget", item["id"], "--json", env_home=tmp_path).stdout)
+    assert tombstone["id"] == item["id"] and "forgotten_at" in tombstone
+    assert (
+        run("list", "-u", "nobody", "-t", "procedural", env_home=tmp_path).stdout
+        == "  (no procedural memories)\n"
+    )
+    doc = tmp_path / "bob.json"
+    doc.write_text(json.dumps({"user_id": "bob", "semantic": [{"text": "Bob lives in York"}]}))
+    assert json.loads(run("import", str(doc), "--json", env_home=tmp_path).stdout)["semantic"] == 1

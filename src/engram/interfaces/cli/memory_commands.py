@@ -56,13 +56,14 @@ def import_(
             "cannot be told apart from it)",
         ),
     ] = False,
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Import a user's memories (JSON object) or catalog items (JSON array); an invalid file writes
     nothing, and records already imported are skipped. With --all, a whole store written by `engram
     export`: checked whole first (a cut or changed file writes nothing), and run again to resume."""
     if all_:
-        _import_all(file, user, store, allow_no_trailer)
+        _import_all(file, user, store, allow_no_trailer, as_json)
         return
     if allow_no_trailer:
         raise _fail("--allow-no-trailer goes with --all")
@@ -75,13 +76,18 @@ def import_(
         if isinstance(document, list) and user:
             raise ImportFileError("a JSON array is a catalog file; it takes no --user")
         result = eng.import_json(document, user_id=user, progress=console.is_terminal)
+    if as_json:
+        _print_json(result)
+        return
     kinds = ("episodic", "semantic", "procedural", "catalog")
     counts = ", ".join(f"{result[k]} {k}" for k in kinds if result.get(k))
     skipped = f"; skipped {result['skipped']} already there" if result.get("skipped") else ""
     console.print(f"imported {counts or 'nothing'}{skipped}", highlight=False)
 
 
-def _import_all(file: Path, user: str | None, store: str | None, allow_no_trailer: bool) -> None:
+def _import_all(
+    file: Path, user: str | None, store: str | None, allow_no_trailer: bool, as_json: bool
+) -> None:
     from engram.transfer import import_store
 
     if user:
@@ -91,6 +97,9 @@ def _import_all(file: Path, user: str | None, store: str | None, allow_no_traile
             counts = import_store(eng, lines, allow_no_trailer=allow_no_trailer)
         except UnicodeDecodeError as exc:
             raise _fail(f"{file} is not UTF-8 text: {exc}") from None
+    if as_json:
+        _print_json(counts)
+        return
     skipped = counts.pop("skipped", 0)
     summary = ", ".join(f"{v} {k}" for k, v in counts.items()) or "nothing"
     console.print(

@@ -118,3 +118,17 @@ def print_info(stats: Mapping[str, Any], as_json: bool) -> None:
         else:
             flat[name] = value
     print_fields(flat)
+
+
+def print_consolidation(reports: Sequence[Mapping[str, Any]], as_json: bool) -> None:
+    """One line per user: the user, how many of each, the status last (an error's text has spaces)."""
+    if as_json:
+        _print_json(list(reports))
+        return
+    for r in reports:
+        counts = " ".join(
+            f"{name}={len(v) if isinstance(v, list) else v}"
+            for name, v in r.items()
+            if name not in ("user_id", "status")
+        )
+        console.print(Text(printable(f"{r['user_id']}  {counts}  {r['status']}")), highlight=False)
