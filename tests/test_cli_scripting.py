@@ -30,6 +30,18 @@ def test_recall_lines_are_not_wrapped_off_a_terminal(tmp_path):
     assert len(out.splitlines()) == 2  # the hit and its explain, each whole
 
 
+def test_recall_piped_to_cat_in_a_shell_is_not_wrapped(tmp_path):
+    """The issue's own check, as a real process in a real pipe: `engram recall ... | cat`."""
+    text = "Marco's hub shows error E-4012 " + "after the firmware update of the living room lights " * 3
+    run("write", text, "--user", "marco", env_home=tmp_path)
+    script = f'{" ".join(ENGRAM)} recall "hub error E-4012" --user marco | cat'
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"ENGRAM_HOME": str(tmp_path)}
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    [line] = proc.stdout.splitlines()
+    assert text.strip() in line and line.split()[-1].startswith("sem_"), proc.stdout
+
+
 def test_keys_create_quiet_prints_the_key_alone(tmp_path):
     quiet = run("keys", "create", "--user", "u", "--quiet", env_home=tmp_path)
     assert re.fullmatch(r"egk_\S+\n", quiet.stdout) and quiet.stderr == ""
