@@ -72,7 +72,19 @@ def start_server(
     port = 8700 + random.randint(0, 250)
     env = dict(os.environ, ENGRAM_HOME=home, **(extra_env or {}))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "engram", "serve", "--port", str(port), "--workers", str(workers)],
+        # No access log: a line per request would cost throughput and, unread, fill this pipe.
+        [
+            sys.executable,
+            "-m",
+            "engram",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+        ],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

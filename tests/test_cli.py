@@ -121,15 +121,18 @@ def test_remember_turn_and_its_old_name_store_turns(tmp_path):
     runner = CliRunner()
     store = ["--store", f"sqlite:///{tmp_path / 'turns.db'}"]
     new = runner.invoke(
-        app, ["remember-turn", "we moved to Edinburgh", "--user", "sarah", "--session-id", "c1", *store]
+        app,
+        ["remember-turn", "we moved to Edinburgh", "--user", "sarah", "--session-id", "c1", "--json", *store],
     )
     assert new.exit_code == 0, new.output
-    old = runner.invoke(app, ["remember", "yes, last week", "-u", "sarah", "--session", "c1", *store])
+    old = runner.invoke(
+        app, ["remember", "yes, last week", "-u", "sarah", "--session", "c1", "--json", *store]
+    )
     assert old.exit_code == 0, old.output
     first, second = json.loads(new.output), json.loads(old.output)
     assert first["memory_type"] == second["memory_type"] == "episodic"
     assert second["session_id"] == "c1" and second["context_id"] == first["id"]  # one session, both names
-    listed = runner.invoke(app, ["list", "--user", "sarah", "--type", "episodic", *store])
+    listed = runner.invoke(app, ["list", "--user", "sarah", "--type", "episodic", "--json", *store])
     assert [m["text"] for m in json.loads(listed.output)] == ["yes, last week", "we moved to Edinburgh"]
     shown = runner.invoke(app, ["--help"]).output
     assert "│ remember-turn " in shown and "│ remember " not in shown  # the commands table

@@ -195,7 +195,7 @@ def test_the_catalog_has_one_name_on_every_surface(served):
     seen.append(json.dumps(mcp_hits + compact))
 
     runner, store = CliRunner(), ["--store", f"sqlite:///{eng.store.path}"]
-    shown = runner.invoke(cli_app, ["catalog", "get", item_id, *store])
+    shown = runner.invoke(cli_app, ["catalog", "get", item_id, "--json", *store])
     assert shown.exit_code == 0, shown.output
     check(json.loads(shown.output))
     refused = runner.invoke(cli_app, ["list", "--user", "sarah", "--type", "catalog", *store])

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
-from engram.errors import InvalidInput, NotFound
+from engram.errors import Conflict, InvalidInput, NotFound
 from engram.models import utcnow
 from engram.storage.base import ApiKeyRecord, KeyStore, SessionStore
 from engram.validation import validate_user_id
@@ -148,7 +148,12 @@ class ApiKeys:
     def revoke(self, key_id: str) -> None:
         """Revoke a live key and end its sessions (a revoked key's sessions resolve to nobody anyway)."""
         if not self._store.revoke_key(key_id, utcnow()):
-            raise NotFound(key_id, what="API key")
+            record = self._store.get_key(key_id)
+            if record is None or record.revoked_at is None:
+                raise NotFound(key_id, what="API key")
+            raise Conflict(
+                f"API key {key_id!r} is already revoked (since {record.revoked_at:%Y-%m-%d %H:%M} UTC)"
+            )
         self._store.end_sessions("key_id", key_id)
 
 

@@ -571,3 +571,37 @@ def test_a_fact_the_facade_would_refuse_is_dropped(eng, fake_llm):
     report = eng.consolidate("sarah", llm=llm_for(fake_llm))
     assert report.status == "ok" and len(report.written) == 1
     assert [d["reason"][:13] for d in report.dropped] == ["not storable:"]
+
+
+def test_engram_consolidate_prints_a_line_per_user_or_json(tmp_path, fake_llm):
+    """Issue 24: the CLI's one human format: a line per user (its counts, the status last, as an error's
+    text has spaces) instead of a JSON dump; --json gives the reports with their ids."""
+    from typer.testing import CliRunner
+
+    from engram import Engram
+    from engram.interfaces.cli import app
+
+    url = f"sqlite:///{tmp_path}/c.db"
+    with Engram.open(url, rerank=False) as eng:
+        eng.for_user("sarah").remember_turn("I drive a red Volvo")
+    fake_llm.script(
+        ok(
+            lambda p: {
+                "facts": [
+                    {
+                        "text": "Sarah drives a red Volvo",
+                        "confidence": 0.9,
+                        "supporting_episode_ids": [p["episodes"][0]["id"]],
+                    }
+                ]
+            }
+        )
+    )
+    env = {"ENGRAM_LLM_BASE_URL": fake_llm.url, "ENGRAM_LLM_MODEL": "m", "ENGRAM_HOME": str(tmp_path)}
+    shown = CliRunner().invoke(app, ["consolidate", "--user", "sarah", "--store", url], env=env)
+    assert shown.exit_code == 0, shown.output
+    [line] = shown.stdout.splitlines()
+    assert line.split()[0] == "sarah" and line.split()[-1] == "ok" and "written=1" in line.split(), line
+    again = CliRunner().invoke(app, ["consolidate", "--user", "sarah", "--json", "--store", url], env=env)
+    assert again.exit_code == 0, again.output
+    assert [(r["user_id"], r["written"]) for r in json.loads(again.stdout)] == [("sarah", [])]

@@ -119,6 +119,8 @@ def test_admin_manages_catalog_and_keys(service):
     assert all("key" not in k for k in admin.get("/v1/keys").json())
     assert admin.delete(f"/v1/keys/{created.json()['id']}").status_code == 204
     assert carol.post("/v1/turns", json={"text": "hi again"}).status_code == 401
+    again = admin.delete(f"/v1/keys/{created.json()['id']}")  # issue 24: not "not found"
+    assert again.status_code == 409 and "is already revoked" in again.json()["message"]
     assert admin.delete(f"/v1/catalog/{item.json()['id']}").status_code == 200
 
 

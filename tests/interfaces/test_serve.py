@@ -68,7 +68,11 @@ def test_serve_prints_admin_key_once_and_serves(tmp_path):
         proc.stdout.close()
     # a second start finds the admin key already there and prints none
     listed = subprocess.run(
-        [sys.executable, "-m", "engram", "keys", "list"], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "engram", "keys", "list", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     keys = json.loads(listed.stdout)
     assert [k["user_id"] for k in keys] == [None, "sarah"]
@@ -80,15 +84,17 @@ def test_keys_cli_create_and_revoke(tmp_path):
     def engram(*args):
         return subprocess.run(
             [sys.executable, "-m", "engram", *args], env=env, capture_output=True, text=True, check=True
-        ).stdout
+        )
 
     created = engram("keys", "create", "--user", "bob", "--label", "laptop")
-    key = re.search(r"(egk_\S+)", created).group(1)
-    key_id = re.search(r"id (key_\S+)", created).group(1)
-    records = json.loads(engram("keys", "list", "--user", "bob"))
+    key = created.stdout.strip()  # the key alone on stdout; its id on stderr
+    key_id = re.search(r"id (key_\S+)", created.stderr).group(1)
+    records = json.loads(engram("keys", "list", "--user", "bob", "--json").stdout)
     assert records[0]["label"] == "laptop" and key not in json.dumps(records)
     engram("keys", "revoke", key_id)
-    assert json.loads(engram("keys", "list"))[0]["revoked_at"] is not None
+    assert json.loads(engram("keys", "list", "--json").stdout)[0]["revoked_at"] is not None
+    listed = engram("keys", "list").stdout.split()  # one key a line: id, user, created, state, label
+    assert listed[:2] == [key_id, "bob"] and listed[4:] == ["revoked", listed[5], "laptop"]
 
 
 def test_mcp_config_is_pasteable_json(tmp_path):
@@ -132,3 +138,38 @@ def test_mcp_config_takes_the_user_from_the_key(tmp_path):
     assert unknown.returncode == 1 and "not a live key" in unknown.stdout
     placeholder = config()  # no key yet: a template, with the placeholder where the key goes
     assert placeholder.returncode == 0 and "<API_KEY>" in placeholder.stdout
+
+
+def test_serve_logs_each_request(tmp_path):
+    """Issue 24: `engram serve` logged no requests (uvicorn ran at "warning"): an access line per request
+    at the default --log-level info, none at --log-level warning."""
+
+    def served(*args: str) -> str:
+        env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
+        port = free_port()
+        log = tmp_path / f"serve-{port}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "engram", "serve", "--port", str(port), *args],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                deadline = time.time() + 60
+                while time.time() < deadline and proc.poll() is None:
+                    try:
+                        if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        time.sleep(0.1)
+                assert httpx.get(f"http://127.0.0.1:{port}/v1/memories").status_code == 401
+            finally:
+                proc.terminate()
+                proc.wait(20)
+        return log.read_text()
+
+    logged = served()
+    assert '"GET /healthz HTTP/1.1" 200' in logged and '"GET /v1/memories HTTP/1.1" 401' in logged, logged
+    quiet = served("--log-level", "warning")
+    assert "GET /healthz" not in quiet and "Engram on" in quiet

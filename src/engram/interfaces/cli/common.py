@@ -29,7 +29,27 @@ StoreOpt = Annotated[
     typer.Option("--store", envvar="ENGRAM_STORE", help="store URL (default: $ENGRAM_HOME/engram.db)"),
 ]
 UserOpt = Annotated[str, typer.Option("--user", "-u", help="the tenant (user id)")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from engram import __version__
+
+        sys.stdout.write(f"engram {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _every_command(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit"),
+    ] = False,
+) -> None:
+    # Off a terminal (a pipe, a file) rich would hard-wrap at 80 columns and put an id alone on the
+    # next line: grep and awk read one record a line, so lines are never wrapped there.
+    console.soft_wrap = not console.is_terminal
 
 
 def _fail(message: object) -> typer.Exit:

@@ -13,15 +13,16 @@ from rich.table import Table
 
 from engram.errors import ConfigError, EngramError
 from engram.interfaces.cli.common import (
+    JsonOpt,
     StoreOpt,
     _engram,
     _fail,
-    _print_json,
     _settings,
     _store_url,
     app,
     console,
 )
+from engram.interfaces.cli.output import print_consolidation
 
 
 @app.command()
@@ -47,10 +48,12 @@ def reindex(store: StoreOpt = None) -> None:
 def consolidate(
     user: Annotated[str | None, typer.Option("--user", "-u", help="the user to consolidate")] = None,
     all_users: Annotated[bool, typer.Option("--all", help="every user with memories")] = False,
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Turn new episodes into facts and playbooks with the configured LLM (ENGRAM_LLM_BASE_URL,
-    ENGRAM_LLM_MODEL, ENGRAM_LLM_API_KEY); prints one report per user."""
+    ENGRAM_LLM_MODEL, ENGRAM_LLM_API_KEY); prints one report per user (a line: the user, counts,
+    status; --json for the ids)."""
     if bool(user) == all_users:
         console.print("[red]error:[/red] give --user U or --all")
         raise typer.Exit(2)
@@ -65,7 +68,7 @@ def consolidate(
         reports = [eng.consolidate(u).as_dict() for u in users]
     if not users:
         Console(stderr=True).print("no users with memories in this store: nothing to consolidate")
-    _print_json(reports)
+    print_consolidation(reports, as_json)
     if any(r["status"].startswith("error") for r in reports):
         raise typer.Exit(1)
 

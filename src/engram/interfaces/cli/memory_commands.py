@@ -24,6 +24,7 @@ from engram.interfaces.cli.common import (
     console,
     print_hits,
 )
+from engram.interfaces.cli.output import print_forgotten, print_info, print_memories, print_record
 from engram.models import Contradiction, FactType, MemoryType
 from engram.validation import check_types
 
@@ -56,13 +57,14 @@ def import_(
             "cannot be told apart from it)",
         ),
     ] = False,
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Import a user's memories (JSON object) or catalog items (JSON array); an invalid file writes
     nothing, and records already imported are skipped. With --all, a whole store written by `engram
     export`: checked whole first (a cut or changed file writes nothing), and run again to resume."""
     if all_:
-        _import_all(file, user, store, allow_no_trailer)
+        _import_all(file, user, store, allow_no_trailer, as_json)
         return
     if allow_no_trailer:
         raise _fail("--allow-no-trailer goes with --all")
@@ -75,13 +77,18 @@ def import_(
         if isinstance(document, list) and user:
             raise ImportFileError("a JSON array is a catalog file; it takes no --user")
         result = eng.import_json(document, user_id=user, progress=console.is_terminal)
+    if as_json:
+        _print_json(result)
+        return
     kinds = ("episodic", "semantic", "procedural", "catalog")
     counts = ", ".join(f"{result[k]} {k}" for k in kinds if result.get(k))
     skipped = f"; skipped {result['skipped']} already there" if result.get("skipped") else ""
     console.print(f"imported {counts or 'nothing'}{skipped}", highlight=False)
 
 
-def _import_all(file: Path, user: str | None, store: str | None, allow_no_trailer: bool) -> None:
+def _import_all(
+    file: Path, user: str | None, store: str | None, allow_no_trailer: bool, as_json: bool
+) -> None:
     from engram.transfer import import_store
 
     if user:
@@ -91,6 +98,9 @@ def _import_all(file: Path, user: str | None, store: str | None, allow_no_traile
             counts = import_store(eng, lines, allow_no_trailer=allow_no_trailer)
         except UnicodeDecodeError as exc:
             raise _fail(f"{file} is not UTF-8 text: {exc}") from None
+    if as_json:
+        _print_json(counts)
+        return
     skipped = counts.pop("skipped", 0)
     summary = ", ".join(f"{v} {k}" for k, v in counts.items()) or "nothing"
     console.print(
@@ -133,10 +143,19 @@ def recall(
         float | None,
         typer.Option(min=0.0, max=1.0, help="show only hits whose confidence (0-1) reaches this"),
     ] = None,
+    record_use: Annotated[
+        bool,
+        typer.Option(
+            "--record-use",
+            help="count the returned facts as used (use_count + 1), as an agent's recall does; a look "
+            "from here changes nothing by default",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """Recall across all memory types and the catalog; each hit shows its event date and confidence."""
+    """Recall across all memory types and the catalog; each hit shows its event date and confidence.
+    Read-only unless --record-use: use counts weigh in the ranking, so a look must not change them."""
     with _engram(store, existing=True) as eng:
         hits = eng.for_user(user).recall(
             query,
@@ -145,6 +164,7 @@ def recall(
             include_catalog=not no_catalog,
             include_superseded=include_superseded,
             min_confidence=min_confidence,
+            record_use=record_use,
         )
     if as_json:
         _print_json([h.model_dump(mode="json") for h in hits])
@@ -162,12 +182,13 @@ def remember_turn(
             "--session-id", "--session", help="the conversation; the turn is searched with its previous one"
         ),
     ] = None,
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Store a user turn verbatim (episodic memory)."""
     with _engram(store) as eng:
         row = eng.for_user(user).remember_turn(text, session_id=session)
-    _print_json(row.model_dump(mode="json"))
+    print_record(row, as_json)
 
 
 # The command's name before it took the facade's verb (engram.interfaces.vocabulary): scripts keep working.
@@ -176,8 +197,10 @@ app.command("remember", hidden=True, help="Old name of `remember-turn`.")(rememb
 
 @app.command()
 def write(
-    text: str,
     user: UserOpt,
+    text: Annotated[
+        str, typer.Argument(help="the fact; a playbook (--type procedural) may leave it out")
+    ] = "",
     memory_type: Annotated[
         Literal["semantic", "procedural"], typer.Option("--type", "-t", help="a fact or a playbook")
     ] = "semantic",
@@ -194,6 +217,7 @@ def write(
         str, typer.Option("--trigger-text", "--trigger", help="when the playbook applies (procedural)")
     ] = "",
     step: Annotated[list[str] | None, typer.Option(help="a playbook step, in order (repeat)")] = None,
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Write a fact or a playbook, optionally superseding an older one."""
@@ -209,28 +233,31 @@ def write(
             trigger_text=trigger,
             steps=[{"order": i, "instruction": s} for i, s in enumerate(step or [], start=1)],
         )
-    _print_json(row.model_dump(mode="json"))
+    print_record(row, as_json)
 
 
 @app.command()
-def get(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
+def get(memory_id: str, user: UserOpt, as_json: JsonOpt = False, store: StoreOpt = None) -> None:
     """Show one memory (yours, or a catalog row)."""
     with _engram(store, existing=True) as eng:
-        _print_json(eng.for_user(user).get(memory_id).model_dump(mode="json"))
+        row = eng.for_user(user).get(memory_id)
+    print_record(row, as_json)
 
 
 @app.command()
-def history(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
+def history(memory_id: str, user: UserOpt, as_json: JsonOpt = False, store: StoreOpt = None) -> None:
     """Show the supersession chain containing a memory, oldest first."""
     with _engram(store, existing=True) as eng:
-        _print_json([m.model_dump(mode="json") for m in eng.for_user(user).history(memory_id)])
+        rows = eng.for_user(user).history(memory_id)
+    print_memories(rows, as_json)
 
 
 @app.command()
-def forget(memory_id: str, user: UserOpt, store: StoreOpt = None) -> None:
+def forget(memory_id: str, user: UserOpt, as_json: JsonOpt = False, store: StoreOpt = None) -> None:
     """Delete one of your memories for good (an audit tombstone without text remains)."""
     with _engram(store, existing=True) as eng:
-        _print_json(eng.for_user(user).forget(memory_id).model_dump(mode="json"))
+        tombstone = eng.for_user(user).forget(memory_id)
+    print_forgotten(tombstone, as_json)
 
 
 @app.command("list")
@@ -242,9 +269,10 @@ def list_(
     include_superseded: bool = False,
     limit: int = 50,
     offset: int = 0,
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """List your memories of one type, newest first."""
+    """List your memories of one type, newest first, one a line (the id last)."""
     if memory_type == "catalog":  # the facade's own message names its Python handle, not this command
         raise _fail("the catalog is not a user's memory: list it with `engram catalog list`")
     with _engram(store, existing=True) as eng:
@@ -254,47 +282,52 @@ def list_(
             limit=limit,
             offset=offset,
         )
-    _print_json([m.model_dump(mode="json") for m in rows])
+    print_memories(rows, as_json, none=f"no {memory_type} memories")
 
 
 @app.command()
-def info(store: StoreOpt = None) -> None:
+def info(as_json: JsonOpt = False, store: StoreOpt = None) -> None:
     """Show where the store is, its embedding model and row counts."""
     with _engram(store, existing=True, rerank=False) as eng:
         stats = eng.store.stats() if hasattr(eng.store, "stats") else {}
-    _print_json(stats)
+    print_info(stats, as_json)
 
 
 @catalog_app.command("add")
 def catalog_add(
     text: str,
     title: Annotated[str, typer.Option(help="short title")] = "",
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Add a catalog item, visible to every user."""
     with _engram(store) as eng:
-        _print_json(eng.catalog.add(text, title=title).model_dump(mode="json"))
+        row = eng.catalog.add(text, title=title)
+    print_record(row, as_json)
 
 
 @catalog_app.command("list")
-def catalog_list(limit: int = 50, offset: int = 0, store: StoreOpt = None) -> None:
-    """List catalog items, newest first."""
+def catalog_list(limit: int = 50, offset: int = 0, as_json: JsonOpt = False, store: StoreOpt = None) -> None:
+    """List catalog items, newest first, one a line (the id last)."""
     with _engram(store, existing=True) as eng:
-        _print_json([m.model_dump(mode="json") for m in eng.catalog.list(limit=limit, offset=offset)])
+        rows = eng.catalog.list(limit=limit, offset=offset)
+    print_memories(rows, as_json, none="no catalog items")
 
 
 @catalog_app.command("get")
-def catalog_get(memory_id: str, store: StoreOpt = None) -> None:
+def catalog_get(memory_id: str, as_json: JsonOpt = False, store: StoreOpt = None) -> None:
     """Show one catalog item."""
     with _engram(store, existing=True) as eng:
-        _print_json(eng.catalog.get(memory_id).model_dump(mode="json"))
+        row = eng.catalog.get(memory_id)
+    print_record(row, as_json)
 
 
 @catalog_app.command("forget")
-def catalog_forget(memory_id: str, store: StoreOpt = None) -> None:
+def catalog_forget(memory_id: str, as_json: JsonOpt = False, store: StoreOpt = None) -> None:
     """Delete a catalog item."""
     with _engram(store, existing=True) as eng:
-        _print_json(eng.catalog.forget(memory_id).model_dump(mode="json"))
+        tombstone = eng.catalog.forget(memory_id)
+    print_forgotten(tombstone, as_json)
 
 
 # -- the service ------------------------------------------------------------------------------------

@@ -36,20 +36,28 @@ def _help(command: Any) -> str:
     return inspect.cleandoc(command.help or "")
 
 
-def _section(path: str, command: Any, ctx: Any) -> list[str]:
-    usage = " ".join([path, *command.collect_usage_pieces(ctx)])
-    lines = [f"## `{path}`", "", _help(command), "", f"Usage: `{usage}`", ""]
+# Every command has --help; the shell completion options are Typer's, not Engram's.
+_LEFT_OUT = {"--help", "--install-completion", "--show-completion"}
+
+
+def _options_table(command: Any, ctx: Any) -> list[str]:
     records = [
         record
         for param in command.get_params(ctx)
-        if "--help" not in getattr(param, "opts", ())  # every command has it
+        if not _LEFT_OUT.intersection(getattr(param, "opts", ()))
         and (record := param.get_help_record(ctx)) is not None
     ]
+    lines: list[str] = []
     if records:
         lines += ["| argument / option | meaning |", "|---|---|"]
         lines += [f"| `{_cell(names)}` | {_cell(meaning)} |" for names, meaning in records]
         lines.append("")
     return lines
+
+
+def _section(path: str, command: Any, ctx: Any) -> list[str]:
+    usage = " ".join([path, *command.collect_usage_pieces(ctx)])
+    return [f"## `{path}`", "", _help(command), "", f"Usage: `{usage}`", "", *_options_table(command, ctx)]
 
 
 def render() -> str:
@@ -64,6 +72,7 @@ def render() -> str:
         "",
         _help(root),
         "",
+        *_options_table(root, ctx),
     ]
     aliases: list[str] = []
     for path, command, sub in _walk(root, ctx, "engram"):

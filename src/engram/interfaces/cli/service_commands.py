@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import errno
+import sys
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 
 from engram.errors import EngramError
 from engram.interfaces.cli.common import (
+    JsonOpt,
     StoreOpt,
     UserOpt,
     _engram,
@@ -24,6 +27,8 @@ from engram.interfaces.cli.urls import serve_banner
 from engram.memory import Engram, sqlite_path
 from engram.settings import EngramSettings, load_settings
 
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
 
 @app.command()
 def serve(
@@ -32,9 +37,16 @@ def serve(
     workers: Annotated[
         int, typer.Option(envvar="ENGRAM_WORKERS", min=1, help="server processes on the one store")
     ] = 1,
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            envvar="ENGRAM_LOG_LEVEL", help="server log level; info and debug include the access log"
+        ),
+    ] = "info",
     store: StoreOpt = None,
 ) -> None:
-    """Serve the REST API (/v1, docs at /docs), MCP (/mcp) and /healthz; --workers N for N processes."""
+    """Serve the REST API (/v1, docs at /docs), MCP (/mcp) and /healthz; --workers N for N processes.
+    Logs one access line per request (--log-level warning for none)."""
     import uvicorn
 
     from engram.auth import ApiKeys, check_admin_key
@@ -48,6 +60,7 @@ def serve(
             check_admin_key(admin_key)  # before the models load: a weak key fails at once
         except EngramError as exc:
             raise _fail(exc) from None
+    _check_port_free(host, port)  # before the store opens and the banner: a busy port is no "Engram on"
     with _engram(store, settings) as eng:
         keys = ApiKeys(eng.store)
         if admin_key:
@@ -63,10 +76,15 @@ def serve(
         try:
             if workers == 1:
                 app = create_app(eng, keys, host=host)
-                uvicorn.run(app, host=host, port=port, log_level="warning", http=JsonErrorsH11Protocol)
+                uvicorn.run(app, host=host, port=port, log_level=log_level, http=JsonErrorsH11Protocol)
             else:
                 _serve_processes(
-                    workers, eng.settings, _store_url(store, eng.settings, existing=False), host, port
+                    workers,
+                    eng.settings,
+                    _store_url(store, eng.settings, existing=False),
+                    host,
+                    port,
+                    log_level,
                 )
         finally:
             if worker is not None:
@@ -82,7 +100,29 @@ def serving_settings() -> EngramSettings:
     return settings
 
 
-def _serve_processes(workers: int, settings: EngramSettings, store: str, host: str, port: int) -> None:
+def _check_port_free(host: str, port: int) -> None:
+    """Fail with one clear line when ``host:port`` cannot be listened on (another server holds it, or
+    the address is not this machine's), instead of starting, printing the banner, then failing."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise _fail(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is free
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            why = "already in use (is another `engram serve` running? pick another --port)"
+            detail = why if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise _fail(f"cannot listen on {host}:{port}: {detail}") from None
+
+
+def _serve_processes(
+    workers: int, settings: EngramSettings, store: str, host: str, port: int, log_level: str
+) -> None:
     """uvicorn's supervisor over ``workers`` processes (engram.interfaces.rest.workers), each with its
     share of the cores for its models and its recall slots (half the cores in all, at least one per
     process), so together they do not oversubscribe them."""
@@ -108,7 +148,7 @@ def _serve_processes(workers: int, settings: EngramSettings, store: str, host: s
         http=JSON_ERRORS_H11,
         host=host,
         port=port,
-        log_level="warning",
+        log_level=log_level,
     )
 
 
@@ -138,26 +178,39 @@ def _consolidation_worker(eng: Engram) -> Any:
 def keys_create(
     user: UserOpt,
     label: Annotated[str, typer.Option(help="a note, e.g. which agent uses it")] = "",
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="print the key alone: KEY=$(engram keys create -u U -q)")
+    ] = False,
+    as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """Create a key for a user and print it (only once)."""
+    """Create a key for a user and print it (only once): the key on stdout, its id on stderr."""
     from engram.auth import ApiKeys
 
     with _engram(store, rerank=False) as eng:
         key, record = ApiKeys(eng.store).create(user, label)
-    console.print(f"{key}\n[dim]id {record.id} for user {record.user_id}; shown once[/dim]", highlight=False)
+    if as_json:
+        _print_json({"key": key, **record.__dict__})
+        return
+    sys.stdout.write(key + "\n")
+    if not quiet:
+        note = f"id {record.id} for user {record.user_id}; the key is shown once"
+        Console(stderr=True).print(note, style="dim", highlight=False, soft_wrap=True)
 
 
 @keys_app.command("list")
 def keys_list(
-    user: Annotated[str | None, typer.Option("--user", "-u")] = None, store: StoreOpt = None
+    user: Annotated[str | None, typer.Option("--user", "-u")] = None,
+    as_json: JsonOpt = False,
+    store: StoreOpt = None,
 ) -> None:
-    """List keys (ids, users, dates; never the keys)."""
+    """List keys (ids, users, dates; never the keys), one a line: id, user, created, state, label."""
     from engram.auth import ApiKeys
+    from engram.interfaces.cli.output import print_keys
 
     with _engram(store, existing=True, rerank=False) as eng:
         records = ApiKeys(eng.store).list(user)
-    _print_json([r.__dict__ for r in records])
+    print_keys(records, as_json)
 
 
 @keys_app.command("revoke")

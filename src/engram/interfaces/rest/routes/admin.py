@@ -49,7 +49,7 @@ def list_keys(keys: KeysDep, user_id: str | None = None) -> list[KeyPublic]:
     return [KeyPublic(**r.__dict__) for r in keys.list(user_id)]
 
 
-@router.delete("/keys/{key_id}", status_code=204, responses=error_responses(404))
+@router.delete("/keys/{key_id}", status_code=204, responses=error_responses(404, 409))
 def revoke_key(key_id: str, keys: KeysDep) -> None:
     keys.revoke(key_id)
 
