@@ -160,13 +160,17 @@ def test_demo_loads_into_the_store_serve_uses_once(tmp_path):
     assert json.loads(hits)[0]["memory"]["text"].startswith("Sarah lives in Edinburgh")
     for args in suggested:
         assert run(*args[1:], env_home=tmp_path).stdout.strip()
-    listed = run("list", "--user", "sarah", "--type", "semantic", "--include-superseded", env_home=tmp_path)
+    listed = run(
+        "list", "--user", "sarah", "--type", "semantic", "--include-superseded", "--json", env_home=tmp_path
+    )
     before = json.loads(listed.stdout)
 
     again = run("demo", env_home=tmp_path).stdout
     assert "already have memories in this store (sarah, marco)" in again and "loaded " not in again
     assert "engram list --user sarah" in again and "/inspector" in again
-    listed = run("list", "--user", "sarah", "--type", "semantic", "--include-superseded", env_home=tmp_path)
+    listed = run(
+        "list", "--user", "sarah", "--type", "semantic", "--include-superseded", "--json", env_home=tmp_path
+    )
     assert json.loads(listed.stdout) == before  # nothing written twice
     store = SQLiteStore(tmp_path / "engram.db")
     try:
