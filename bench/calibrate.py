@@ -80,6 +80,11 @@ def collect(eng):
     return rows, questions
 
 
+def leads_uncontested(row):
+    """The first hit of a recall the cross-encoder left alone (nothing contested): a clear leader."""
+    return row["rerank"] is None and row["rank"] == 1 and row["late"] is not None
+
+
 def fit(features, labels):
     model = LogisticRegression(C=10.0).fit(features, labels)
     probabilities = model.predict_proba(features)[:, 1]
@@ -110,6 +115,7 @@ def main():
         "rerank": lambda r: [logit(r["rerank"])] if r["rerank"] is not None else None,
         "late": lambda r: [r["late"]] if r["late"] is not None else None,
         "dense": lambda r: [r["dense"]] if r["dense"] is not None else None,
+        "leader": lambda r: [r["late"]] if leads_uncontested(r) else None,
     }
     for name, feature in specs.items():
         kept = [(feature(r), r["relevant"]) for r in rows if feature(r) is not None]

@@ -72,6 +72,7 @@ DEFAULT_REPLACE_MARGIN = 0.05
 DEFAULT_CONFIDENCE_RERANK = (0.217, -0.681)  # (a, c): σ(a·logit(cross-encoder p) + c)
 DEFAULT_CONFIDENCE_LATE = (18.458, -16.456)  # (a, c): σ(a·MaxSim + c) when the cross-encoder did not run
 DEFAULT_CONFIDENCE_DENSE = (10.570, -8.322)  # (a, c): σ(a·cosine + c) without late interaction
+DEFAULT_CONFIDENCE_LEADER = (3.420, -2.797)  # (a, c): σ(a·MaxSim + c), a leader no other raw turn came near
 # The agent's and the MCP tool's default min_confidence: hits below it are not shown to a model.
 DEFAULT_MIN_CONFIDENCE = 0.1
 # A local model on CPUs answers one tool round in tens of seconds; a person waits for a reply about this long.
@@ -219,6 +220,10 @@ class EngramSettings(BaseSettings):
     )
     confidence_dense: tuple[FiniteFloat, FiniteFloat] = Field(
         default=DEFAULT_CONFIDENCE_DENSE, description="calibration without late interaction: a, c"
+    )
+    confidence_leader: tuple[FiniteFloat, FiniteFloat] = Field(
+        default=DEFAULT_CONFIDENCE_LEADER,
+        description="calibration of an uncontested leader (the cross-encoder had nothing to decide): a, c",
     )
     min_confidence: float = Field(
         default=DEFAULT_MIN_CONFIDENCE,

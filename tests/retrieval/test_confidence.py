@@ -6,7 +6,7 @@ import pytest
 
 from engram.retrieval.confidence import Calibration, confidence, logit, sigmoid
 
-CAL = Calibration(rerank=(1.0, 0.0), late=(10.0, -7.0), dense=(5.0, -3.0))
+CAL = Calibration(rerank=(1.0, 0.0), late=(10.0, -7.0), dense=(5.0, -3.0), leader=(10.0, -6.0))
 
 
 def test_the_docstring_examples():
@@ -22,6 +22,11 @@ def test_the_strongest_stage_that_scored_a_hit_gives_its_confidence():
     assert confidence(CAL, None, 0.8, 0.7) == pytest.approx(sigmoid(1.0))  # cross-encoder skipped
     assert confidence(CAL, None, None, 0.7) == pytest.approx(sigmoid(0.5))  # late interaction off
     assert confidence(CAL, None, None, None) == 0.0  # only BM25 found it: nothing absolute
+
+
+def test_an_uncontested_leader_has_its_own_late_interaction_calibration():
+    assert confidence(CAL, None, 0.7, 0.7, uncontested=True) == pytest.approx(sigmoid(1.0))
+    assert confidence(CAL, 0.9, 0.7, 0.7, uncontested=True) == pytest.approx(0.9)  # reranked all the same
 
 
 def test_a_score_that_is_not_a_number_counts_as_missing():

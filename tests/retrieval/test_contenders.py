@@ -92,7 +92,12 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     alone = other.recall(query, config=eng.config.but(rerank_gap=1e-6))
     assert all(h.explain["rerank"].startswith("skipped: uncontested") for h in alone)
     assert alone[0].memory.text == twin and alone[0].explain["relevance"] == "late_interaction"
-    assert 0 < alone[0].confidence <= 1  # calibrated on the late-interaction score instead
+    from engram.retrieval.confidence import confidence
+
+    lead = alone[0].explain["late_interaction_raw"]  # calibrated as a leader no other came near
+    assert alone[0].confidence == confidence(eng.config.calibration, None, lead, None, uncontested=True)
+    runner_up = alone[1].explain["late_interaction_raw"]
+    assert alone[1].confidence == confidence(eng.config.calibration, None, runner_up, None)
     whole = other.recall(query, config=eng.config.but(rerank_gap=1.0))
     assert [h.explain["relevance"] for h in whole] == ["rerank"] * 3
     assert "rerank_contenders" not in whole[0].explain

@@ -10,7 +10,9 @@ ranks hits only as well as its stage (docs/benchmarks.md):
 
 * reranked: ``σ(a · logit(p) + c)`` with ``p`` the cross-encoder's probability;
 * late interaction only: ``σ(a · late + c)`` with ``late`` the raw MaxSim (mean cosine, before
-  min-max scaling);
+  min-max scaling); the leader of raw turns that the cross-encoder left alone, as no other came near
+  it (``contenders``), has its own coefficients: standing alone is evidence, and the general ones put
+  such leaders at 0.21 where half of them were relevant (development hits, docs/benchmarks.md);
 * neither (late interaction off or failed): ``σ(a · dense + c)`` with the dense leg's cosine; a row
   that only BM25 found gets 0, as nothing absolute says it is relevant.
 
@@ -33,6 +35,7 @@ class Calibration:
     rerank: tuple[float, float]
     late: tuple[float, float]
     dense: tuple[float, float]
+    leader: tuple[float, float]  # late interaction's, for an uncontested leader
 
 
 def sigmoid(z: float) -> float:
@@ -50,9 +53,14 @@ def logit(p: float) -> float:
 
 
 def confidence(
-    calibration: Calibration, rerank: float | None, late: float | None, dense: float | None
+    calibration: Calibration,
+    rerank: float | None,
+    late: float | None,
+    dense: float | None,
+    uncontested: bool = False,
 ) -> float:
-    """The calibrated probability that a hit is relevant (module docstring), in [0, 1].
+    """The calibrated probability that a hit is relevant (module docstring), in [0, 1];
+    ``uncontested``: the hit leads a recall whose cross-encoder had nothing to decide.
 
     Example with rerank (1.0, 0.0): p = 0.5 -> σ(0) = 0.5; with late (10.0, -7.0) and no rerank:
     MaxSim 0.7 -> σ(0) = 0.5.
@@ -61,7 +69,7 @@ def confidence(
         a, c = calibration.rerank
         return sigmoid(a * logit(rerank) + c)
     if _finite(late):
-        a, c = calibration.late
+        a, c = calibration.leader if uncontested else calibration.late
         return sigmoid(a * late + c)
     if _finite(dense):
         a, c = calibration.dense

@@ -10,7 +10,10 @@ from engram.retrieval.confidence import Calibration
 
 Leg = Literal["bm25", "dense"]
 DEFAULT_CALIBRATION = Calibration(
-    s.DEFAULT_CONFIDENCE_RERANK, s.DEFAULT_CONFIDENCE_LATE, s.DEFAULT_CONFIDENCE_DENSE
+    s.DEFAULT_CONFIDENCE_RERANK,
+    s.DEFAULT_CONFIDENCE_LATE,
+    s.DEFAULT_CONFIDENCE_DENSE,
+    s.DEFAULT_CONFIDENCE_LEADER,
 )
 
 
@@ -68,6 +71,9 @@ class RetrievalConfig:
             replace_margin=settings.replace_margin,
             outdated_factor=settings.outdated_factor,
             calibration=Calibration(
-                settings.confidence_rerank, settings.confidence_late, settings.confidence_dense
+                settings.confidence_rerank,
+                settings.confidence_late,
+                settings.confidence_dense,
+                settings.confidence_leader,
             ),
         )

@@ -40,13 +40,8 @@ def contenders(window: Sequence[Candidate], gap: float, query: str) -> int:
     leader); [0.86, 0.82, 0.80] -> 0, or 3 when both legs rank the third first; an echo then
     [0.76, 0.755] -> 3.
     """
-    said = query.strip().casefold()
     echoes = 0
-    while (
-        echoes < len(window)
-        and isinstance(window[echoes].memory, EpisodicMemory)
-        and window[echoes].memory.text.strip().casefold() == said
-    ):
+    while echoes < len(window) and is_echo(window[echoes], query):
         echoes += 1
     rest = window[echoes:]
     raws = [c.late_raw for c in rest]
@@ -63,6 +58,12 @@ def contenders(window: Sequence[Candidate], gap: float, query: str) -> int:
     if agreed is not None:
         n = max(n, agreed + 1)
     return echoes + n if n >= 2 else 0
+
+
+def is_echo(candidate: Candidate, query: str) -> bool:
+    """Whether a candidate is a turn whose text is the query itself (ignoring case and surrounding space)."""
+    memory = candidate.memory
+    return isinstance(memory, EpisodicMemory) and memory.text.strip().casefold() == query.strip().casefold()
 
 
 def _first_by_both_legs(rest: Sequence[Candidate]) -> int | None:

@@ -41,7 +41,7 @@ from engram.retrieval.admission import Admission
 from engram.retrieval.candidate import Candidate
 from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.contenders import contenders
+from engram.retrieval.contenders import contenders, is_echo
 from engram.retrieval.currency import asks_about_past, put_current_first
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import Matrix, late_score, pack, token_maxima
@@ -132,8 +132,10 @@ def recall(
             errors["late_interaction"] = late_error
     window = candidates[: config.rerank_window] if config.rerank and reranker is not None else []
     contested = contenders(window, config.rerank_gap, query)
+    uncontested: Candidate | None = None  # the leader no other raw turn came near: its own calibration
     if window and not contested:
         notes["rerank"] = "skipped: uncontested (no other raw turn near the leader by late interaction)"
+        uncontested = next((c for c in window if not is_echo(c, query)), None)
     elif reranker is not None and window:
         partial, window = contested < len(window), window[:contested]
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
@@ -161,7 +163,8 @@ def recall(
         )
 
     confidences = {
-        c.memory.id: confidence(config.calibration, c.rerank, c.late_raw, c.dense_score) for c in candidates
+        c.memory.id: confidence(config.calibration, c.rerank, c.late_raw, c.dense_score, c is uncontested)
+        for c in candidates
     }
     for _ in outdated_by:  # a successor answers what its predecessor answered, down a chain too
         raised = False
