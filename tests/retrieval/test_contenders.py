@@ -106,3 +106,14 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
         facts.write(text)  # distilled memories: the whole window, whatever the gap
     distilled = facts.recall(query, config=eng.config.but(rerank_gap=1e-6))
     assert [h.explain["relevance"] for h in distilled] == ["rerank"] * 3
+
+
+def test_a_single_turn_is_no_clear_leader(eng):
+    from engram.retrieval.confidence import confidence
+
+    mem = eng.for_user("nora")
+    mem.remember_turn("my garage sensor runs on a CR2032 coin cell")
+    (hit,) = mem.recall("which battery does the garage sensor take?")
+    assert hit.explain["rerank"] == "skipped: uncontested (a single candidate)"
+    raw = hit.explain["late_interaction_raw"]  # the general calibration: nothing came near to lose
+    assert hit.confidence == confidence(eng.config.calibration, None, raw, None)

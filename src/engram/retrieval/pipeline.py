@@ -134,8 +134,12 @@ def recall(
     contested = contenders(window, config.rerank_gap, query)
     uncontested: Candidate | None = None  # the leader no other raw turn came near: its own calibration
     if window and not contested:
-        notes["rerank"] = "skipped: uncontested (no other raw turn near the leader by late interaction)"
-        uncontested = next((c for c in window if not is_echo(c, query)), None)
+        others = [c for c in window if not is_echo(c, query)]
+        if len(others) > 1:  # alone in the window, a row is no clear leader: nothing came near to lose
+            uncontested = others[0]
+        notes["rerank"] = "skipped: uncontested (" + (
+            "no other raw turn near the leader by late interaction)" if uncontested else "a single candidate)"
+        )
     elif reranker is not None and window:
         partial, window = contested < len(window), window[:contested]
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
