@@ -442,6 +442,23 @@ def test_forget_leaves_a_tombstone_without_text(side: Side) -> None:
     assert mem.list("episodic") == [] and mem.recall("card number 4111", memory_types=["episodic"]) == []
 
 
+def test_forgetting_a_harsh_correction_keeps_the_fact_retracted_unless_asked(side: Side) -> None:
+    """Issue 26, item 19: a harsh correction says the old fact was never true; forgetting the
+    correction leaves it retracted, unless the caller says otherwise (``revive_retracted``)."""
+    mem = side.sarah
+    for revive in (False, True):
+        old = mem.write(f"Sarah is allergic to penicillin ({revive})", fact_type="constraint")
+        fix = mem.write(
+            f"Sarah was never allergic to anything ({revive})", supersedes_id=old.id, contradiction="harsh"
+        )
+        mem.forget(fix.id, revive_retracted=revive)
+        now = mem.get(old.id)
+        assert isinstance(now, SemanticMemory)
+        assert (now.retracted, now.superseded_by is None) == (not revive, revive)
+        live = {m.id for m in mem.list("semantic")}
+        assert (old.id in live) == revive
+
+
 def test_list_pages_newest_first(side: Side) -> None:
     mem = side.sarah
     newest_first = ids([mem.write(f"Sarah's fact number {i}") for i in range(7)])[::-1]

@@ -295,10 +295,13 @@ class Client:
         """One of the user's rows, or a catalog row; NotFound otherwise (also for other users' ids)."""
         return self._call("GET", _memory_path(memory_id), result=_envelopes.MEMORY)
 
-    def forget(self, memory_id: str) -> Tombstone:
-        """Hard-delete one of the user's rows; an audit tombstone without text remains."""
+    def forget(self, memory_id: str, *, revive_retracted: bool = False) -> Tombstone:
+        """Hard-delete one of the user's rows; an audit tombstone without text remains. A fact a harsh
+        correction retracted stays retracted when the correction is forgotten, unless
+        ``revive_retracted``."""
         path = _memory_path(memory_id)
-        return self._call("DELETE", path, result=_envelopes.FORGOTTEN).forgotten
+        params = {"revive_retracted": "true"} if revive_retracted else None
+        return self._call("DELETE", path, params=params, result=_envelopes.FORGOTTEN).forgotten
 
     def history(self, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain that contains ``memory_id``, oldest first."""

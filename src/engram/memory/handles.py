@@ -35,10 +35,12 @@ class TenantHandle:
             raise NotFound(str(memory_id))
         return rows[0]
 
-    def forget(self, memory_id: str) -> Tombstone:
-        """Hard-delete one of this tenant's rows; an audit tombstone without text remains."""
+    def forget(self, memory_id: str, *, revive_retracted: bool = False) -> Tombstone:
+        """Hard-delete one of this tenant's rows; an audit tombstone without text remains. Forgetting
+        the newest fact of a chain makes the one before it live again, unless a harsh correction had
+        retracted it (it was never true); ``revive_retracted=True`` makes even that one live again."""
         self._deny_catalog_write(memory_id)
-        return self._engram.store.forget(self._tenant, memory_id, utcnow())
+        return self._engram.store.forget(self._tenant, memory_id, utcnow(), revive_retracted=revive_retracted)
 
     def _deny_catalog_write(self, memory_id: str) -> None:
         pass

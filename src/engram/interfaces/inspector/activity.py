@@ -333,8 +333,8 @@ class RecordingMemory(UserMemory):
         self._activity.add(self.user_id, event)
         return [h.compact() for h in hits] if compact else hits
 
-    def forget(self, memory_id: str) -> Tombstone:
-        stone = super().forget(memory_id)
+    def forget(self, memory_id: str, *, revive_retracted: bool = False) -> Tombstone:
+        stone = super().forget(memory_id, revive_retracted=revive_retracted)
         self._activity.scrub(self.user_id, stone.id)
         self._activity.add(self.user_id, ForgetEvent(utcnow(), stone))
         return stone

@@ -144,9 +144,19 @@ def history(memory_id: str, mem: UserMemoryDep) -> MemoryList:
 
 
 @router.delete("/memories/{memory_id}", response_model=ForgetResponse, responses=error_responses(404))
-def forget(memory_id: str, mem: UserMemoryDep) -> ForgetResponse:
+def forget(
+    memory_id: str,
+    mem: UserMemoryDep,
+    revive_retracted: Annotated[
+        bool,
+        Query(
+            description="forgetting a correction makes the fact before it live again, except one a harsh "
+            "correction retracted (it was never true); true: that one too"
+        ),
+    ] = False,
+) -> ForgetResponse:
     """Delete one of your memories for good; an audit tombstone without text remains."""
-    return ForgetResponse(forgotten=mem.forget(memory_id))
+    return ForgetResponse(forgotten=mem.forget(memory_id, revive_retracted=revive_retracted))
 
 
 @router.post("/import", response_model=dict[str, Any], responses=IMPORT_RESPONSES)
