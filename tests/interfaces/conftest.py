@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import httpx
+import httpx2
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from engram import Engram
 from engram.auth import ApiKeys
@@ -106,3 +109,15 @@ def start_serve(env: dict[str, str], port: int, *args: str) -> subprocess.Popen[
             time.sleep(0.1)
     proc.kill()
     raise AssertionError("engram serve did not come up")
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(url: str, key: str, path: str = "/mcp") -> AsyncIterator[ClientSession]:
+    """An initialized session of the official MCP client, over streamable HTTP with a bearer key."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http,
+        streamable_http_client(f"{url}{path}", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session

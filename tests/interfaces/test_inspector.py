@@ -412,20 +412,13 @@ def test_home_sends_each_key_to_its_first_tab(service, path):
 def test_an_agents_mcp_calls_show_in_this_turn(service):
     """An agent on MCP (not REST) is what the "this turn" view is for: its tool calls are recorded."""
     import anyio
-    import httpx2
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
+
+    from tests.interfaces.conftest import mcp_session
 
     service.client("sarah").post("/v1/turns", json={"text": "which radios does my hub have?"})
 
     async def agent() -> None:
-        headers = {"Authorization": f"Bearer {service.user_keys['sarah']}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=60) as http,
-            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with mcp_session(service.url, service.user_keys["sarah"]) as session:
             await session.call_tool("write_memory", {"text": "Sarah's hub is a Lumio Hub v2"})
             await session.call_tool("recall_memory", {"query": "which hub does sarah have"})
 

@@ -4,8 +4,8 @@ admin key on tenant routes, the wrong path user. Every attempt is denied and not
 import anyio
 import httpx2
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
+
+from tests.interfaces.conftest import mcp_session
 
 
 @pytest.fixture
@@ -124,14 +124,7 @@ def test_mcp_tools_cannot_reach_other_tenants(world):
     before = snapshot(service)
 
     async def as_sarah():
-        async with (
-            httpx2.AsyncClient(
-                headers={"Authorization": f"Bearer {service.user_keys['sarah']}"}, timeout=60
-            ) as http,
-            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with mcp_session(service.url, service.user_keys["sarah"]) as session:
             for row in rows.values():
                 r = await session.call_tool("forget_memory", {"memory_id": row["id"]})
                 assert r.is_error and "not_found" in r.content[0].text

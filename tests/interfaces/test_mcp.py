@@ -9,14 +9,14 @@ import apsw
 import httpx2
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
+
+from tests.interfaces.conftest import mcp_session
 
 TOOLS = {"remember_turn", "recall_memory", "write_memory", "forget_memory"}
 
 
 async def _exercise(session: ClientSession) -> dict:
-    """List the tools and call each; return what a client would see."""
-    await session.initialize()
+    """List the tools and call each (on an initialized session); return what a client would see."""
     listed = await session.list_tools()
     tools = {t.name: t for t in listed.tools}
     assert set(tools) >= TOOLS
@@ -59,13 +59,7 @@ async def _exercise(session: ClientSession) -> dict:
 
 def test_streamable_http_with_bearer_key(service):
     async def main():
-        async with (
-            httpx2.AsyncClient(
-                headers={"Authorization": f"Bearer {service.user_keys['sarah']}"}, timeout=60
-            ) as http,
-            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
+        async with mcp_session(service.url, service.user_keys["sarah"]) as session:
             await _exercise(session)
 
     anyio.run(main)
@@ -76,12 +70,7 @@ def test_streamable_http_with_bearer_key(service):
 
 def test_user_path_must_match_the_key(service):
     async def call(path: str, key: str) -> int:
-        async with (
-            httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http,
-            streamable_http_client(f"{service.url}{path}", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with mcp_session(service.url, key, path) as session:
             result = await session.call_tool("write_memory", {"text": "via user path"})
             return result.structured_content["memory"]["user_id"]
 
@@ -106,6 +95,7 @@ def test_stdio_with_user_key(tmp_path, service):
             env={**os.environ, "ENGRAM_API_KEY": service.user_keys["bob"], "ENGRAM_HOME": str(tmp_path)},
         )
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
             await _exercise(session)
 
     anyio.run(main)
@@ -143,14 +133,7 @@ def test_configured_hosts_reach_mcp_and_others_are_refused(make_service):
 
 def test_mcp_tools_refuse_loose_types_and_invisible_text(service, caplog):
     async def main():
-        async with (
-            httpx2.AsyncClient(
-                headers={"Authorization": f"Bearer {service.user_keys['sarah']}"}, timeout=60
-            ) as http,
-            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with mcp_session(service.url, service.user_keys["sarah"]) as session:
             refused = [
                 ("recall_memory", {"query": "q", "k": True}),
                 ("recall_memory", {"query": "q", "k": "5"}),
@@ -204,14 +187,7 @@ def test_remember_turn_stores_the_turn_with_the_rest_routes_checks(service):
     """remember_turn is POST /v1/turns as a tool: the same fields, the same refusals, the same row."""
 
     async def main() -> dict:
-        async with (
-            httpx2.AsyncClient(
-                headers={"Authorization": f"Bearer {service.user_keys['sarah']}"}, timeout=60
-            ) as http,
-            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with mcp_session(service.url, service.user_keys["sarah"]) as session:
             tools = {t.name: t for t in (await session.list_tools()).tools}
             assert "verbatim" in tools["remember_turn"].description
             first = await session.call_tool(
@@ -280,14 +256,7 @@ def test_recall_is_compact_by_default_and_says_when_nothing_is_confident(service
         sarah.write(text)
 
     async def main():
-        async with (
-            httpx2.AsyncClient(
-                headers={"Authorization": f"Bearer {service.user_keys['sarah']}"}, timeout=60
-            ) as http,
-            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with mcp_session(service.url, service.user_keys["sarah"]) as session:
             everything = await session.call_tool(
                 "recall_memory",
                 {"query": "what do you know about Sarah's home?", "k": 5, "min_confidence": 0},
@@ -311,14 +280,7 @@ def test_argument_errors_are_in_our_words(service):
     Each refusal names the argument, says what is wrong, and writes nothing."""
 
     async def main() -> dict[str, str]:
-        async with (
-            httpx2.AsyncClient(
-                headers={"Authorization": f"Bearer {service.user_keys['sarah']}"}, timeout=60
-            ) as http,
-            streamable_http_client(f"{service.url}/mcp", http_client=http) as (read, write),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with mcp_session(service.url, service.user_keys["sarah"]) as session:
             calls = {
                 "unknown": ("recall_memory", {"query": "hub", "as_of": "2024-01-01T00:00:00Z"}),
                 "misspelt": ("write_memory", {"text": "Sarah has a cat", "metadata": {"a": 1}}),
