@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from engram.limits import MAX_SERVICE_RECALL_K
 from engram.models import (
     Contradiction,
     EpisodicMemory,
@@ -18,10 +17,6 @@ from engram.models import (
     Step,
     Tombstone,
 )
-
-# The most hits one recall may ask for through every handle: the REST API (so ``engram.Client``) and
-# the MCP tool refuse more (422); the embedded handle takes more, but the agent must work on either.
-MAX_RECALL_K = MAX_SERVICE_RECALL_K
 
 
 class MemoryHandle(Protocol):

@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engram.agent.handle import MAX_RECALL_K, MemoryHandle
+from engram.agent.handle import MemoryHandle
 from engram.errors import EngramError, public_message
-from engram.limits import MAX_STEPS
+from engram.limits import MAX_SERVICE_RECALL_K, MAX_STEPS
 from engram.models import (
     Contradiction,
     FactType,
@@ -269,11 +269,12 @@ def recall(
     min_confidence: float | None = None,
 ) -> list[Hit]:
     """The top ``k`` hits but the hidden ones. A few more are asked for, so hiding some still leaves
-    ``k``, but never more than every handle accepts (MAX_RECALL_K)."""
+    ``k``, but never more than every handle accepts: the service's bound (the embedded handle takes
+    more, but the agent must work on either)."""
     hidden = hidden_ids or set()
     hits = memory.recall(
         query,
-        k=min(k + len(hidden), MAX_RECALL_K),
+        k=min(k + len(hidden), MAX_SERVICE_RECALL_K),
         memory_types=memory_types,
         include_superseded=include_superseded,
         min_confidence=min_confidence,
