@@ -14,8 +14,10 @@ Two kinds of evidence that one candidate replaces another (``successors``):
   nothing.
 * **A newer turn that announces a change** (raw turns, no LLM needed): when a turn leads the ranking,
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
-  "switched", "anymore", "sorry ... wrong" ...) and that late interaction or the embedder finds at
-  least as close to the query replaces it.
+  "switched", "cancelled", "anymore", "sorry ... wrong" ...) replaces it if late interaction or the
+  embedder finds it at least as close to the query, or, when the query itself expects a change
+  (``expects_change``: "now", "these days", "still" ...), if it is among the first ``CHANGE_PLACES``
+  of the ranking and within ``margin`` of the leader's raw MaxSim.
 
 A successor scored 0 (the bottom of a min-max-scaled head) cannot be lifted by a multiplier, so such a
 pair is left alone. Measured on bench/updates.py and LoCoMo (docs/benchmarks.md, "Current truth").
@@ -46,8 +48,16 @@ PRESENT_WORDS = frozenset("now current currently new these still latest today an
 # "unchanged" questions of bench/updates.py lost most of their R@1 to newer chatter (docs/benchmarks.md).
 CHANGE_WORDS = frozenset(
     "moved moving switched switching swapped changed replaced traded upgraded quit promoted adopted sold "  # noqa: SIM905
-    "anymore longer instead actually sorry wrong dropped stopped gave broke".split()
+    "anymore longer instead actually sorry wrong dropped stopped gave broke cancelled canceled dropping "
+    "stopping".split()
 )
+# A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
+# "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
+CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these moment latest".split())  # noqa: SIM905
+# For such a query a change-announcing turn this close to the top replaces the leader within ``margin``
+# of its MaxSim (docs/benchmarks.md, "Current truth": at 10 the check split's "unchanged" R@1 fell;
+# for every present query, not only these, LoCoMo dev lost 0.007 R@10 and MRR).
+CHANGE_PLACES = 5
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
 
 
@@ -61,6 +71,11 @@ def asks_about_past(query: str) -> bool:
     return bool(words & PAST_WORDS) and not words & PRESENT_WORDS
 
 
+def expects_change(query: str) -> bool:
+    """Whether the query presupposes a change. Example: "what phone do I use now?" -> True."""
+    return bool(query_words(query) & CHANGE_EXPECTED)
+
+
 def announces_change(text: str) -> bool:
     """Whether a turn says that something changed. Example: "we moved to Edinburgh last week!" -> True."""
     return bool(query_words(text) & CHANGE_WORDS)
@@ -71,10 +86,12 @@ def successors(
     superseded: Callable[[list[str]], list[Memory]],
     now: datetime,
     margin: float,
+    places: int = 0,
 ) -> dict[str, Candidate]:
     """Which candidate replaces which: old id -> successor (module docstring). ``superseded`` fetches
     facts by id (the superseded ones a live fact's chain points back to); ``now`` is the recall's
-    present: nothing said after it replaces anything."""
+    present: nothing said after it replaces anything; ``places``: how near the top a change-announcing
+    turn replaces the leader within ``margin`` (``CHANGE_PLACES`` when the query expects a change)."""
     found: dict[str, Candidate] = {}
     by_id = {c.memory.id: c for c in order}
     still_said = _live_facts_by_episode(order)
@@ -95,12 +112,16 @@ def successors(
         at, speaker = old.memory.timestamp, speaker_of(old.memory)
         newer = [
             c
-            for c in order
+            for place, c in enumerate(order)
             if isinstance(c.memory, EpisodicMemory)
             and at < c.memory.timestamp <= now
             and speaker_of(c.memory) == speaker  # people update what they said themselves
             and announces_change(c.memory.text)
-            and (_matches_as_well(c, old, 0.0) or _embeds_as_close(c, old))
+            and (
+                _matches_as_well(c, old, 0.0)
+                or _embeds_as_close(c, old)
+                or (place < places and _matches_as_well(c, old, margin))
+            )
         ]
         if newer:
             found[old.memory.id] = max(newer, key=lambda c: event_time(c.memory))
@@ -167,6 +188,7 @@ def put_current_first(
     *,
     margin: float,
     outdated: float,
+    places: int = 0,
 ) -> dict[str, str]:
     """Re-rank ``order`` (final order, best first) in place and return old id -> successor id.
 
@@ -175,7 +197,8 @@ def put_current_first(
     above it. Example: Bristol turn 0.66, Edinburgh fact 0.055, outdated 0.5 -> the fact 0.661 (lift
     12.0), the turn 0.33.
     """
-    pairs = {old: new for old, new in successors(order, superseded, now, margin).items() if new.final > 0}
+    found = successors(order, superseded, now, margin, places)
+    pairs = {old: new for old, new in found.items() if new.final > 0}
     by_id = {c.memory.id: c for c in order}
     for old_id, new in sorted(pairs.items(), key=lambda p: -by_id[p[0]].final):  # a chain: highest first
         old = by_id[old_id]
