@@ -151,7 +151,7 @@ def test_forget_and_correct_are_confirmed_and_need_the_forms_token(service):
         sarah.post(correct, data=change),  # no token
         sarah.post(correct, data={**change, "token": "0" * 64}),  # a wrong one
         sarah.post(correct, data={**change, "token": token}, headers={"Origin": "http://evil.example"}),
-        sarah.post(f"/inspector/memory/{edinburgh}/forget", data={"token": token[:-1] + "0"}),
+        sarah.post(f"/inspector/memory/{edinburgh}/forget", data={"token": token[::-1]}),
         sign_in(service, service.admin_key).post(f"{correct}?user=sarah", data={**change, "token": token}),
     ]
     assert [r.status_code for r in refused] == [403] * 5

@@ -202,7 +202,8 @@ def same_origin(request: Request) -> None:
     origin = request.headers.get("origin")
     hosts = {request.headers.get("host"), request.headers.get("x-forwarded-host")} - {None}
     if origin is not None and urlsplit(origin).netloc not in hosts:
-        raise Stop(render("error.html", 403, title="Refused", message="cross-site request", viewer=None))
+        message = "cross-site request: this form was sent from another site's page, and nothing was done."
+        raise Stop(error_page(request, 403, "Refused", message))
 
 
 def form_token(request: Request) -> str:
