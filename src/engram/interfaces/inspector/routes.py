@@ -57,6 +57,8 @@ from engram.memory import Engram
 from engram.models import Hit, Memory, MemoryType
 from engram.storage.base import CATALOG, SearchFilter
 
+__all__ = ["ROOT", "mount_inspector"]  # ROOT: where the inspector lives, for the pages around the API
+
 SEARCH_CAP = 200  # best keyword matches a search shows
 POLL_SECONDS = 2
 LISTED: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural", "catalog")
