@@ -109,7 +109,7 @@ def test_scores_read_plainly_and_hits_link_to_their_memory(service):
     turn = sarah.get("/inspector/turn").text.split('<details class="turn">')[0]
     assert turn.count('<details class="why">') >= 3 and "cross-encoder" in turn
     assert f'href="/inspector/memory/{rows["edinburgh"]["id"]}"' in turn
-    assert num(1.2e-5) == "<0.001" and num(0.123456) == "0.123" and num(12.0) == "12"
+    assert num(1.2e-5) == "0.000012" and num(0.123456) == "0.123" and num(12.0) == "12"
     parts = explain_parts({"rrf": 0.03, "decay": 1.0, "source_prior": 0.85, "final": 2e-5})
     assert parts.multipliers == [("source_prior", 0.85)] and parts.neutral == 1
 

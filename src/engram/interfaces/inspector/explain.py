@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -104,9 +105,13 @@ def num(value: Any) -> str:
         return str(int(value))
     if abs(value) >= 100:
         return f"{value:.0f}"
-    if abs(value) < 0.0005:
-        return "0" if value == 0 else ("<0.001" if value > 0 else ">-0.001")
-    return f"{value:.3f}".rstrip("0").rstrip(".")
+    if value == 0:
+        return "0"
+    if abs(value) < 1e-8:
+        return "≈0"
+    # three decimals, or two significant digits of a smaller number (0.000012): the order stays readable
+    decimals = max(3, 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
 
 
 def when(value: datetime | None) -> str:
