@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import httpx
 import httpx2
@@ -121,3 +124,84 @@ async def mcp_session(url: str, key: str, path: str = "/mcp") -> AsyncIterator[C
     ):
         await session.initialize()
         yield session
+
+
+# -- the inspector's browser tests: Debian's headless Chromium driven by Playwright, one per test module
+# (``browser``), a fresh context (no cookies) per test (``tab``). Needs /usr/bin/chromium
+# (``apt-get install -y chromium chromium-driver``; .ci/run installs it) or ENGRAM_CHROMIUM naming a
+# Chromium binary. Playwright's own browser downloads are never used.
+CHROMIUM = Path(os.environ.get("ENGRAM_CHROMIUM", "/usr/bin/chromium"))
+# This machine's network is closed: Chromium's background services would only fail to connect.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.fail(
+            f"the inspector's browser tests need Chromium at {CHROMIUM}: install Debian's "
+            "(apt-get install -y chromium chromium-driver) or set ENGRAM_CHROMIUM to a Chromium binary"
+        )
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the inspector's browser tests need the playwright package: pip install -e '.[dev]'")
+    with sync_playwright() as pw:
+        # Playwright starts it headless with a fresh temporary profile (--user-data-dir).
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@dataclass
+class Tab:
+    """A page of a fresh browser context, and what it saw: dialogs, script errors, request URLs."""
+
+    page: Any
+    url: str
+    dialogs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+    def sign_in(self, key: str, lands_on: str) -> None:
+        self.page.goto(self.url + "/inspector")
+        self.page.wait_for_url("**/inspector/sign-in")
+        self.page.fill("#key", key)
+        self.page.click("form button[type=submit]")
+        self.page.wait_for_url(f"**/inspector/{lands_on}")
+
+    def open_tab(self, name: str) -> None:
+        self.page.click(f"nav.tabs a[data-tab={name}]")
+        self.page.wait_for_selector(f"nav.tabs a.active[data-tab={name}]")
+        self.settled()
+
+    def settled(self) -> None:
+        """Wait until htmx has swapped and settled the new page: it wires the new elements' triggers
+        (the user picker's change) while settling, and a change made before that sends nothing."""
+        self.page.wait_for_function(
+            "() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+        )
+
+    def text(self) -> str:
+        return str(self.page.inner_text("body"))
+
+
+@pytest.fixture
+def tab(browser, service) -> Iterator[Tab]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    t = Tab(page, service.url)
+    page.on("dialog", lambda d: (t.dialogs.append(d.message), d.dismiss()))
+    page.on("pageerror", lambda e: t.errors.append(str(e)))
+    page.on("request", lambda r: t.requests.append(r.url))
+    yield t
+    context.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +17,7 @@ STAGE_KEYS = (
     "late_interaction",
     "late_interaction_raw",
     "outdated_by",  # shown on the hit itself, as a link
+    "rerank_weight",  # a blend weight, not a multiplier: shown as a note on the relevance
     "rerank",
     "relevance",
     "final",
@@ -25,11 +27,34 @@ STAGE_KEYS = (
 RELEVANCE_LABELS = {"rrf": "RRF", "late_interaction": "late interaction", "rerank": "cross-encoder"}
 
 
+# What the explain's names mean, for the legend under a recall (names as the explain spells them).
+LEGEND: tuple[tuple[str, str], ...] = (
+    ("BM25", "keyword match: rank among the keyword hits (and its score)"),
+    ("dense", "meaning match: rank among the embedding hits (and its cosine similarity)"),
+    ("RRF", "the two ranks fused (reciprocal rank fusion): the first relevance"),
+    ("late interaction", "query and row matched token by token, 0-1 within the shortlist"),
+    ("cross-encoder", "a model reading query and row together: probability of relevance, 0-1"),
+    ("relevance", "the highlighted stage: the last one that ran; the final score starts from it"),
+    ("decay", "older facts and turns count less (playbooks never decay)"),
+    ("use_count_boost", "facts recalled often count more"),
+    ("source_prior", "how much a kind of row is trusted: catalog rows count a little less"),
+    ("success_prior", "a playbook's successes against its failures"),
+    ("time_match", "the row's time matches a time the query names"),
+    ("speaker_match", "the turn's speaker is the one the query names"),
+    ("update_lift", "the newer fact of a change the user announced"),
+    ("outdated", "a fact a newer one replaced, kept below it"),
+    ("stage_scale", "a stage ran on part of the shortlist: its score is scaled to compare"),
+    ("confidence", "calibrated chance, 0-1, that the hit is relevant to the query"),
+    ("score", "final = relevance x every multiplier; only multipliers other than 1 are shown"),
+)
+
+
 @dataclass(frozen=True)
 class ExplainParts:
     stages: list[tuple[str, str]]  # (stage, value) in pipeline order
     relevance: str  # the stage whose score the final score starts from, as named in ``stages``
-    multipliers: list[tuple[str, float]]
+    multipliers: list[tuple[str, float]]  # those that changed the score (not 1)
+    neutral: int  # multipliers at 1, not shown
     notes: list[tuple[str, str]]  # stages that failed or were skipped, and why
     final: float | None
 
@@ -48,28 +73,45 @@ def explain_parts(explain: Mapping[str, Any]) -> ExplainParts:
         ("late interaction", num(explain.get("late_interaction"))),
         ("cross-encoder", num(explain.get("rerank"))),
     ]
-    multipliers = [
+    factors = [
         (k, float(v))
         for k, v in explain.items()
         if k not in STAGE_KEYS and isinstance(v, int | float) and not isinstance(v, bool)
     ]
+    shown = [(k, v) for k, v in factors if round(v, 3) != 1]
     notes = [(k, str(v)) for k, v in explain.items() if k not in STAGE_KEYS and isinstance(v, str)]
+    weight = explain.get("rerank_weight")
+    if isinstance(weight, int | float):
+        blend = f"{num(float(weight))} x cross-encoder + {num(1 - float(weight))} x late interaction"
+        notes.insert(0, ("relevance", blend))
     final = explain.get("final")
     return ExplainParts(
         stages,
         RELEVANCE_LABELS.get(str(explain.get("relevance")), ""),
-        multipliers,
+        shown,
+        len(factors) - len(shown),
         notes,
         float(final) if isinstance(final, int | float) else None,
     )
 
 
 def num(value: Any) -> str:
+    """A score as people read it: at most three decimals, never scientific notation."""
     if value is None:
         return "—"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int) or (value == int(value) and abs(value) >= 1):
+        return str(int(value))
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if value == 0:
+        return "0"
+    if abs(value) < 1e-8:
+        return "≈0"
+    # three decimals, or two significant digits of a smaller number (0.000012): the order stays readable
+    decimals = max(3, 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}".rstrip("0").rstrip(".")
 
 
 def when(value: datetime | None) -> str:

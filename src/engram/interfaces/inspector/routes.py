@@ -1,5 +1,6 @@
 """The memory inspector at ``/inspector``: server-rendered pages (Jinja2, always autoescaped) that htmx
-makes quicker (boosted links, a polled "this turn" view). It only reads: nothing here writes to a store.
+makes quicker (boosted links, a polled "this turn" view). These pages only read; a user's own key
+can forget or correct one of its memories from the memory's page (``changes``).
 
 Who sees what:
 - Sign in with an API key on the sign-in form (POST, so the key is never in a URL or an access log).
@@ -12,79 +13,56 @@ Who sees what:
   its own is refused (403), and ids of other users' rows are not found (404), as on the REST API.
 - The admin key picks any user (``?user=``) and sees that user's memories through
   ``Engram.reader``, a view without write methods whose recall records no use; without a user it
-  sees the catalog. That is its one way to read users' memories.
+  sees the catalog. That is its one way to read users' memories, and it never changes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any, cast
-from urllib.parse import parse_qs, urlencode, urlsplit
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, FileSystemLoader
 from starlette.staticfiles import StaticFiles
 
-from engram.auth import ApiKeys, Principal
+from engram.auth import ApiKeys
 from engram.errors import InvalidInput, NotFound
 from engram.interfaces.inspector.activity import ActivityLog, ids_in, without
-from engram.interfaces.inspector.explain import explain_parts, num, when
-from engram.memory import Engram, MemoryReader, validate_user_id
-from engram.models import Memory, MemoryType, is_superseded
+from engram.interfaces.inspector.changes import router as changes_router
+from engram.interfaces.inspector.web import (
+    COOKIE,
+    COOKIE_GRACE_S,
+    COOKIE_MAX_AGE_S,
+    ENDED,
+    HERE,
+    KEY_COOKIE,
+    PAGE_SIZE,
+    ROOT,
+    Stop,
+    Viewer,
+    engram_of,
+    error_page,
+    first,
+    forget_cookies,
+    form_token,
+    page,
+    read_form,
+    render,
+    rows_by_id,
+    same_origin,
+    viewer,
+)
+from engram.memory import Engram
+from engram.models import Hit, Memory, MemoryType
 from engram.storage.base import CATALOG, SearchFilter
 
-ROOT = "/inspector"
-COOKIE = "engram_inspector"
-COOKIE_MAX_AGE_S = 8 * 3600  # a working day: a forgotten browser session does not keep the key for good
-PAGE_SIZE = 20
-COUNT_CAP = 1_000  # a tab counts at most this many rows ("1000+"): a count stops there, reading no row
+__all__ = ["ROOT", "mount_inspector"]  # ROOT: where the inspector lives, for the pages around the API
+
 SEARCH_CAP = 200  # best keyword matches a search shows
 POLL_SECONDS = 2
-HERE = Path(__file__).parent
 LISTED: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural", "catalog")
-
-# Autoescape everything, whatever the file name: stored text is data, never markup.
-_templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
-
-# The pages need only their own script and stylesheet; the policy stops anything injected from running.
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",  # no-referrer would make Chromium send "Origin: null" on our forms
-    "Cache-Control": "no-store",  # memories stay out of the browser's disk cache
-}
-
-
-class _Stop(Exception):
-    """Not an error: a response to send instead of the page (sign in first, not yours)."""
-
-    def __init__(self, response: Response) -> None:
-        self.response = response
-
-
-@dataclass(frozen=True)
-class Viewer:
-    """The signed-in key and whose memory it is looking at (None: the admin has picked no user)."""
-
-    principal: Principal
-    user_id: str | None
-    reader: MemoryReader | None
-
-    @property
-    def is_admin(self) -> bool:
-        return self.principal.is_admin
-
-    def link(self, path: str = "", **params: Any) -> str:
-        """An inspector URL that keeps the admin's chosen user; empty parameters are left out."""
-        if self.is_admin and self.user_id:
-            params = {"user": self.user_id, **params}
-        kept = {k: v for k, v in params.items() if v is not None and v is not False and v != ""}
-        return ROOT + path + ("?" + urlencode(kept) if kept else "")
+NOTICES = {"forgotten": "Forgotten: the memory is gone from recall, from these lists and from the turn log."}
 
 
 def mount_inspector(app: FastAPI) -> None:
@@ -92,124 +70,56 @@ def mount_inspector(app: FastAPI) -> None:
     activity log that the REST routes record into."""
     app.state.activity = ActivityLog()
     app.include_router(router)
+    app.include_router(changes_router)
     app.mount(f"{ROOT}/static", StaticFiles(directory=HERE / "static"), name="inspector-static")
-    app.add_exception_handler(_Stop, _stop_handler)
+    app.add_exception_handler(Stop, _stop_handler)
 
 
 async def _stop_handler(_: Request, exc: Exception) -> Response:
-    assert isinstance(exc, _Stop)
+    assert isinstance(exc, Stop)
     return exc.response
 
 
 router = APIRouter(include_in_schema=False)  # a UI, not part of the documented API
 
 
-# -- rendering --------------------------------------------------------------------------------------
-def render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
-    html = _templates.get_template(template).render(root=ROOT, **context)
-    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
-
-
-def _redirect(url: str, request: Request) -> Response:
-    if request.headers.get("hx-request"):  # htmx would follow a redirect and swap the page into a box
-        return Response(status_code=200, headers={"HX-Redirect": url})
-    return RedirectResponse(url, status_code=303)
-
-
-def _page(request: Request, viewer: Viewer, tab: str, **context: Any) -> dict[str, Any]:
-    """What every signed-in page shows: who is looking, the tabs with counts, the admin's user picker."""
-    engram: Engram = request.app.state.engram
-    counts: dict[str, str] = {"catalog": _count(engram.catalog.count(limit=COUNT_CAP + 1))}
-    if viewer.reader is not None:
-        for t in ("episodic", "semantic", "procedural"):
-            counts[t] = _count(viewer.reader.count(t, include_superseded=True, limit=COUNT_CAP + 1))
-    users: list[str] = []
-    if viewer.is_admin:  # users with a key or with rows
-        keyed = {k.user_id for k in request.app.state.keys.list() if k.user_id}
-        users = sorted(keyed | set(getattr(engram.store, "tenants", list)()))
-    return {"viewer": viewer, "tab": tab, "counts": counts, "users": users, **context}
-
-
-def _count(n: int) -> str:
-    return f"{COUNT_CAP}+" if n > COUNT_CAP else str(n)
-
-
-# -- who is looking ---------------------------------------------------------------------------------
-def viewer(request: Request, user: Annotated[str | None, Query(max_length=128)] = None) -> Viewer:
-    """The signed-in key from the cookie, and whose memory it looks at; else a response that stops here."""
-    keys: ApiKeys = request.app.state.keys
-    engram: Engram = request.app.state.engram
-    principal = keys.resolve_session(request.cookies.get(COOKIE))
-    if principal is None:
-        raise _Stop(_redirect(f"{ROOT}/sign-in", request))
-    chosen = user or principal.user_id  # a user key looks at its own memory unless it asks otherwise
-    if chosen is None:
-        return Viewer(principal, None, None)  # the admin, no user picked yet
-    if not principal.may_inspect(chosen):
-        message = "This key can only see its own memories."
-        raise _Stop(render("error.html", 403, title="Not yours", message=message, viewer=None))
-    try:
-        validate_user_id(chosen)
-    except InvalidInput as exc:
-        raise _Stop(render("error.html", 422, title="No such user", message=str(exc), viewer=None)) from None
-    return Viewer(principal, chosen, engram.reader(chosen))
-
-
-def _same_origin(request: Request) -> None:
-    """Refuse a form posted from another site's page (a browser always sends Origin on a POST). Behind
-    a reverse proxy the public host may come as X-Forwarded-Host: a page cannot set that header."""
-    origin = request.headers.get("origin")
-    hosts = {request.headers.get("host"), request.headers.get("x-forwarded-host")} - {None}
-    if origin is not None and urlsplit(origin).netloc not in hosts:
-        raise _Stop(render("error.html", 403, title="Refused", message="cross-site request", viewer=None))
-
-
-async def _form(request: Request) -> dict[str, list[str]]:
-    """The posted urlencoded form (parsed here: no multipart dependency for a few fields); {} when it
-    is not one."""
-    try:
-        return parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=10)
-    except ValueError:
-        return {}
-
-
-def _engram(request: Request) -> Engram:
-    return cast(Engram, request.app.state.engram)  # app.state is untyped: create_app sets it
-
-
 # -- sign in and out --------------------------------------------------------------------------------
 @router.get(f"{ROOT}/sign-in")
-def sign_in_form() -> HTMLResponse:
-    return render("sign_in.html", viewer=None, error=None)
+def sign_in_form(ended: Annotated[str, Query(max_length=20)] = "") -> HTMLResponse:
+    """The sign-in form; after a session stopped working (``?ended=``), with the reason."""
+    return render("sign_in.html", viewer=None, error=None, ended=ENDED.get(ended))
 
 
 @router.post(f"{ROOT}/sign-in")
 async def sign_in(request: Request) -> Response:
-    _same_origin(request)
-    form = await _form(request)
-    key = (form.get("key") or [""])[0].strip()
+    same_origin(request)
+    form = await read_form(request)
+    key = first(form, "key").strip()
     principal = await anyio.to_thread.run_sync(request.app.state.keys.resolve, key)
     if principal is None:
-        return render("sign_in.html", 401, viewer=None, error="That key is unknown or has been revoked.")
+        error = "That key is unknown or has been revoked."
+        return render("sign_in.html", 401, viewer=None, error=error, ended=None)
     token = await anyio.to_thread.run_sync(request.app.state.keys.open_session, principal, COOKIE_MAX_AGE_S)
     target = f"{ROOT}/semantic" if principal.user_id else f"{ROOT}/catalog"
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(
-        COOKIE,
-        token,  # a stored session's token: random, never the key
-        path=ROOT,
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-        max_age=COOKIE_MAX_AGE_S,
-    )
+    # a stored session's token (random, never the key), and the key's id (public): see web.ENDED
+    for name, value in ((COOKIE, token), (KEY_COOKIE, principal.key_id)):
+        response.set_cookie(
+            name,
+            value,
+            path=ROOT,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            max_age=COOKIE_MAX_AGE_S + COOKIE_GRACE_S,
+        )
     return response
 
 
 @router.post(f"{ROOT}/sign-out")
 def sign_out(request: Request) -> Response:
     """End this session: its token stops working for every process of the service, not only here."""
-    _same_origin(request)
+    same_origin(request)
     request.app.state.keys.end_session(request.cookies.get(COOKIE))
     return _signed_out()
 
@@ -217,7 +127,7 @@ def sign_out(request: Request) -> Response:
 @router.post(f"{ROOT}/sign-out-everywhere")
 def sign_out_everywhere(request: Request) -> Response:
     """End every session of the signed-in key (other browsers, a copied cookie), this one too."""
-    _same_origin(request)
+    same_origin(request)
     keys: ApiKeys = request.app.state.keys
     principal = keys.resolve_session(request.cookies.get(COOKIE))
     if principal is not None:
@@ -227,7 +137,7 @@ def sign_out_everywhere(request: Request) -> Response:
 
 def _signed_out() -> Response:
     response = RedirectResponse(f"{ROOT}/sign-in", status_code=303)
-    response.delete_cookie(COOKIE, path=ROOT, httponly=True, samesite="strict")
+    forget_cookies(response)
     return response
 
 
@@ -242,14 +152,14 @@ def home(request: Request, user: Annotated[str | None, Query(max_length=128)] = 
 @router.get(f"{ROOT}/recall")
 def recall_form(request: Request, user: Annotated[str | None, Query(max_length=128)] = None) -> HTMLResponse:
     v = viewer(request, user)
-    context = _page(request, v, "recall", form=_recall_defaults(), hits=None, error=None)
-    return render("recall.html", **context, explain=explain_parts)
+    context = page(request, v, "recall", form=_recall_defaults(), hits=None, error=None, replaced={})
+    return render("recall.html", **context)
 
 
 @router.post(f"{ROOT}/recall")
 async def recall(request: Request, user: Annotated[str | None, Query(max_length=128)] = None) -> Response:
-    _same_origin(request)
-    form = await _form(request)
+    same_origin(request)
+    form = await read_form(request)
     return await anyio.to_thread.run_sync(_recall_page, request, user, form)
 
 
@@ -265,7 +175,8 @@ def _recall_page(request: Request, user: str | None, form: Mapping[str, list[str
         "include_superseded": "include_superseded" in form,
         "include_catalog": "include_catalog" in form,
     }
-    hits, error = None, None
+    hits: list[Hit] | None = None
+    error = None
     if v.reader is None:
         error = "Pick a user to recall as them."
     else:
@@ -278,14 +189,15 @@ def _recall_page(request: Request, user: str | None, form: Mapping[str, list[str
             )
         except InvalidInput as exc:
             error = str(exc)
-    context = _page(request, v, "recall", form=values, hits=hits, error=error)
-    return render("recall.html", 422 if error and v.reader else 200, **context, explain=explain_parts)
+    replaced = rows_by_id(request, v, [h.explain.get("outdated_by") for h in hits or []])
+    context = page(request, v, "recall", form=values, hits=hits, error=error, replaced=replaced)
+    return render("recall.html", 422 if error and v.reader else 200, **context)
 
 
 @router.get(f"{ROOT}/turn")
 def turn_page(request: Request, user: Annotated[str | None, Query(max_length=128)] = None) -> HTMLResponse:
     v = viewer(request, user)
-    return render("turn.html", **_page(request, v, "turn", **_turn_context(request, v)))
+    return render("turn.html", **page(request, v, "turn", **_turn_context(request, v)))
 
 
 @router.get(f"{ROOT}/turn/live")
@@ -303,21 +215,27 @@ def turn_live(
 
 def _turn_context(request: Request, v: Viewer) -> dict[str, Any]:
     if v.user_id is None:
-        return {"version": 0, "turns": [], "poll": POLL_SECONDS, "explain": explain_parts}
+        return {"version": 0, "turns": [], "poll": POLL_SECONDS, "replaced": {}}
     version, turns = request.app.state.activity.snapshot(v.user_id)
     assert v.reader is not None
     shown = ids_in(turns)
     # Forgotten through another process, the CLI or the Python API since it was logged: not shown.
     turns = without(turns, shown - v.reader.present(shown))
-    return {"version": version, "turns": turns, "poll": POLL_SECONDS, "explain": explain_parts}
+    outdated_by = [
+        h.explain.get("outdated_by") for t in turns for e in t.events for h in getattr(e, "hits", [])
+    ]
+    replaced = rows_by_id(request, v, outdated_by)
+    return {"version": version, "turns": turns, "poll": POLL_SECONDS, "replaced": replaced}
 
 
 @router.get(f"{ROOT}/memory/{{memory_id}}")
 def memory_page(
     request: Request, memory_id: str, user: Annotated[str | None, Query(max_length=128)] = None
 ) -> HTMLResponse:
+    """One memory: its text, provenance, validity and use, its history, and (for the user's own key)
+    forms to correct or forget it."""
     v = viewer(request, user)
-    engram = _engram(request)
+    engram = engram_of(request)
     try:
         if v.reader is not None:
             row, chain = v.reader.get(memory_id), v.reader.history(memory_id)
@@ -325,9 +243,17 @@ def memory_page(
             row = engram.catalog.get(memory_id)
             chain = [row]
     except NotFound:
-        context = _page(request, v, "", title="Not found", message="No such memory in this view.")
-        return render("error.html", 404, **context)
-    return render("memory.html", **_page(request, v, row.memory_type, row=row, chain=chain))
+        return error_page(request, 404, "Not found", "No such memory in this view.")
+    episodes = rows_by_id(request, v, getattr(row, "supporting_episode_ids", []))
+    context = page(request, v, row.memory_type, row=row, chain=chain, episodes=episodes)
+    return render("memory.html", **context, replaced_by=_replacement(chain, row), token=form_token(request))
+
+
+def _replacement(chain: list[Memory], row: Memory) -> Memory | None:
+    """The row that replaced ``row`` (the next in its history), if any."""
+    ids = [m.id for m in chain]
+    at = ids.index(row.id) if row.id in ids else -1
+    return chain[at + 1] if 0 <= at < len(chain) - 1 else None
 
 
 @router.get(f"{ROOT}/{{memory_type}}")
@@ -336,20 +262,25 @@ def list_page(
     memory_type: str,
     user: Annotated[str | None, Query(max_length=128)] = None,
     q: Annotated[str, Query(max_length=500)] = "",
-    page: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    at: Annotated[int, Query(alias="page", ge=1, le=1_000_000)] = 1,
     live: bool = False,
+    done: Annotated[str, Query(max_length=20)] = "",
 ) -> HTMLResponse:
-    """One memory type, newest first (or best keyword matches first with ``q``), paged."""
+    """One memory type, the most recently stored first (or best keyword matches first with ``q``),
+    paged. The store lists rows in the order they were stored, so that is the order the page names
+    and the time column shows; an episode's own time (when it was said) is shown beside it."""
     v = viewer(request, user)
-    engram = _engram(request)
+    engram = engram_of(request)
     if memory_type not in LISTED:
-        context = _page(request, v, "", title="Not found", message="No such page in the inspector.")
-        return render("error.html", 404, **context)
+        return error_page(request, 404, "Not found", "No such page in the inspector.")
     listed = memory_type
-    context = _page(request, v, listed, q=q, page=page, live=live, rows=[], more=False, found=None)
+    notice = NOTICES.get(done)
+    context = page(
+        request, v, listed, live, q=q, page=at, rows=[], more=False, found=None, notice=notice, replaced={}
+    )
     if memory_type != "catalog" and v.reader is None:
         return render("list.html", **context)
-    offset = (page - 1) * PAGE_SIZE
+    offset = (at - 1) * PAGE_SIZE
     if q.strip():
         matches = _search(engram, v, listed, q, include_superseded=not live)
         context["found"] = f"{SEARCH_CAP}+" if len(matches) >= SEARCH_CAP else str(len(matches))
@@ -363,6 +294,7 @@ def list_page(
             rows = v.reader.list(listed, include_superseded=not live, limit=PAGE_SIZE + 1, offset=offset)
         context["rows"] = rows[:PAGE_SIZE]
         context["more"] = len(rows) > PAGE_SIZE
+    context["replaced"] = rows_by_id(request, v, [getattr(m, "superseded_by", None) for m in context["rows"]])
     marks: dict[str, str] = {}
     if v.user_id is not None:  # rows the current turn recalled or wrote are marked in the lists
         _, turns = request.app.state.activity.snapshot(v.user_id)
@@ -387,8 +319,3 @@ def _int(text: str, default: int, low: int, high: int) -> int:
         return min(high, max(low, int(text)))
     except ValueError:
         return default
-
-
-_templates.filters["num"] = num
-_templates.filters["when"] = when
-_templates.globals["is_superseded"] = is_superseded

@@ -1,0 +1,178 @@
+"""The inspector's pages over real HTTP (no browser), for what a person works with: the order and counts
+a list claims, error pages that keep the header, why a session ended, readable scores, hits and
+replacements that link to their memory, a memory's provenance, and forgetting or correcting a memory
+(confirmed, and refused without the form's token)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import httpx
+
+from engram.interfaces.inspector.explain import explain_parts, num
+from engram.models import utcnow
+from tests.interfaces.test_inspector import seed_world, sign_in
+
+
+def _token(page: httpx.Response) -> str:
+    return re.search(r'name="token" value="([0-9a-f]+)"', page.text).group(1)
+
+
+def test_lists_say_their_order_and_tabs_count_what_they_show(service):
+    mem = service.engram.for_user("sarah")
+    start = utcnow() - timedelta(days=30)
+    for i, day in enumerate((5, 1, 9)):  # said out of order (an import): listed as stored
+        mem.remember_turn(f"turn {i} said on day {day}", at=start + timedelta(days=day))
+    seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    page = sarah.get("/inspector/episodic").text
+    assert "Most recently stored first" in page and "stored ↓" in page
+    texts = re.findall(r"turn (\d) said on day", page)
+    assert texts == ["2", "1", "0"]  # the newest stored first, whatever day each was said on
+    stored = re.findall(r'<td class="when">([^<]+)</td>', page)
+    assert stored == sorted(stored, reverse=True)
+    assert "said " + (start + timedelta(days=9)).strftime("%Y-%m-%d") in page  # its own time, beside
+
+    def count(html: str, tab: str) -> str:
+        return re.search(rf'data-tab="{tab}">.*?<span class="count">([^<]+)<', html, re.S).group(1)
+
+    every = sarah.get("/inspector/semantic").text
+    live = sarah.get("/inspector/semantic", params={"live": "true"}).text
+    assert (count(every, "semantic"), count(live, "semantic")) == ("3", "2")  # Bristol was replaced
+    assert every.count('<tr class="') == 3 and live.count('<tr class="') == 2
+    assert 'href="/inspector/semantic?live=true"' in live  # the tab keeps the filter it counts with
+
+
+def test_error_pages_keep_the_header_and_name_the_problem(service):
+    rows = seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    admin = sign_in(service, service.admin_key)
+    cases = [
+        (sarah.get("/inspector/semantic", params={"user": "bob"}), 403, "can only see its own memories"),
+        (sarah.get("/inspector/memory/sem_" + "B" * 22), 404, "No such memory in this view"),
+        (sarah.get("/inspector/nonsense"), 404, "No such page in the inspector"),
+        (admin.get("/inspector/semantic", params={"user": "ghost"}), 404, "No user &#39;ghost&#39;"),
+        (admin.get("/inspector/semantic", params={"user": "no/such"}), 422, "user_id"),
+        (sarah.post(f"/inspector/memory/{rows['edinburgh']['id']}/forget"), 403, "token is missing"),
+    ]
+    for response, status, message in cases:
+        assert response.status_code == status and message in response.text, (status, response.text[-600:])
+        assert '<nav class="tabs"' in response.text and 'id="sign-out"' in response.text
+    assert ">sarah<" in cases[0][0].text and "Bob lives" not in cases[0][0].text
+    assert '<select id="user-pick"' in cases[3][0].text  # the admin can pick a real user from there
+    assert admin.get("/inspector/semantic", params={"user": "bob"}).status_code == 200
+
+
+def test_a_session_that_stopped_working_says_why(service):
+    sign_in_page = "/inspector/sign-in"
+    extra, record = service.keys.create("sarah", "to revoke")
+    revoked = sign_in(service, extra)
+    service.keys.revoke(record.id)
+    gone = revoked.get("/inspector/semantic")
+    assert gone.headers["location"] == f"{sign_in_page}?ended=revoked"
+    assert 'engram_inspector=""' in gone.headers["set-cookie"]  # said once, then a plain sign-in
+    assert "key it was opened with has been revoked" in revoked.get(gone.headers["location"]).text
+
+    principal = service.keys.resolve(service.user_keys["sarah"])
+    expired = httpx.Client(
+        base_url=service.url, cookies={"engram_inspector": service.keys.open_session(principal, -1)}
+    )
+    service.clients.append(expired)
+    polled = expired.get("/inspector/turn/live", headers={"HX-Request": "true"})
+    assert polled.headers["HX-Redirect"] == f"{sign_in_page}?ended=expired"
+    assert "Your session expired" in expired.get(f"{sign_in_page}?ended=expired").text
+
+    out = sign_in(service, service.user_keys["sarah"])
+    copy = httpx.Client(base_url=service.url, cookies={"engram_inspector": out.cookies["engram_inspector"]})
+    service.clients.append(copy)
+    out.post("/inspector/sign-out")
+    assert copy.get("/inspector/episodic").headers["location"] == f"{sign_in_page}?ended=ended"
+    assert "it was signed out" in copy.get(f"{sign_in_page}?ended=ended").text
+    assert "alert" not in copy.get(f"{sign_in_page}?ended=<script>").text  # only our own reasons
+
+
+def test_scores_read_plainly_and_hits_link_to_their_memory(service):
+    rows = seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    page = sarah.post("/inspector/recall", data={"query": "where does Sarah live", "k": "10"}).text
+    assert 'id="legend"' in page and "use_count_boost" in page and "calibrated chance" in page
+    hits = re.findall(r'<li class="hit[^"]*" data-id="([^"]+)">(.*?)</li>', page, re.S)
+    assert len(hits) >= 4
+    for memory_id, html in hits:
+        assert f'href="/inspector/memory/{memory_id}"' in html
+        assert not re.search(r"\d[eE]-?\d", html)  # no scientific notation
+        assert not re.search(r"× \w+ 1<", html)  # a multiplier of 1 is not shown
+        confidence = float(re.search(r"conf (\d\.\d\d)<", html).group(1))
+        assert 0 <= confidence <= 1
+    # the agent's own recall, in "this turn": the same hits, each with its explain
+    turn = sarah.get("/inspector/turn").text.split('<details class="turn">')[0]
+    assert turn.count('<details class="why">') >= 3 and "cross-encoder" in turn
+    assert f'href="/inspector/memory/{rows["edinburgh"]["id"]}"' in turn
+    assert num(1.2e-5) == "0.000012" and num(0.123456) == "0.123" and num(12.0) == "12"
+    parts = explain_parts({"rrf": 0.03, "decay": 1.0, "source_prior": 0.85, "final": 2e-5})
+    assert parts.multipliers == [("source_prior", 0.85)] and parts.neutral == 1
+
+
+def test_replacements_show_their_text_and_a_memory_page_its_provenance(service):
+    rows = seed_world(service)
+    sarah_mem = service.engram.for_user("sarah")
+    start = utcnow() - timedelta(days=3)
+    fact = sarah_mem.write(
+        "Sarah's hub runs firmware 4.2",
+        supporting_episode_ids=[rows["question"]["id"]],
+        valid_from=start,
+        metadata={"source": "agent"},
+    )
+    sarah = sign_in(service, service.user_keys["sarah"])
+    listed = sarah.get("/inspector/semantic").text
+    bristol = listed.split(f'data-id="{rows["bristol"]["id"]}"')[1].split("</tr>")[0]
+    assert re.search(r'class="replacement"[^>]*>Sarah lives in Edinburgh</a>', bristol)
+    page = sarah.get(f"/inspector/memory/{fact.id}").text
+    assert "“is my Zigbee hub supported where I live?”" in page  # the turn it came from, by its text
+    assert "agent" in page.split('id="provenance"')[1]
+    validity = page.split('id="validity"')[1]
+    assert start.strftime("%Y-%m-%d %H:%M") in validity and "open-ended" in validity
+    assert "0× by the agent" in validity and "live" in validity
+    old = sarah.get(f"/inspector/memory/{rows['bristol']['id']}").text
+    assert 'class="replaced-by"' in old and "Sarah lives in Edinburgh" in old.split('class="replaced-by"')[1]
+    assert 'id="correct-form"' not in old  # a replaced fact is corrected at its newest version
+
+
+def test_forget_and_correct_are_confirmed_and_need_the_forms_token(service):
+    rows = seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    mem = service.engram.for_user("sarah")
+    edinburgh = rows["edinburgh"]["id"]
+    token = _token(sarah.get(f"/inspector/memory/{edinburgh}"))
+    correct = f"/inspector/memory/{edinburgh}/correct"
+    change = {"text": "Sarah lives in Glasgow", "contradiction": "natural", "confirm": "yes"}
+    refused = [
+        sarah.post(correct, data=change),  # no token
+        sarah.post(correct, data={**change, "token": "0" * 64}),  # a wrong one
+        sarah.post(correct, data={**change, "token": token}, headers={"Origin": "http://evil.example"}),
+        sarah.post(f"/inspector/memory/{edinburgh}/forget", data={"token": token[::-1]}),
+        sign_in(service, service.admin_key).post(f"{correct}?user=sarah", data={**change, "token": token}),
+    ]
+    assert [r.status_code for r in refused] == [403] * 5
+    assert mem.get(edinburgh).superseded_by is None and "Glasgow" not in str(mem.list("semantic"))
+    bob = sarah.post(f"/inspector/memory/{rows['bob_fact']['id']}/forget", data={"token": token})
+    assert bob.status_code == 404 and service.engram.for_user("bob").get(rows["bob_fact"]["id"])
+
+    asked = sarah.post(correct, data={**change, "token": token, "confirm": ""})  # first: asks
+    assert asked.status_code == 200 and "Replace this fact?" in asked.text
+    assert "Sarah lives in Glasgow" in asked.text
+    assert mem.get(edinburgh).superseded_by is None
+    done = sarah.post(correct, data={**change, "token": token})
+    assert done.status_code == 303
+    new_id = done.headers["location"].rsplit("/", 1)[1]
+    assert mem.get(new_id).text == "Sarah lives in Glasgow" and mem.get(edinburgh).superseded_by == new_id
+    assert sarah.post(correct, data={**change, "token": token}).status_code == 409  # already replaced
+
+    ask = sarah.get(f"/inspector/memory/{new_id}/forget")
+    assert ask.status_code == 200 and "Forget this memory?" in ask.text and mem.get(new_id)
+    gone = sarah.post(f"/inspector/memory/{new_id}/forget", data={"token": _token(ask)})
+    assert gone.status_code == 303 and gone.headers["location"] == "/inspector/semantic?done=forgotten"
+    assert new_id not in {m.id for m in mem.list("semantic", include_superseded=True)}
+    assert "Forgotten" in sarah.get(gone.headers["location"]).text
+    assert "forgot" in sarah.get("/inspector/turn").text  # recorded as the API's forget is
