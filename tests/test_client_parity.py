@@ -779,11 +779,16 @@ def test_a_closed_client_sends_nothing(make_engram: Callable[..., Engram]) -> No
     )
 
 
-def test_a_closed_async_client_sends_nothing(make_engram: Callable[..., Engram]) -> None:
+def test_an_async_client_runs_verbs_concurrently_and_sends_nothing_once_closed(
+    make_engram: Callable[..., Engram],
+) -> None:
     eng = make_engram()
 
     async def use_after_close(url: str, key: str) -> ClientClosed:
         async with AsyncClient(url, key) as client:
+            turns = await asyncio.gather(*(client.remember_turn(f"turn {i}") for i in range(4)))
+            assert sorted(t.text for t in turns) == [f"turn {i}" for i in range(4)]
+            assert {m.id for m in await client.list("episodic")} == {t.id for t in turns}
             assert (await client.remember_turn("one")).text == "one"
             assert await client.user_id() == "sarah"
         with pytest.raises(ClientClosed, match=r"is closed: make a new AsyncClient") as closed:
@@ -793,7 +798,8 @@ def test_a_closed_async_client_sends_nothing(make_engram: Callable[..., Engram])
     with served(eng) as (url, keys):
         error = asyncio.run(use_after_close(url, keys.create("sarah")[0]))
     assert isinstance(error, EngramError) and error.code == "client_closed"
-    assert [m.text for m in eng.for_user("sarah").list("episodic")] == ["one"]
+    texts = [m.text for m in eng.for_user("sarah").list("episodic")]  # newest first
+    assert texts[0] == "one" and len(texts) == 5  # "two" was not sent
 
 
 def test_the_openapi_document_states_what_the_client_uses(make_engram: Callable[..., Engram]) -> None:

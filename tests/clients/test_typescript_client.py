@@ -1,6 +1,7 @@
 """The TypeScript client (clients/typescript) against a live `engram serve`: its node test suite
-(test/client.test.ts: every verb, the errors, isolation between keys) run by node's test runner, and
-its generated types checked against the OpenAPI document this server serves.
+(test/client.test.ts: every verb, the errors, isolation between keys) run by node's test runner, its
+generated types checked against the OpenAPI document this server serves, and the quickstart of
+docs/integrations/typescript.md run as written, importing the package by its name.
 
 `npm ci` runs only when package-lock.json changed since the last install (a stamp in node_modules), so
 the test costs a compile and the node run after the first time."""
@@ -8,7 +9,9 @@ the test costs a compile and the node run after the first time."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +22,9 @@ import httpx
 from engram.interfaces.rest.background import free_port
 from tests.interfaces.conftest import cli_user_key, start_serve
 
-PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "clients" / "typescript"
+DOCS = ROOT / "docs" / "integrations" / "typescript.md"
 STAMP = PACKAGE / "node_modules" / ".engram-package-lock.sha256"
 ADMIN_KEY = "adm_" + hashlib.sha256(b"the typescript client's test admin").hexdigest()
 
@@ -86,6 +91,25 @@ def test_the_typescript_client_against_a_live_server(tmp_path: Path) -> None:
         assert run.returncode == 0, run.stdout + run.stderr
         assert "# fail 0" in run.stdout or "ℹ fail 0" in run.stdout, run.stdout
         assert "pass 0" not in run.stdout  # the suite ran tests
+
+        (quickstart,) = re.findall(r"^```js\n(.*?)^```", DOCS.read_text(encoding="utf-8"), re.S | re.M)
+        app = tmp_path / "my-agent"
+        (app / "node_modules" / "@engram-memory").mkdir(parents=True)
+        (app / "node_modules" / "@engram-memory" / "client").symlink_to(PACKAGE)  # as npm install links it
+        (app / "package.json").write_text(json.dumps({"name": "my-agent", "type": "module"}))
+        (app / "quickstart.js").write_text(quickstart)
+        ran = subprocess.run(
+            [node, "quickstart.js"],
+            cwd=app,
+            env=dict(os.environ, ENGRAM_URL=url, ENGRAM_KEY=sarah),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        lines = ran.stdout.splitlines()
+        assert lines[0] == "memory of sarah" and lines[-1].startswith("forgotten: sem_"), ran.stdout
+        assert any(line.startswith("1 ") and line.endswith("Sarah lives in Edinburgh") for line in lines)
     finally:
         server.send_signal(signal.SIGINT)
         try:
