@@ -49,6 +49,7 @@ def installed() -> None:
 
 def test_the_typescript_client_against_a_live_server(tmp_path: Path) -> None:
     installed()
+    npm("run", "lint")  # prettier --check, as ruff format --check for the Python
     npm("run", "build")
     env = dict(os.environ, ENGRAM_HOME=str(tmp_path), ENGRAM_ADMIN_KEY=ADMIN_KEY)
     sarah, bob = cli_user_key(env, "sarah"), cli_user_key(env, "bob")

@@ -63,6 +63,15 @@ export const MAX_PAGE = 500;
 const MAX_PAGE_BOUND = 1_000_000_000; // engram.limits.MAX_PAGE_BOUND: the bounds every store enforces
 const NOT_FOUND = /^(\w+) ('.*'|".*") not found$/s;
 
+// What each answer must look like to be read as Engram's (the Python client validates it fully).
+type Answer = Record<string, unknown>;
+type Shape = (body: Answer) => boolean;
+const ME: Shape = (b) => typeof b["user_id"] === "string";
+const ROW: Shape = (b) => typeof b["id"] === "string" && typeof b["memory_type"] === "string";
+const ROWS: Shape = (b) => Array.isArray(b["data"]);
+const HITS: Shape = (b) => Array.isArray(b["hits"]);
+const FORGOTTEN: Shape = (b) => typeof b["forgotten"] === "object" && b["forgotten"] !== null;
+
 interface Sent {
   method: string;
   path: string;
@@ -97,7 +106,7 @@ export class Client {
 
   /** The user whose memory the key opens (asked of the service once). */
   async userId(): Promise<string> {
-    this.#userId ??= (await this.#call<Schemas["Me"]>({ method: "GET", path: "/v1/me" })).user_id;
+    this.#userId ??= (await this.#call<Schemas["Me"]>({ method: "GET", path: "/v1/me" }, ME)).user_id;
     return this.#userId;
   }
 
@@ -109,7 +118,7 @@ export class Client {
   /** Store one user turn verbatim (episodic), visible to the very next recall. */
   async rememberTurn(text: string, options: RememberTurnOptions = {}): Promise<EpisodicMemory> {
     const body = { ...options, text, at: iso(options.at, "at"), metadata: options.metadata ?? {} };
-    return this.#call({ method: "POST", path: "/v1/turns", body: json(body) });
+    return this.#call({ method: "POST", path: "/v1/turns", body: json(body) }, ROW);
   }
 
   /**
@@ -124,7 +133,7 @@ export class Client {
       valid_to: iso(options.valid_to, "valid_to"),
       created_at: iso(options.created_at, "created_at"),
     };
-    return this.#call({ method: "POST", path: "/v1/memories", body: json(body) });
+    return this.#call({ method: "POST", path: "/v1/memories", body: json(body) }, ROW);
   }
 
   /**
@@ -138,20 +147,18 @@ export class Client {
     options: RecallOptions & { view?: "full" | "compact" } = {},
   ): Promise<Hits<Hit> | Hits<CompactHit>> {
     const body = { ...options, query, as_of: iso(options.as_of, "as_of") };
-    const answer = await this.#call<Schemas["RecallResponse"] | Schemas["CompactRecallResponse"]>({
-      method: "POST",
-      path: "/v1/recall",
-      body: json(body),
-    });
+    const answer = await this.#call<Schemas["RecallResponse"] | Schemas["CompactRecallResponse"]>(
+      { method: "POST", path: "/v1/recall", body: json(body) },
+      HITS,
+    );
     // Not enumerable: the hits compare, print and serialise as the plain array they are.
     return Object.defineProperty(answer.hits, "shed", { value: answer.shed, enumerable: false }) as
-      | Hits<Hit>
-      | Hits<CompactHit>;
+      Hits<Hit> | Hits<CompactHit>;
   }
 
   /** One of the user's rows, or a catalog row; NotFound otherwise (also for other users' ids). */
   async get(memoryId: string): Promise<Memory> {
-    return this.#call({ method: "GET", path: memoryPath(memoryId) });
+    return this.#call({ method: "GET", path: memoryPath(memoryId) }, ROW);
   }
 
   /**
@@ -161,13 +168,13 @@ export class Client {
   async forget(memoryId: string, options: { revive_retracted?: boolean } = {}): Promise<Tombstone> {
     const query = options.revive_retracted ? { revive_retracted: true } : undefined;
     const sent: Sent = { method: "DELETE", path: memoryPath(memoryId), ...(query && { query }) };
-    return (await this.#call<Schemas["ForgetResponse"]>(sent)).forgotten;
+    return (await this.#call<Schemas["ForgetResponse"]>(sent, FORGOTTEN)).forgotten;
   }
 
   /** The supersession chain that contains `memoryId`, oldest first. */
   async history(memoryId: string): Promise<Memory[]> {
-    return (await this.#call<Schemas["MemoryList"]>({ method: "GET", path: memoryPath(memoryId) + "/history" }))
-      .data;
+    const sent: Sent = { method: "GET", path: memoryPath(memoryId) + "/history" };
+    return (await this.#call<Schemas["MemoryList"]>(sent, ROWS)).data;
   }
 
   /** The user's rows of one type, newest first, paged; a limit over 500 is fetched in several requests. */
@@ -175,7 +182,8 @@ export class Client {
     const { include_superseded = false, limit = 50, offset = 0 } = options;
     const page = async (limit: number, offset: number): Promise<Memory[]> => {
       const query = { type: memoryType, include_superseded, limit, offset };
-      return (await this.#call<Schemas["MemoryList"]>({ method: "GET", path: "/v1/memories", query })).data;
+      return (await this.#call<Schemas["MemoryList"]>({ method: "GET", path: "/v1/memories", query }, ROWS))
+        .data;
     };
     if (!Number.isInteger(limit) || limit <= MAX_PAGE) return page(limit, offset);
     if (!(limit <= MAX_PAGE_BOUND && Number.isInteger(offset) && offset >= 0 && offset <= MAX_PAGE_BOUND)) {
@@ -202,7 +210,13 @@ export class Client {
     const digest = await subtle.digest("SHA-256", new TextEncoder().encode(body));
     const key = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
     const query = { wait: Math.min(this.#timeout / 2000, 60) }; // answered 202 well within the timeout
-    const post: Sent = { method: "POST", path: "/v1/import", body, headers: { "Idempotency-Key": key }, query };
+    const post: Sent = {
+      method: "POST",
+      path: "/v1/import",
+      body,
+      headers: { "Idempotency-Key": key },
+      query,
+    };
     const poll: Sent = { method: "GET", path: `/v1/import/${key}`, query };
     let [sent, response] = [post, await this.#send(post)];
     // 202: still running, ask again; 404 to a poll: a server process that does not know the job
@@ -222,8 +236,8 @@ export class Client {
   }
 
   // -- HTTP --------------------------------------------------------------------------------------
-  async #call<T>(sent: Sent): Promise<T> {
-    return this.#read<T>(await this.#send(sent), sent);
+  async #call<T>(sent: Sent, shape: Shape): Promise<T> {
+    return this.#read<T>(await this.#send(sent), sent, shape);
   }
 
   async #send(sent: Sent): Promise<Response> {
@@ -247,7 +261,8 @@ export class Client {
     }
   }
 
-  async #read<T>(response: Response, sent: Sent): Promise<T> {
+  /** The answer, if it is a success of the expected shape; else the error it stands for. */
+  async #read<T>(response: Response, sent: Sent, shape: Shape = () => true): Promise<T> {
     let text: string;
     try {
       text = await response.text();
@@ -261,7 +276,9 @@ export class Client {
       throw new ServiceUnavailable(this.#odd(response, sent));
     }
     if (response.ok) {
-      if (typeof body !== "object" || body === null) throw new ServiceUnavailable(this.#odd(response, sent));
+      if (typeof body !== "object" || body === null || !shape(body as Answer)) {
+        throw new ServiceUnavailable(this.#odd(response, sent)); // answered, but not as Engram does
+      }
       return body as T;
     }
     throw this.#error(response, sent, body);
@@ -279,7 +296,8 @@ export class Client {
     if (code === "not_found" || (!(code in ERROR_BY_CODE) && response.status === 404)) {
       const found = NOT_FOUND.exec(message);
       // A 404 that names no row is a route the service lacks: a wrong baseUrl, or an older server.
-      if (!found) return new ServiceUnavailable(this.#odd(response, sent) + " (no such route: is baseUrl right?)");
+      if (!found)
+        return new ServiceUnavailable(this.#odd(response, sent) + " (no such route: is baseUrl right?)");
       return new NotFound(message, unquote(found[2] ?? ""), response.status);
     }
     const Kind = ERROR_BY_CODE[code] ?? ERROR_BY_STATUS[response.status] ?? EngramError;
@@ -289,7 +307,8 @@ export class Client {
   }
 
   #odd(response: Response, sent: Sent): string {
-    return `${this.baseUrl} did not answer as an Engram service: HTTP ${response.status} to ${sent.method} ${new URL(this.baseUrl + sent.path).pathname}`;
+    const path = new URL(this.baseUrl + sent.path).pathname;
+    return `${this.baseUrl} did not answer as an Engram service: HTTP ${response.status} to ${sent.method} ${path}`;
   }
 }
 
@@ -303,7 +322,8 @@ function memoryPath(memoryId: string): string {
 /** A time as ISO 8601; only a valid Date (JSON cannot carry one, and a string would be guessed at). */
 function iso(at: Date | null | undefined, name: string): string | null {
   if (at === undefined || at === null) return null;
-  if (!(at instanceof Date) || Number.isNaN(at.getTime())) throw new InvalidInput(`${name} must be a valid Date`);
+  if (!(at instanceof Date) || Number.isNaN(at.getTime()))
+    throw new InvalidInput(`${name} must be a valid Date`);
   return at.toISOString();
 }
 

@@ -6,6 +6,7 @@
  */
 
 import assert from "node:assert/strict";
+import { createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { after, describe, test } from "node:test";
 
@@ -71,7 +72,10 @@ describe("the verbs", () => {
       metadata: { channel: "web" },
     });
     assert.equal(first.memory_type, "episodic");
-    assert.deepEqual([first.text, first.user_id, first.session_id], ["  we moved to Edinburgh last week!  ", "sarah", "chat-7"]);
+    assert.deepEqual(
+      [first.text, first.user_id, first.session_id],
+      ["  we moved to Edinburgh last week!  ", "sarah", "chat-7"],
+    );
     assert.equal(new Date(first.timestamp).getTime(), said.getTime());
     assert.deepEqual(first.metadata, { channel: "web" });
     const reply = await sarah.rememberTurn("yes, twice", { session_id: "chat-7" });
@@ -128,11 +132,26 @@ describe("the verbs", () => {
       hits.map((_, i) => i + 1),
     );
     assert.ok("final" in (hits[0]?.explain ?? {}) && hits.shed === false);
-    assert.deepEqual(ids(await sarah.recall("error E-4021", { memory_types: ["episodic"], k: 1 })), [turn.id]);
-    const compact = await sarah.recall("error E-4021 on the hub", { k: 3, record_use: false, view: "compact" });
+    assert.deepEqual(ids(await sarah.recall("error E-4021", { memory_types: ["episodic"], k: 1 })), [
+      turn.id,
+    ]);
+    const compact = await sarah.recall("error E-4021 on the hub", {
+      k: 3,
+      record_use: false,
+      view: "compact",
+    });
     assert.deepEqual(ids(compact), ids(hits));
-    assert.deepEqual(Object.keys(compact[0] ?? {}).sort(), ["confidence", "event_time", "id", "text", "type"]);
-    assert.deepEqual(ids(await sarah.recall("which radios does the hub have?", { memory_types: ["catalog"] })), [catalogId]);
+    assert.deepEqual(Object.keys(compact[0] ?? {}).sort(), [
+      "confidence",
+      "event_time",
+      "id",
+      "text",
+      "type",
+    ]);
+    assert.deepEqual(
+      ids(await sarah.recall("which radios does the hub have?", { memory_types: ["catalog"] })),
+      [catalogId],
+    );
     const noCatalog = await sarah.recall("which radios does the hub have?", { include_catalog: false });
     assert.ok(!ids(noCatalog).includes(catalogId));
     assert.deepEqual(await sarah.recall("error E-4021 on the hub", { min_confidence: 1 }), []);
@@ -143,11 +162,16 @@ describe("the verbs", () => {
   test("forget leaves a tombstone; a retracted fact stays retracted unless revived", async () => {
     const turn = await sarah.rememberTurn("a turn to forget");
     const tombstone = await sarah.forget(turn.id);
-    assert.deepEqual([tombstone.id, tombstone.user_id, tombstone.memory_type], [turn.id, "sarah", "episodic"]);
+    assert.deepEqual(
+      [tombstone.id, tombstone.user_id, tombstone.memory_type],
+      [turn.id, "sarah", "episodic"],
+    );
     assert.ok(!("text" in tombstone));
     await rejects(sarah.get(turn.id), NotFound);
     for (const revive of [false, true]) {
-      const old = await sarah.write(`Sarah is allergic to penicillin (${revive})`, { fact_type: "constraint" });
+      const old = await sarah.write(`Sarah is allergic to penicillin (${revive})`, {
+        fact_type: "constraint",
+      });
       const fix = await sarah.write(`Sarah was never allergic to anything (${revive})`, {
         supersedes_id: old.id,
         contradiction: "harsh",
@@ -182,7 +206,10 @@ describe("the verbs", () => {
     const fact = await sarah.get(written["cat"] ?? "");
     assert.ok(fact.memory_type === "semantic" && fact.supporting_episode_ids?.[0] === written["cat-turn"]);
     const before = (await sarah.list("episodic", { limit: 500 })).length;
-    const error = await rejects(sarah.importJson({ episodic: [{ text: "ok" }, { text: "" }] }), ImportFileError);
+    const error = await rejects(
+      sarah.importJson({ episodic: [{ text: "ok" }, { text: "" }] }),
+      ImportFileError,
+    );
     assert.match(error.message, /episodic\[1\]\.text/);
     await rejects(sarah.importJson({ user_id: "bob", episodic: [{ text: "not mine" }] }), ImportFileError);
     assert.equal((await sarah.list("episodic", { limit: 500 })).length, before);
@@ -195,7 +222,11 @@ describe("the errors", () => {
     const empty = await rejects(sarah.rememberTurn(""), InvalidInput);
     assert.equal(empty.code, "invalid_input");
     assert.equal(empty.status, 422);
-    await rejects(sarah.rememberTurn("hi", { at: "2024-05-01" as unknown as Date }), InvalidInput, /at must be/);
+    await rejects(
+      sarah.rememberTurn("hi", { at: "2024-05-01" as unknown as Date }),
+      InvalidInput,
+      /at must be/,
+    );
     await rejects(sarah.rememberTurn("hi", { at: new Date("not a date") }), InvalidInput);
     await rejects(sarah.write("f", { confidence: 2 }), InvalidInput);
     await rejects(sarah.write("f", { confidence: Number.NaN }), InvalidInput, /JSON/);
@@ -208,7 +239,11 @@ describe("the errors", () => {
 
   test("a missing id is NotFound, naming it; a catalog row cannot be forgotten by a user", async () => {
     const missing = "sem_" + "A".repeat(22);
-    for (const call of [() => sarah.get(missing), () => sarah.history(missing), () => sarah.forget(missing)]) {
+    for (const call of [
+      () => sarah.get(missing),
+      () => sarah.history(missing),
+      () => sarah.forget(missing),
+    ]) {
       const error = await rejects(call(), NotFound);
       assert.equal(error.memoryId, missing);
       assert.equal(error.code, "not_found");
@@ -243,6 +278,24 @@ describe("the errors", () => {
     assert.ok(gone instanceof StorageError && gone.code === "service_unavailable");
     const astray = new Client(url + "/not-here", env("ENGRAM_KEY_SARAH"));
     await rejects(astray.list("semantic"), ServiceUnavailable, /baseUrl/);
+    const proxy = createHttpServer((request, response) => {
+      const gateway = request.url === "/v1/me"; // a proxy's error page, else JSON that is not Engram's
+      response.writeHead(gateway ? 502 : 200, { "Content-Type": gateway ? "text/html" : "application/json" });
+      response.end(gateway ? "<html>Bad gateway</html>" : '{"data": "nope"}');
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    const address = proxy.address();
+    const notEngram = new Client(
+      `http://127.0.0.1:${typeof address === "object" && address ? address.port : 0}`,
+      "egk_x",
+    );
+    try {
+      await rejects(notEngram.userId(), ServiceUnavailable, /HTTP 502 to GET \/v1\/me/);
+      await rejects(notEngram.recall("anything"), ServiceUnavailable, /HTTP 200 to POST \/v1\/recall/);
+    } finally {
+      proxy.closeAllConnections();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
     const closed = new Client(url, env("ENGRAM_KEY_SARAH"));
     assert.equal((await closed.rememberTurn("one before closing")).text, "one before closing");
     closed.close();
