@@ -1,13 +1,18 @@
-"""One suite, two ways in: each test of the matrix runs on the embedded ``UserMemory`` handle and on
-``engram.Client`` over a real HTTP server (uvicorn in a thread, the real app), each on SQLite and on
-PostgreSQL. A behaviour that differs between the two fails here; the few differences there are, are
-stated in one test (``test_what_only_the_embedded_handle_takes``).
+"""One suite, three ways in: each test of the matrix runs on the embedded ``UserMemory`` handle and on
+``engram.Client`` over a real HTTP server (uvicorn in a thread, the real app), each on SQLite,
+PostgreSQL and OpenSearch, and on ``engram.AsyncClient`` over the same server on SQLite (it runs the
+very plans ``Client`` runs, engram.client._core, so the backend adds nothing there but time). A behaviour
+that differs between them fails here; the few differences there are, are stated in one test
+(``test_what_only_the_embedded_handle_takes``).
 
 The tests see only ``Side``: ``sarah`` and ``bob`` (each a handle, or a client with that user's key)
-and ``engram``, the store behind them, for what no user can do (adding catalog rows)."""
+and ``engram``, the store behind them, for what no user can do (adding catalog rows). The tests are
+synchronous: an ``AsyncClient`` is driven through ``Awaited``, which awaits each of its verbs on one
+event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.server
 import inspect
@@ -22,6 +27,7 @@ import httpx
 import pytest
 
 from engram import (
+    AsyncClient,
     CatalogItem,
     Client,
     Conflict,
@@ -51,10 +57,42 @@ from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncod
 from engram.settings import EngramSettings
 from tests.conftest import STORE_KINDS, make_store
 
-MODES = ["embedded", "client"]
+# (how the tests reach the memory, the store behind it)
+SIDES = [(mode, kind) for mode in ("embedded", "client") for kind in STORE_KINDS] + [("async", "sqlite")]
+CLIENTS = ["client", "async"]
 PUBLIC_API = ["remember_turn", "write", "recall", "get", "forget", "history", "list", "import_json"]
 TYPES = ("episodic", "semantic", "procedural")
-Mem = UserMemory | Client
+
+
+class Awaited:
+    """An ``AsyncClient`` for the synchronous tests: each verb (and ``user_id``) awaited on one event
+    loop, which the client's connection pool stays on; a context manager that closes both."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self._loop = asyncio.Runner()
+
+    @property
+    def user_id(self) -> str:
+        return self._loop.run(self.client.user_id())
+
+    def __getattr__(self, name: str) -> Any:
+        verb = getattr(self.client, name)
+        return lambda *args, **kwargs: self._loop.run(verb(*args, **kwargs))
+
+    def __enter__(self) -> Awaited:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.run(self.client.aclose())
+        self._loop.close()
+
+
+def open_client(mode: str, url: str, key: str) -> Client | Awaited:
+    return Client(url, key) if mode == "client" else Awaited(AsyncClient(url, key))
+
+
+Mem = UserMemory | Client | Awaited
 
 
 @dataclass
@@ -73,32 +111,28 @@ def served(eng: Engram) -> Iterator[tuple[str, ApiKeys]]:
         yield url, keys
 
 
-@pytest.fixture(params=STORE_KINDS)
-def backend(
+@pytest.fixture(params=SIDES, ids=["-".join(side) for side in SIDES])
+def side(
     request: pytest.FixtureRequest,
     tmp_path: Any,
     embedder: OnnxEmbedder,
     reranker: OnnxCrossEncoder,
     token_encoder: OnnxTokenEncoder,
-) -> Iterator[Engram]:
-    eng = Engram(
-        make_store(request.param, tmp_path, request), embedder, reranker, token_encoder=token_encoder
-    )
-    yield eng
-    eng.close()
-
-
-@pytest.fixture(params=MODES)
-def side(request: pytest.FixtureRequest, backend: Engram) -> Iterator[Side]:
-    if request.param == "embedded":
-        yield Side("embedded", backend, backend.for_user("sarah"), backend.for_user("bob"))
-        return
-    with (
-        served(backend) as (url, keys),
-        Client(url, keys.create("sarah")[0]) as sarah,
-        Client(url, keys.create("bob")[0]) as bob,
-    ):
-        yield Side("client", backend, sarah, bob)
+) -> Iterator[Side]:
+    mode, kind = request.param
+    backend = Engram(make_store(kind, tmp_path, request), embedder, reranker, token_encoder=token_encoder)
+    try:
+        if mode == "embedded":
+            yield Side("embedded", backend, backend.for_user("sarah"), backend.for_user("bob"))
+            return
+        with (
+            served(backend) as (url, keys),
+            open_client(mode, url, keys.create("sarah")[0]) as sarah,
+            open_client(mode, url, keys.create("bob")[0]) as bob,
+        ):
+            yield Side(mode, backend, sarah, bob)
+    finally:
+        backend.close()
 
 
 def ids(rows: list[Hit] | list[Any]) -> list[str]:
@@ -547,8 +581,12 @@ def test_the_client_has_exactly_the_public_methods_of_the_handle() -> None:
     """A method added to UserMemory fails this until the client (and this suite) has it too."""
     assert sorted(n for n in dir(UserMemory) if not n.startswith("_")) == sorted(PUBLIC_API)
     for name in PUBLIC_API:
-        assert inspect.signature(getattr(Client, name)) == inspect.signature(getattr(UserMemory, name)), name
-        assert getattr(Client, name).__doc__, name
+        for client in (Client, AsyncClient):
+            handle = inspect.signature(getattr(UserMemory, name))
+            assert inspect.signature(getattr(client, name)) == handle, (client, name)
+            assert getattr(client, name).__doc__, name
+        assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
+    assert inspect.iscoroutinefunction(AsyncClient.user_id)
 
 
 _ID = re.compile(r"\b(?:epi|sem|pro|cat)_[A-Za-z0-9_-]{22}")
@@ -619,13 +657,14 @@ def normalised(value: Any, names: dict[str, str] | None = None) -> Any:
     return value
 
 
-def test_the_same_calls_give_the_same_results(make_engram: Callable[..., Engram]) -> None:
-    """The embedded handle and the client, each on its own fresh store, go through the same calls:
+@pytest.mark.parametrize("mode", CLIENTS)
+def test_the_same_calls_give_the_same_results(mode: str, make_engram: Callable[..., Engram]) -> None:
+    """The embedded handle and a client, each on its own fresh store, go through the same calls:
     every row, hit, score, explain, history, page, tombstone, report and error must be the same."""
     embedded, remote = make_engram("embedded.db"), make_engram("served.db")
     item = {"text": "The Lumio Hub v2 supports Zigbee 3.0 and Thread", "title": "Hub v2 radios"}
     local_item, remote_item = embedded.catalog.add(**item), remote.catalog.add(**item)
-    with served(remote) as (url, keys), Client(url, keys.create("sarah")[0]) as client:
+    with served(remote) as (url, keys), open_client(mode, url, keys.create("sarah")[0]) as client:
         by_client = transcript(client, remote_item.id)
     by_handle = transcript(embedded.for_user("sarah"), local_item.id)
     assert len(by_handle) == 24
@@ -634,7 +673,9 @@ def test_the_same_calls_give_the_same_results(make_engram: Callable[..., Engram]
 
 
 # -- what only a client meets: keys, the network, and its own lifecycle ----------------------------
+@pytest.mark.parametrize("mode", CLIENTS)
 def test_a_refused_key_an_admin_key_and_no_service_are_errors_of_ours(
+    mode: str,
     make_engram: Callable[..., Engram],
 ) -> None:
     eng = make_engram()
@@ -642,30 +683,31 @@ def test_a_refused_key_an_admin_key_and_no_service_are_errors_of_ours(
         sarah_key, _ = keys.create("sarah")
         admin_key, _ = keys.create(None)
         for key in ("", "egk_not-a-key", sarah_key + "x"):
-            with Client(url, key) as stranger, pytest.raises(Unauthorized) as exc:
+            with open_client(mode, url, key) as stranger, pytest.raises(Unauthorized) as exc:
                 stranger.remember_turn("hello")
             assert isinstance(exc.value, PermissionDenied) and exc.value.code == "unauthorized"
-        with Client(url, admin_key) as admin, pytest.raises(PermissionDenied) as denied:
+        with open_client(mode, url, admin_key) as admin, pytest.raises(PermissionDenied) as denied:
             admin.recall("anything")
         assert not isinstance(denied.value, Unauthorized)
         keys.revoke(keys.list()[0].id)  # sarah's key
-        with Client(url, sarah_key) as revoked, pytest.raises(Unauthorized):
+        with open_client(mode, url, sarah_key) as revoked, pytest.raises(Unauthorized):
             _ = revoked.user_id
         with (
-            Client(url + "/not-here", admin_key) as astray,
+            open_client(mode, url + "/not-here", admin_key) as astray,
             pytest.raises(ServiceUnavailable, match="base_url"),
         ):
             astray.list("semantic")
     assert eng.for_user("sarah").list("episodic") == []
     with (
-        Client(f"http://127.0.0.1:{free_port()}", sarah_key) as nobody,
+        open_client(mode, f"http://127.0.0.1:{free_port()}", sarah_key) as nobody,
         pytest.raises(ServiceUnavailable) as gone,
     ):
         nobody.recall("anything")
     assert isinstance(gone.value, StorageError) and "ConnectError" in str(gone.value)
 
 
-def test_a_server_that_is_not_engram_is_service_unavailable() -> None:
+@pytest.mark.parametrize("mode", CLIENTS)
+def test_a_server_that_is_not_engram_is_service_unavailable(mode: str) -> None:
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             proxy_error = self.path == "/v1/me"
@@ -682,7 +724,7 @@ def test_a_server_that_is_not_engram_is_service_unavailable() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with Client(f"http://127.0.0.1:{server.server_address[1]}", "egk_x") as client:
+        with open_client(mode, f"http://127.0.0.1:{server.server_address[1]}", "egk_x") as client:
             with pytest.raises(ServiceUnavailable, match="HTTP 502"):
                 _ = client.user_id
             with pytest.raises(ServiceUnavailable, match="HTTP 200"):  # answered, but not with rows
@@ -692,7 +734,8 @@ def test_a_server_that_is_not_engram_is_service_unavailable() -> None:
         server.server_close()
 
 
-def test_an_answer_the_client_cannot_read_is_service_unavailable() -> None:
+@pytest.mark.parametrize("mode", CLIENTS)
+def test_an_answer_the_client_cannot_read_is_service_unavailable(mode: str) -> None:
     class Garbled(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path == "/v1/me":  # says gzip, is not: httpx.DecodingError
@@ -713,7 +756,7 @@ def test_an_answer_the_client_cannot_read_is_service_unavailable() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Garbled)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with Client(f"http://127.0.0.1:{server.server_address[1]}", "egk_x") as client:
+        with open_client(mode, f"http://127.0.0.1:{server.server_address[1]}", "egk_x") as client:
             with pytest.raises(ServiceUnavailable, match="DecodingError"):
                 _ = client.user_id
             with pytest.raises(ServiceUnavailable, match="HTTP 400"):
@@ -734,6 +777,29 @@ def test_a_closed_client_sends_nothing(make_engram: Callable[..., Engram]) -> No
     assert (
         ids(eng.for_user("sarah").list("episodic")) != [] and len(eng.for_user("sarah").list("episodic")) == 1
     )
+
+
+def test_an_async_client_runs_verbs_concurrently_and_sends_nothing_once_closed(
+    make_engram: Callable[..., Engram],
+) -> None:
+    eng = make_engram()
+
+    async def use_after_close(url: str, key: str) -> ClientClosed:
+        async with AsyncClient(url, key) as client:
+            turns = await asyncio.gather(*(client.remember_turn(f"turn {i}") for i in range(4)))
+            assert sorted(t.text for t in turns) == [f"turn {i}" for i in range(4)]
+            assert {m.id for m in await client.list("episodic")} == {t.id for t in turns}
+            assert (await client.remember_turn("one")).text == "one"
+            assert await client.user_id() == "sarah"
+        with pytest.raises(ClientClosed, match=r"is closed: make a new AsyncClient") as closed:
+            await client.remember_turn("two")
+        return closed.value
+
+    with served(eng) as (url, keys):
+        error = asyncio.run(use_after_close(url, keys.create("sarah")[0]))
+    assert isinstance(error, EngramError) and error.code == "client_closed"
+    texts = [m.text for m in eng.for_user("sarah").list("episodic")]  # newest first
+    assert texts[0] == "one" and len(texts) == 5  # "two" was not sent
 
 
 def test_the_openapi_document_states_what_the_client_uses(make_engram: Callable[..., Engram]) -> None:

@@ -9,7 +9,7 @@ hits = mem.recall("where do I live?")
 
 from importlib.metadata import version
 
-from engram.client import Client, ServiceUnavailable, Unauthorized
+from engram.client import AsyncClient, Client, ServiceUnavailable, Unauthorized
 from engram.errors import (
     Conflict,
     EngramError,
@@ -35,6 +35,7 @@ from engram.retrieval.config import RetrievalConfig
 from engram.settings import EngramSettings
 
 __all__ = [
+    "AsyncClient",
     "CatalogAdmin",
     "CatalogItem",
     "Client",
