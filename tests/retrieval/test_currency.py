@@ -7,7 +7,13 @@ import pytest
 
 from engram.models import EpisodicMemory, SemanticMemory, utcnow
 from engram.retrieval.candidate import Candidate
-from engram.retrieval.currency import announces_change, asks_about_past, put_current_first
+from engram.retrieval.currency import (
+    CHANGE_PLACES,
+    announces_change,
+    asks_about_past,
+    expects_change,
+    put_current_first,
+)
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -71,6 +77,41 @@ def test_a_newer_turn_announcing_a_change_replaces_the_leading_turn():
     assert [c.memory.id for c in order] == [new.memory.id, old.memory.id, chatter.memory.id]
     assert new.multipliers["update_lift"] == pytest.approx(0.66 / 0.0002 * 1.001)
     assert old.multipliers["outdated"] == 0.5 and "outdated" not in chatter.multipliers
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("what night is five-a-side these days?", True),
+        ("am I still vegetarian?", True),
+        ("what phone do I use now?", True),
+        ("what night is five-a-side?", False),
+        ("what's my daughter's name?", False),
+    ],
+)
+def test_a_query_that_presupposes_a_change_is_told_from_one_that_does_not(query, expected):
+    assert expects_change(query) is expected
+
+
+@pytest.mark.parametrize(("places", "replaced"), [(CHANGE_PLACES, True), (0, False)])
+def test_when_the_query_expects_a_change_a_near_match_that_announces_one_replaces_the_leader(
+    places, replaced
+):
+    """Within the margin below the leader's MaxSim (and less close by the embedder): replaced only when
+    the query expects a change (``places``), as the pipeline passes for "... these days?"."""
+    old = cand(turn(1, "I play five-a-side on monday nights", 300), final=0.99, late=0.80, dense=0.60)
+    new = cand(turn(2, "footy's switched to thursdays from this week", 30), final=0.65, late=0.77, dense=0.50)
+    order = [old, new]
+    found = put_current_first(order, nothing_superseded, NOW, margin=0.05, outdated=0.5, places=places)
+    assert (found == {old.memory.id: new.memory.id}) is replaced
+    assert order[0] is (new if replaced else old)
+
+
+def test_a_change_announced_too_far_below_the_leader_replaces_nothing_even_when_expected():
+    old = cand(turn(1, "I play five-a-side on monday nights", 300), final=0.99, late=0.80, dense=0.60)
+    new = cand(turn(2, "footy's switched to thursdays from this week", 30), final=0.65, late=0.70, dense=0.50)
+    order = [old, new]
+    assert put_current_first(order, nothing_superseded, NOW, margin=0.05, outdated=0.5, places=5) == {}
 
 
 @pytest.mark.parametrize(
