@@ -152,7 +152,7 @@ class LLMClient:
                     message = f"LLM request to {self._http.base_url} failed: {exc}"
                     if late and retryable and attempt < self.max_retries:
                         message += " (no time left for a retry before the turn's deadline)"
-                    raise LLMError(f"{message}{_hint(exc, attempt)}", status=status) from exc
+                    raise LLMError(f"{message}{_hint(exc, attempt, late)}", status=status) from exc
                 log.warning("LLM call failed (%s), retrying in %.1fs", exc, delay)
                 time.sleep(delay)
                 attempt += 1
@@ -184,9 +184,13 @@ def _is_html(response: httpx.Response) -> bool:
     return "html" in response.headers.get("content-type", "") or response.content.lstrip()[:1] == b"<"
 
 
-def _hint(exc: httpx.TransportError | httpx.HTTPStatusError, attempt: int) -> str:
-    """What to check after the last try failed."""
+def _hint(exc: httpx.TransportError | httpx.HTTPStatusError, attempt: int, late: bool) -> str:
+    """What to check after the last try failed (``late``: a turn's deadline ended the tries)."""
     tries = f"{attempt + 1} tries" if attempt else "1 try"
+    if late and isinstance(exc, httpx.TimeoutException):
+        return (
+            f" ({tries}): the turn's time ran out: raise ENGRAM_AGENT_TURN_TIMEOUT_S, or use a faster model"
+        )
     if isinstance(exc, httpx.TimeoutException):
         return (
             f" ({tries}): the model is slow or the server is stuck: raise ENGRAM_LLM_TIMEOUT_S, or check it"

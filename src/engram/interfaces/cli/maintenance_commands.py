@@ -81,7 +81,8 @@ def chat(
     store: StoreOpt = None,
 ) -> None:
     """Chat with a support agent that remembers (ENGRAM_LLM_BASE_URL and ENGRAM_LLM_MODEL: an
-    OpenAI-compatible endpoint with tool calling); each reply shows what was recalled and written."""
+    OpenAI-compatible endpoint with tool calling); each reply shows what was recalled and written.
+    In the chat, /help lists the commands; logs go to $ENGRAM_HOME/logs/chat.log."""
     from engram.agent import Agent
     from engram.agent.chat import logging_to, run_chat
 
