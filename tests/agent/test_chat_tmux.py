@@ -15,6 +15,7 @@ import shlex
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -140,7 +141,7 @@ def test_engram_chat_in_a_terminal_stays_clean_through_failures(tmp_path, fake_c
         say("Let me check the update."),
         say("You're welcome."),
         lambda body: (500, '{"error": "overloaded"}'),
-        lambda body: (200, HTML),
+        lambda body: time.sleep(1) or (200, HTML),  # while it waits, the retry shows on the status line
         say("A fresh start."),
     ]
     consolidation_steps = [
@@ -194,6 +195,7 @@ def test_engram_chat_in_a_terminal_stays_clean_through_failures(tmp_path, fake_c
     assert term.cursor_line().rstrip() == f"{PROMPT} my hub"
     assert "retrying in 0.5s" in log_file.read_text()  # the retry was logged: to the file
     term.enter(" still blinks")
+    term.wait_for("thinking… (LLM call failed (HTTP 500), retrying in 0.5s)")  # the spinner's line
     screen = term.wait_for("the LLM failed")
     assert screen.count("⟳ background consolidation failed") == 1
     failed_run = screen[screen.index("my hub still blinks") :].splitlines()[1]

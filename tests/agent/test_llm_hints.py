@@ -22,7 +22,16 @@ HI = [{"role": "user", "content": "hi"}]
             NGINX,
             "answered an HTML page (HTTP 200), not the chat-completions API: check ENGRAM_LLM_BASE_URL",
         ),
-        (401, '{"error": "invalid api key"}', "refused: HTTP 401: check ENGRAM_LLM_API_KEY"),
+        (
+            401,
+            '{"error": "invalid api key"}',
+            'refused: HTTP 401 ({"error": "invalid api key"}): check ENGRAM_LLM_API_KEY',
+        ),
+        (
+            400,
+            '{"error": "x does not support tools"}\n',
+            'HTTP 400 ({"error": "x does not support tools"}): check ENGRAM_LLM_MODEL',
+        ),
         (
             404,
             NGINX,

@@ -14,8 +14,9 @@ import logging
 import logging.handlers
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -25,6 +26,7 @@ from engram.agent.agent import Agent
 from engram.agent.chat_view import (
     clean,
     count,
+    cut,
     forgot_line,
     memory_line,
     show_consolidation,
@@ -40,6 +42,7 @@ __all__ = ["COMMANDS", "logging_to", "run_chat", "show_turn"]
 
 LOG_BYTES = 1_000_000  # a chat log is rotated at this size (one old file kept): it never fills a disk
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s"
+STATUS_CHARS = 100  # a warning is cut to this on the spinner's line, which must stay one line
 MEMORY_HITS = 8  # hits /memory lists
 COMMANDS = {
     "/help": "this list",
@@ -82,6 +85,35 @@ def logging_to(path: Path) -> Iterator[Path | None]:
         handler.close()
 
 
+@contextmanager
+def _status_line(console: Console) -> Iterator[None]:
+    """A spinner while the turn runs; a warning the turn logs (an LLM call retried) shows on its line
+    until the next one, as well as in the log file."""
+    if not console.is_terminal:
+        yield
+        return
+    with console.status("thinking…") as status:
+        handler = _TurnWarnings(lambda text: status.update(f"thinking… ({text})"))
+        logging.getLogger().addHandler(handler)
+        try:
+            yield
+        finally:
+            logging.getLogger().removeHandler(handler)
+
+
+class _TurnWarnings(logging.Handler):
+    """Passes the warnings of this thread (the turn's, not a background consolidation's) to ``show``."""
+
+    def __init__(self, show: Callable[[str], None]) -> None:
+        super().__init__(logging.WARNING)
+        self.show = show
+        self.thread = threading.get_ident()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self.thread:
+            self.show(cut(record.getMessage(), STATUS_CHARS))
+
+
 def run_chat(agent: Agent, console: Console, *, user: str, where: str, log_path: Path | None = None) -> None:
     """Read messages until Ctrl-D (end of input) or Ctrl-C; one turn each, or one command."""
     echo = not sys.stdin.isatty()  # piped input: print each message so the transcript reads as a chat
@@ -110,7 +142,7 @@ def run_chat(agent: Agent, console: Console, *, user: str, where: str, log_path:
         if chat.command(message):
             continue
         try:
-            with console.status("thinking…") if console.is_terminal else nullcontext():
+            with _status_line(console):
                 result = agent.respond(message)
         except KeyboardInterrupt:
             console.print("\n[dim](interrupted)[/dim]")

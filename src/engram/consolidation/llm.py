@@ -33,6 +33,7 @@ REFUSAL_HINTS = {
     404: f"no chat-completions API there, or no such model: {CHECK_BASE_URL} and ENGRAM_LLM_MODEL",
     405: CHECK_BASE_URL,
 }
+REFUSAL_QUOTE = 200  # characters of a refusal's body quoted: its reason ("model does not support tools")
 
 
 class LLMError(EngramError):
@@ -132,7 +133,7 @@ class LLMClient:
                         f"HTTP {response.status_code}", request=response.request, response=response
                     )
                 if response.is_error:
-                    raise LLMError(self._refused(response.status_code), status=response.status_code)
+                    raise LLMError(self._refused(response), status=response.status_code)
                 if _is_html(response):
                     raise LLMError(
                         f"the endpoint {self._http.base_url} answered an HTML page (HTTP "
@@ -160,10 +161,16 @@ class LLMClient:
                 # RecursionError: a body nested deeper than the JSON parser's recursion limit
                 raise LLMOutputError(f"unexpected chat-completions response: {exc}") from exc
 
-    def _refused(self, status: int) -> str:
-        """A refusal (4xx but the retried ones) in one line, with the setting most likely wrong."""
+    def _refused(self, response: httpx.Response) -> str:
+        """A refusal (4xx but the retried ones) in one line: what the endpoint said (not a web page's
+        markup), and the setting most likely wrong."""
+        status = response.status_code
+        said = "" if _is_html(response) else " ".join(response.text.split())
+        said = (
+            f" ({said[: REFUSAL_QUOTE - 1]}…)" if len(said) > REFUSAL_QUOTE else f" ({said})" if said else ""
+        )
         hint = REFUSAL_HINTS.get(status, "check ENGRAM_LLM_MODEL and the endpoint's own log")
-        return f"LLM request to {self._http.base_url} refused: HTTP {status}: {hint}"
+        return f"LLM request to {self._http.base_url} refused: HTTP {status}{said}: {hint}"
 
     def _timeout(self, deadline: float | None) -> httpx.Timeout:
         """The client's timeout, or less: each of connect, send and read ends by the deadline."""
