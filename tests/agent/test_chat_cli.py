@@ -93,7 +93,13 @@ def test_engram_chat_survives_a_hostile_llm(tmp_path, fake_chat):
     for control in ("\x1b", "\x07", "\x9b"):
         assert control not in out
     assert "Done.[2J]0;pwned31m [bold]not markup[/bold] [/x] ok" in out  # text, not markup
+    assert out.count("unexpected chat-completions response") == 1  # one message per failure
     assert "the LLM failed: unexpected chat-completions response" in out
+    assert proc.stderr == ""  # the log records went to the chat's log file
+    assert (
+        "agent turn failed: unexpected chat-completions response"
+        in (tmp_path / "logs" / "chat.log").read_text()
+    )
     assert '✎ stored "Sarah[2J has ]8;;xa hub" sem_' in out  # a stored memory's text
     assert "Still here." in out and out.rstrip().endswith("bye")
 
