@@ -107,6 +107,7 @@ def test_a_correction_through_write_memory_supersedes_the_old_fact(make_agent, f
     assert new.text == "Sarah lives in Edinburgh" and new.supersedes == old.id
     assert new.supporting_episode_ids == [result.episode.id]  # provenance: the user's own turn
     assert result.superseded == [old.id] and result.tool_rounds == 1 and result.reply.startswith("Noted")
+    assert result.texts == {old.id: "Sarah lives in Bristol"}  # what was replaced, to show a person
     assert [m.text for m in mem.history(old.id)] == ["Sarah lives in Bristol", "Sarah lives in Edinburgh"]
     assert mem.get(old.id).superseded_by == new.id
     live = {m.text for m in mem.list("semantic")}

@@ -63,15 +63,24 @@ def test_the_agent_works_through_a_client_of_the_service(eng, fake_chat):
 def test_engram_chat_through_a_running_service(tmp_path, fake_chat, eng):
     keys = ApiKeys(eng.store)
     key, _ = keys.create("sarah")
+    mem = eng.for_user("sarah")
+    hub, old = mem.write("Sarah's hub is a Nimbus H2"), mem.write("Sarah lives in Bristol")
     fake_chat.script(say("Hello from the service."))
+    commands = f"/profile\n/memory which hub\n/forget {old.id}\n"  # the chat's commands, through the Client
     with BackgroundServer(create_app(eng, keys)) as url:
         served = ("--url", url, "--key", key)
-        proc = chat(*served, stdin="hi there\n", home=tmp_path, llm_url=fake_chat.url)
+        proc = chat(*served, stdin=f"hi there\n{commands}", home=tmp_path, llm_url=fake_chat.url)
         wrong = chat(*served, "--user", "bob", stdin="", home=tmp_path, llm_url=fake_chat.url)
     assert proc.returncode == 0, proc.stderr + proc.stdout
-    assert "Engram chat · sarah · http://127.0.0.1" in proc.stdout
-    assert "Hello from the service." in proc.stdout
-    assert [m.text for m in eng.for_user("sarah").list("episodic")] == ["hi there"]
+    out = proc.stdout
+    assert "Engram chat · sarah · http://127.0.0.1" in out
+    assert "Hello from the service." in out
+    assert [m.text for m in mem.list("episodic")] == ["hi there"]  # commands are not messages
+    profile = out[out.index("/profile") : out.index("/memory")]
+    assert "profile: 2 core facts" in profile and f"Sarah lives in Bristol  {old.id}" in profile
+    assert f"Sarah's hub is a Nimbus H2  {hub.id}" in out[out.index("/memory") :]
+    assert f'✗ forgot "Sarah lives in Bristol" {old.id}' in out
+    assert [m.id for m in mem.list("semantic")] == [hub.id]
     assert wrong.returncode == 1 and "the key is sarah's, not bob's" in wrong.stdout
 
 

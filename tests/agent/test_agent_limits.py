@@ -137,6 +137,8 @@ def test_forget_takes_only_ids_shown_this_turn(make_agent, fake_chat):
         "Recall the memory first, and forget it only if the user asked for exactly that one"
     ]
     assert [m.id for m in mem.list("semantic")] == [r.id for r in seen["untouched"]]
+    texts = {r.id: r.text for r in rows} | {w.id: w.text for w in result.written}
+    assert result.texts == {stone.id: texts[stone.id] for stone in result.forgotten}  # read before forgetting
 
 
 def test_chat_requests_carry_max_tokens(make_agent, fake_chat):
@@ -222,6 +224,7 @@ def test_a_turn_has_its_own_deadline_whatever_consolidations_llm_settings(make_a
     result = agent.respond("my hub froze")
     took = time.monotonic() - started
     assert result.reply == NO_ANSWER and result.error is not None and "timed out" in result.error.lower()
+    assert "the turn's time ran out: raise ENGRAM_AGENT_TURN_TIMEOUT_S" in result.error
     assert result.tool_rounds == 1  # the first round ran; the second outlasted what was left
     assert took < 3.0, took  # the deadline, the local recall and the models' start, never a retry
     assert len(fake_chat.requests) == 2  # no retry started that could not finish in time

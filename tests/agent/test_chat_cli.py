@@ -54,7 +54,7 @@ def test_engram_chat_shows_what_each_turn_recalled_and_wrote(tmp_path, fake_chat
     assert "Which firmware is it on?" in out  # markdown rendered, not shown raw
     assert "Thanks, noted the E-4012 error on firmware 3.2." in out
     assert "recalled before answering: 1 hit\n" in out and "my hub shows E-4012" in out
-    assert "✎ wrote sem_" in out and "Sarah's hub shows error E-4012" in out
+    assert '✎ stored "Sarah\'s hub shows error E-4012" sem_' in out
     assert out.rstrip().endswith("bye")
     mem = make_engram("chat.db").for_user("sarah")  # the same file, with the session's models
     assert [m.text for m in mem.list("semantic")] == ["Sarah's hub shows error E-4012"]
@@ -93,8 +93,14 @@ def test_engram_chat_survives_a_hostile_llm(tmp_path, fake_chat):
     for control in ("\x1b", "\x07", "\x9b"):
         assert control not in out
     assert "Done.[2J]0;pwned31m [bold]not markup[/bold] [/x] ok" in out  # text, not markup
+    assert out.count("unexpected chat-completions response") == 1  # one message per failure
     assert "the LLM failed: unexpected chat-completions response" in out
-    assert "wrote sem_" in out and '"Sarah[2J has ]8;;xa hub"' in out  # a stored memory's text
+    assert proc.stderr == ""  # the log records went to the chat's log file
+    assert (
+        "agent turn failed: unexpected chat-completions response"
+        in (tmp_path / "logs" / "chat.log").read_text()
+    )
+    assert '✎ stored "Sarah[2J has ]8;;xa hub" sem_' in out  # a stored memory's text
     assert "Still here." in out and out.rstrip().endswith("bye")
 
 

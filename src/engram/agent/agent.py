@@ -39,13 +39,13 @@ from engram.agent.tools import (
     tool_schemas,
 )
 from engram.consolidation.llm import LLMClient, LLMError
+from engram.consolidation.policy import ConsolidationReport
 from engram.consolidation.prompts import ASSISTANT_CONTEXT_KEY
 from engram.errors import ConfigError, EngramError, public_failure, public_message
 from engram.models import EpisodicMemory, Hit, Memory, Tombstone, utcnow
 from engram.settings import DEFAULT_AGENT_TURN_TIMEOUT_S, DEFAULT_MIN_CONFIDENCE, EngramSettings
 
 if TYPE_CHECKING:
-    from engram.consolidation.consolidator import ConsolidationReport
     from engram.memory import Engram
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,9 @@ class TurnResult(BaseModel):
     written: list[Memory] = Field(default_factory=list)
     superseded: list[str] = Field(default_factory=list, description="ids of facts replaced this turn")
     forgotten: list[Tombstone] = Field(default_factory=list)
+    texts: dict[str, str] = Field(
+        default_factory=dict, description="the text of each fact superseded or forgotten, by id"
+    )
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     tool_rounds: int = 0
     round_limit_hit: bool = False
@@ -140,8 +143,9 @@ class EmbeddedConsolidation:
             report = self.engram.consolidate(self.user_id)
             self.reports.append(report)
             failed = report.status.startswith("error")
-        except Exception:  # a failed run leaves its episodes waiting for the next one
-            log.exception("consolidation of %s failed", self.user_id)
+        except Exception as exc:  # a failed run leaves its episodes waiting for the next one
+            failure = public_failure(exc, f"consolidation of {self.user_id}")  # logs the traceback
+            self.reports.append(ConsolidationReport(user_id=self.user_id, status=f"error: {failure}"))
         self._failed_at = time.monotonic() if failed else None
 
     def wait(self) -> None:
@@ -229,6 +233,13 @@ class Agent:
             else None
         )
         return cls.from_settings(memory, settings, consolidation=consolidation)
+
+    def new_session(self) -> str:
+        """Start a new conversation: a new session id, none of this chat's history (memory stays)."""
+        self.session_id = f"chat-{secrets.token_hex(6)}"
+        self._history = []
+        self._last_reply = None
+        return self.session_id
 
     def respond(self, message: str) -> TurnResult:
         """One user turn. Raises only if the message cannot be stored (InvalidInput: nothing changed;
@@ -382,6 +393,9 @@ class Agent:
                 if outcome.written is not None:
                     shown.add(outcome.written.id)
                     result.written.append(outcome.written)
+                replaced = outcome.superseded or (outcome.forgotten.id if outcome.forgotten else None)
+                if replaced and outcome.old_text is not None:
+                    result.texts[replaced] = outcome.old_text
                 if outcome.superseded:
                     result.superseded.append(outcome.superseded)
                 if outcome.forgotten is not None:

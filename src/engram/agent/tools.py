@@ -28,6 +28,7 @@ from engram.models import (
     StrictStep,
     Tombstone,
     no_confident_match,
+    search_text_of,
 )
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,7 @@ class Outcome:
     written: Memory | None = None
     superseded: str | None = None
     forgotten: Tombstone | None = None
+    old_text: str | None = None  # the text of the fact superseded or forgotten, read before the change
 
 
 def error_outcome(code: str, message: str) -> Outcome:
@@ -247,16 +249,32 @@ def run_tool(
                 steps=args.steps,
                 metadata=dict(AGENT_WRITE_METADATA),
             )
-            stored = {"id": row.id, "text": row.text, "supersedes": getattr(row, "supersedes", None)}
-            return Outcome(json.dumps({"stored": stored}), written=row, superseded=stored["supersedes"])
+            replaced = getattr(row, "supersedes", None)
+            stored = {"id": row.id, "text": row.text, "supersedes": replaced}
+            return Outcome(
+                json.dumps({"stored": stored}),
+                written=row,
+                superseded=replaced,
+                old_text=_text_of(memory, replaced) if replaced else None,
+            )
         assert isinstance(args, ForgetArgs)
+        old_text = search_text_of(memory.get(args.memory_id))  # a forgotten row keeps no text
         stone = memory.forget(args.memory_id)
-        return Outcome(json.dumps({"forgotten": stone.id}), forgotten=stone)
+        return Outcome(json.dumps({"forgotten": stone.id}), forgotten=stone, old_text=old_text)
     except EngramError as exc:  # NotFound, InvalidInput, Conflict...: the model can correct these
         return error_outcome(exc.code, public_message(exc))
     except Exception:  # a failure of ours must not end the user's turn; the log has the traceback
         log.exception("agent tool %s failed", call.name)
         return error_outcome("internal_error", "the memory tool failed; try again or answer without it")
+
+
+def _text_of(memory: MemoryHandle, memory_id: str) -> str | None:
+    """A row's text to show a person, or None if it cannot be read (the change itself is done)."""
+    try:
+        return search_text_of(memory.get(memory_id))
+    except EngramError as exc:
+        log.warning("the text of %s could not be read: %s", memory_id, exc)
+        return None
 
 
 def recall(

@@ -24,6 +24,17 @@ T = TypeVar("T", bound=BaseModel)
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 
+# Each failure names the setting most likely wrong: a person reads it in `engram chat` or in a
+# consolidation report, and "Expecting value: line 1 column 1" sends nobody to the base URL.
+CHECK_BASE_URL = "check ENGRAM_LLM_BASE_URL (the API's base URL, e.g. http://localhost:11434/v1)"
+REFUSAL_HINTS = {
+    401: "check ENGRAM_LLM_API_KEY",
+    403: "check ENGRAM_LLM_API_KEY",
+    404: f"no chat-completions API there, or no such model: {CHECK_BASE_URL} and ENGRAM_LLM_MODEL",
+    405: CHECK_BASE_URL,
+}
+REFUSAL_QUOTE = 200  # characters of a refusal's body quoted: its reason ("model does not support tools")
+
 
 class LLMError(EngramError):
     """The LLM could not be reached or kept failing. ``status``: the HTTP status of a refused
@@ -121,7 +132,14 @@ class LLMClient:
                     raise httpx.HTTPStatusError(
                         f"HTTP {response.status_code}", request=response.request, response=response
                     )
-                response.raise_for_status()
+                if response.is_error:
+                    raise LLMError(self._refused(response), status=response.status_code)
+                if _is_html(response):
+                    raise LLMError(
+                        f"the endpoint {self._http.base_url} answered an HTML page (HTTP "
+                        f"{response.status_code}), not the chat-completions API: {CHECK_BASE_URL}",
+                        status=response.status_code,
+                    )
                 message = response.json()["choices"][0]["message"]
                 if not isinstance(message, dict):
                     raise TypeError(f"the message is a {type(message).__name__}, not an object")
@@ -135,13 +153,24 @@ class LLMClient:
                     message = f"LLM request to {self._http.base_url} failed: {exc}"
                     if late and retryable and attempt < self.max_retries:
                         message += " (no time left for a retry before the turn's deadline)"
-                    raise LLMError(message, status=status) from exc
+                    raise LLMError(f"{message}{_hint(exc, attempt, late)}", status=status) from exc
                 log.warning("LLM call failed (%s), retrying in %.1fs", exc, delay)
                 time.sleep(delay)
                 attempt += 1
             except (KeyError, IndexError, TypeError, ValueError, RecursionError) as exc:
                 # RecursionError: a body nested deeper than the JSON parser's recursion limit
                 raise LLMOutputError(f"unexpected chat-completions response: {exc}") from exc
+
+    def _refused(self, response: httpx.Response) -> str:
+        """A refusal (4xx but the retried ones) in one line: what the endpoint said (not a web page's
+        markup), and the setting most likely wrong."""
+        status = response.status_code
+        said = "" if _is_html(response) else " ".join(response.text.split())
+        said = (
+            f" ({said[: REFUSAL_QUOTE - 1]}…)" if len(said) > REFUSAL_QUOTE else f" ({said})" if said else ""
+        )
+        hint = REFUSAL_HINTS.get(status, "check ENGRAM_LLM_MODEL and the endpoint's own log")
+        return f"LLM request to {self._http.base_url} refused: HTTP {status}{said}: {hint}"
 
     def _timeout(self, deadline: float | None) -> httpx.Timeout:
         """The client's timeout, or less: each of connect, send and read ends by the deadline."""
@@ -155,3 +184,26 @@ class LLMClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _is_html(response: httpx.Response) -> bool:
+    """A web page where JSON was due: the base URL names a site or a proxy's error page."""
+    return "html" in response.headers.get("content-type", "") or response.content.lstrip()[:1] == b"<"
+
+
+def _hint(exc: httpx.TransportError | httpx.HTTPStatusError, attempt: int, late: bool) -> str:
+    """What to check after the last try failed (``late``: a turn's deadline ended the tries)."""
+    tries = f"{attempt + 1} tries" if attempt else "1 try"
+    if late and isinstance(exc, httpx.TimeoutException):
+        return (
+            f" ({tries}): the turn's time ran out: raise ENGRAM_AGENT_TURN_TIMEOUT_S, or use a faster model"
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return (
+            f" ({tries}): the model is slow or the server is stuck: raise ENGRAM_LLM_TIMEOUT_S, or check it"
+        )
+    if isinstance(exc, httpx.TransportError):
+        return f" ({tries}): is the LLM server running? {CHECK_BASE_URL}"
+    if exc.response.status_code == 429:
+        return f" ({tries}): rate limited: wait, or raise ENGRAM_LLM_MAX_RETRIES"
+    return f" ({tries}): the LLM server is failing: its own log has the cause"

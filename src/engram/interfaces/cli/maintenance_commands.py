@@ -81,9 +81,10 @@ def chat(
     store: StoreOpt = None,
 ) -> None:
     """Chat with a support agent that remembers (ENGRAM_LLM_BASE_URL and ENGRAM_LLM_MODEL: an
-    OpenAI-compatible endpoint with tool calling); each reply shows what was recalled and written."""
+    OpenAI-compatible endpoint with tool calling); each reply shows what was recalled and written.
+    In the chat, /help lists the commands; logs go to $ENGRAM_HOME/logs/chat.log."""
     from engram.agent import Agent
-    from engram.agent.chat import run_chat
+    from engram.agent.chat import logging_to, run_chat
 
     settings = _settings()
     if not (settings.llm_base_url and settings.llm_model):
@@ -91,24 +92,29 @@ def chat(
             "engram chat needs an LLM: set ENGRAM_LLM_BASE_URL (an OpenAI-compatible endpoint with tool "
             "calling, e.g. http://localhost:11434/v1) and ENGRAM_LLM_MODEL"
         )
-    if url is None:
-        if not user:
-            raise _fail("give --user U (or --url and --key to chat through a running service)")
-        with _engram(store, settings) as eng, Agent.for_engram(eng, user) as agent:
-            run_chat(agent, console, user=user, where=_store_url(store, settings, existing=False))
-        return
-    from engram.client import Client
-
-    if not key or store:
+    if url is None and not user:
+        raise _fail("give --user U (or --url and --key to chat through a running service)")
+    if url is not None and (not key or store):
         raise _fail("--url needs --key (or ENGRAM_API_KEY), a user key; the service has its own store")
-    try:
-        with Client(url, key) as client:
-            if user and user != client.user_id:
-                raise _fail(f"the key is {client.user_id}'s, not {user}'s")
-            with Agent.from_settings(client, settings) as agent:
-                run_chat(agent, console, user=client.user_id, where=url)
-    except EngramError as exc:
-        raise _fail(exc) from None
+    # Log records would print into the line being typed: the chat's go to a file (path shown once).
+    with logging_to(settings.home / "logs" / "chat.log") as log_path:
+        if url is None:
+            assert user is not None
+            with _engram(store, settings) as eng, Agent.for_engram(eng, user) as agent:
+                where = _store_url(store, settings, existing=False)
+                run_chat(agent, console, user=user, where=where, log_path=log_path)
+            return
+        from engram.client import Client
+
+        assert key is not None
+        try:
+            with Client(url, key) as client:
+                if user and user != client.user_id:
+                    raise _fail(f"the key is {client.user_id}'s, not {user}'s")
+                with Agent.from_settings(client, settings) as agent:
+                    run_chat(agent, console, user=client.user_id, where=url, log_path=log_path)
+        except EngramError as exc:
+            raise _fail(exc) from None
 
 
 def _metrics_table(
