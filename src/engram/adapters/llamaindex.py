@@ -22,7 +22,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.memory import BaseMemoryBlock
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from engram.adapters._handles import UserHandle
 from engram.models import Hit, MemoryType
@@ -42,8 +42,9 @@ class EngramMemoryBlock(BaseMemoryBlock[str]):
 
     ``aput`` (the messages ``Memory`` flushes from its short-term buffer) stores each user message
     with ``remember_turn``, in the message's session, with the assistant reply before it as
-    ``metadata["assistant_context"]``. ``aget`` recalls with the latest user message (the last
-    ``query_messages`` messages of the chat as the query) and returns the hits as dated lines."""
+    ``metadata["assistant_context"]`` (a reply flushed last is held until its turn comes). ``aget``
+    recalls with the latest user message (the last ``query_messages`` user messages of the chat make
+    the query) and returns the hits as dated lines."""
 
     name: str = Field(default="engram", description="The name of the memory block.")
     memory: UserHandle = Field(description="One user's Engram memory: a UserMemory or a Client.")
@@ -51,6 +52,8 @@ class EngramMemoryBlock(BaseMemoryBlock[str]):
     min_confidence: float | None = Field(default=None, description="Keep only hits this confident.")
     query_messages: int = Field(default=1, ge=1, description="Recent messages that make the query.")
     memory_types: list[MemoryType] | None = Field(default=None, description="Memory types to recall.")
+    # per session: the assistant's last flushed reply, which the session's next user turn answers
+    _replies: dict[str | None, str] = PrivateAttr(default_factory=dict)
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         recent = [m for m in messages or [] if m.role == MessageRole.USER and (m.content or "").strip()]
@@ -70,19 +73,17 @@ class EngramMemoryBlock(BaseMemoryBlock[str]):
         await asyncio.to_thread(self._remember, messages)
 
     def _remember(self, messages: list[ChatMessage]) -> None:
-        reply: str | None = None
         for message in messages:
             text = message.content or ""
+            session = message.additional_kwargs.get("session_id")
+            session = session if isinstance(session, str) else None
             if message.role == MessageRole.ASSISTANT and text.strip():
-                reply = text
+                self._replies[session] = text
             elif message.role == MessageRole.USER and text.strip():
-                session = message.additional_kwargs.get("session_id")
+                reply = self._replies.pop(session, None)
                 self.memory.remember_turn(
-                    text,
-                    session_id=session if isinstance(session, str) else None,
-                    metadata={ASSISTANT_CONTEXT: reply} if reply else None,
+                    text, session_id=session, metadata={ASSISTANT_CONTEXT: reply} if reply else None
                 )
-                reply = None
 
 
 class EngramRetriever(BaseRetriever):
