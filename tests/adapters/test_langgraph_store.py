@@ -4,14 +4,15 @@ the async variants) and inside a compiled LangGraph graph, over a real Engram.""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import TypedDict
 
 import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
-from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
+from langgraph.store.base import GetOp, InvalidNamespaceError, Item, ListNamespacesOp, PutOp, SearchOp
 
-from engram import Client, Engram, NotFound, PermissionDenied, SemanticMemory
+from engram import Client, Engram, InvalidInput, NotFound, PermissionDenied, SemanticMemory
 from engram.adapters.langgraph_store import EngramStore
 
 FACTS = ("users", "sarah", "facts")
@@ -25,7 +26,7 @@ def store(eng: Engram) -> EngramStore:
 def test_put_get_and_isolation(store: EngramStore, eng: Engram):
     store.put(FACTS, "home", {"text": "Sarah lives in Edinburgh", "source": "chat"})
     item = store.get(FACTS, "home")
-    assert item is not None
+    assert type(item) is Item
     assert (item.namespace, item.key, item.value) == (
         FACTS,
         "home",
@@ -156,6 +157,14 @@ def test_bad_namespaces_and_ttl_change_nothing(store: EngramStore, eng: Engram):
         store.search(("users",), query="anything")
     with pytest.raises(NotImplementedError):
         store.put(FACTS, "k", {"text": "x"}, ttl=5)
+    with pytest.raises(InvalidInput, match="metadata"):  # a value JSON cannot hold
+        store.put(FACTS, "k", {"text": "x", "when": datetime.now(UTC)})
+    with pytest.raises(InvalidInput):  # a memory that shows nothing
+        store.put(FACTS, "k", {"text": "  "})
+    with pytest.raises(InvalidInput, match="steps"):
+        store.put(("users", "sarah", "playbooks"), "k", {"name": "refund", "steps": "call the bank"})
+    with pytest.raises(InvalidInput, match="operator"):
+        store.search(FACTS, filter={"rating": {"$near": 3}})
     assert store.list_namespaces() == []
 
 

@@ -121,7 +121,16 @@ class EngramStore(BaseStore):
     def _get(self, op: GetOp, live: _LiveItems) -> Item | None:
         user_id, kind = _namespace(op.namespace)
         row = live.rows(user_id, kind).get(op.key)
-        return None if row is None else _item(row, user_id)
+        if row is None:
+            return None
+        found = _item(row, user_id)  # a get answers a plain Item, as LangGraph's own stores do
+        return Item(
+            value=found.value,
+            key=found.key,
+            namespace=found.namespace,
+            created_at=found.created_at,
+            updated_at=found.updated_at,
+        )
 
     def _put(self, op: PutOp, live: _LiveItems) -> None:
         user_id, kind = _namespace(op.namespace)
@@ -167,6 +176,7 @@ class EngramStore(BaseStore):
         user_id, kinds = _search_scope(op.namespace_prefix)
         if op.limit < 0 or op.offset < 0:
             raise InvalidInput("a search's limit and offset must be >= 0")
+        _check_filter(op.filter)
         wanted = op.offset + op.limit
         if wanted == 0:
             return []
@@ -352,6 +362,20 @@ def _matches(value: Mapping[str, Any], where: Mapping[str, Any] | None) -> bool:
     return not where or all(_compare(value.get(field), wanted) for field, wanted in where.items())
 
 
+def _check_filter(where: object) -> None:
+    """InvalidInput for an operator LangGraph's filters do not have, before anything is searched."""
+    if isinstance(where, dict):
+        for field, wanted in where.items():
+            if str(field).startswith("$") and field not in _OPERATORS:
+                raise InvalidInput(
+                    f"unsupported filter operator {field!r}: use one of {', '.join(_OPERATORS)}"
+                )
+            _check_filter(wanted)
+    elif isinstance(where, list | tuple):
+        for wanted in where:
+            _check_filter(wanted)
+
+
 def _compare(found: Any, wanted: Any) -> bool:
     if isinstance(wanted, dict):
         if any(str(k).startswith("$") for k in wanted):
@@ -366,6 +390,7 @@ def _compare(found: Any, wanted: Any) -> bool:
     return bool(found == wanted)
 
 
+_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 _ORDER = {
     "$gt": lambda a, b: a > b,
     "$gte": lambda a, b: a >= b,
@@ -379,9 +404,10 @@ def _operator(found: Any, op: str, operand: Any) -> bool:
         return bool(found == operand)
     if op == "$ne":
         return bool(found != operand)
-    if op not in _ORDER:
-        raise InvalidInput(f"unsupported filter operator {op!r}: use $eq, $ne, $gt, $gte, $lt or $lte")
+    order = _ORDER.get(op)
+    if order is None:  # a field beside operators, {"$gt": 1, "x": 2}: LangGraph has no meaning for it
+        raise InvalidInput(f"a filter mixes operators with the field {op!r}")
     try:
-        return bool(_ORDER[op](float(found), float(operand)))
+        return bool(order(float(found), float(operand)))
     except (TypeError, ValueError):  # a missing field or a text: not in the range
         return False
