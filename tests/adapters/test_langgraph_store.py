@@ -238,3 +238,19 @@ def test_a_langgraph_graph_keeps_its_memory_in_engram(store: EngramStore, eng: E
     out = app.invoke({"user_id": "sarah", "message": "who is my dentist?", "answer": ""})
     assert out["answer"] == "Sarah's dentist is Dr. Alvarez"
     assert [m.text for m in eng.for_user("sarah").list("semantic")] == ["Sarah's dentist is Dr. Alvarez"]
+
+
+def test_the_memory_text_comes_from_the_indexed_fields(eng: Engram):
+    store = EngramStore(eng.for_user("sarah"), index_fields=["title", "body"])  # one user's handle
+    store.put(FACTS, "trip", {"title": "Lisbon trip", "body": "flies out on the 12th", "seats": 2})
+    store.put(FACTS, "seat", {"summary": "window seat", "seats": 1}, index=["summary"])
+    store.put(FACTS, "bare", {"seats": 3})
+    texts = {m.metadata["langgraph"]["key"]: m.text for m in eng.for_user("sarah").list("semantic")}
+    assert texts == {
+        "trip": "Lisbon trip\nflies out on the 12th",
+        "seat": "window seat",
+        "bare": '{"seats": 3}',
+    }
+    assert store.search(FACTS, query="when does she fly to Lisbon?")[0].key == "trip"
+    with pytest.raises(PermissionDenied):
+        store.get(("users", "bob", "facts"), "trip")
