@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from engram.client import Client
 from engram.errors import PermissionDenied
+from engram.limits import MAX_PAGE
 from engram.memory import Engram, UserMemory
 from engram.models import Memory, MemoryType
 
 UserHandle = UserMemory | Client
-PAGE = 500  # rows per listing request: the service's largest page (engram.limits.MAX_PAGE)
 
 
 def user_handle(memory: Engram | UserHandle, user_id: str) -> UserHandle:
@@ -32,10 +32,10 @@ def known_users(memory: Engram | UserHandle) -> list[str]:
 
 
 def all_rows(handle: UserHandle, memory_type: MemoryType) -> list[Memory]:
-    """Every live row of one type, newest first, read page by page."""
+    """Every live row of one type, newest first, read page by page (the service's largest page)."""
     rows: list[Memory] = []
     while True:
-        page = handle.list(memory_type, limit=PAGE, offset=len(rows))
+        page = handle.list(memory_type, limit=MAX_PAGE, offset=len(rows))
         rows.extend(page)
-        if len(page) < PAGE:
+        if len(page) < MAX_PAGE:
             return rows

@@ -70,7 +70,8 @@ KINDS: dict[str, MemoryType] = {"facts": "semantic", "episodes": "episodic", "pl
 KIND_OF: dict[str, str] = {memory_type: kind for kind, memory_type in KINDS.items()}
 STORE_KEY = "langgraph"  # the metadata entry holding an item's key, value and first creation
 TEXT_FIELDS = ("text", "content", "memory")  # what LangGraph's and LangMem's values call their text
-FILTERED_POOL = 100  # hits recalled for a filtered search, from which the filter keeps what matches
+# A filtered search recalls this many hits and keeps those the filter matches: the most the service gives.
+FILTERED_POOL = MAX_SERVICE_RECALL_K
 _LAYOUT = f"a namespace is ({ROOT!r}, <user id>, <kind>) with kind one of {sorted(KINDS)}"
 
 
