@@ -1,0 +1,12 @@
+"""Engram inside agent frameworks, each module an optional extra over the public API (an embedded
+``Engram`` or a ``Client``):
+
+- ``engram.adapters.langgraph_store``: ``EngramStore``, a LangGraph ``BaseStore``
+  (``engram-memory[langgraph]``)
+- ``engram.adapters.langchain``: ``EngramRetriever`` and ``EngramChatMessageHistory``
+  (``engram-memory[langchain]``)
+- ``engram.adapters.llamaindex``: ``EngramMemoryBlock`` and ``EngramRetriever``
+  (``engram-memory[llamaindex]``)
+
+Nothing is imported here, so ``import engram`` never needs a framework; import the module you use.
+"""

@@ -1,0 +1,128 @@
+"""LangChain over Engram (``pip install 'engram-memory[langchain]'``): ``EngramRetriever`` (recall as
+``Document``s) and ``EngramChatMessageHistory`` (a chat history that stores each user turn in Engram).
+
+::
+
+    from engram import Engram
+    from engram.adapters.langchain import EngramChatMessageHistory, EngramRetriever
+
+    sarah = Engram.open().for_user("sarah")              # or Client(url, key)
+    history = EngramChatMessageHistory(sarah, session_id="chat-1")
+    history.add_messages([HumanMessage("I moved to Edinburgh last week")])
+    EngramRetriever(memory=sarah, k=5).invoke("where does Sarah live?")
+
+See docs/integrations/langchain.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.documents import Document
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict
+
+from engram.adapters._handles import UserHandle, all_rows
+from engram.models import EpisodicMemory, Hit, MemoryType
+
+__all__ = ["EngramChatMessageHistory", "EngramRetriever", "hit_metadata"]
+
+ASSISTANT_CONTEXT = "assistant_context"  # the metadata key a turn carries the reply it answered in
+
+
+def hit_metadata(hit: Hit) -> dict[str, Any]:
+    """What a recalled document says about itself: its id and type, the recall's score, rank and
+    calibrated confidence, and its event time (ISO 8601, when what it says happened)."""
+    return {
+        "id": hit.memory.id,
+        "memory_type": hit.memory.memory_type,
+        "score": hit.score,
+        "confidence": hit.confidence,
+        "rank": hit.rank,
+        "event_time": hit.event_time.isoformat(),
+    }
+
+
+class EngramRetriever(BaseRetriever):
+    """Recall over one user's memory (an embedded ``UserMemory`` or a ``Client``): each hit is a
+    ``Document`` whose ``page_content`` is the memory's text and whose metadata is ``hit_metadata``.
+    ``record_use`` is recall's: returned facts count as used unless it is False."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    memory: UserHandle
+    k: int = 10
+    memory_types: list[MemoryType] | None = None
+    include_catalog: bool = True
+    min_confidence: float | None = None
+    record_use: bool | None = None
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        hits = self.memory.recall(
+            query,
+            k=self.k,
+            memory_types=self.memory_types,
+            include_catalog=self.include_catalog,
+            min_confidence=self.min_confidence,
+            record_use=self.record_use,
+        )
+        return [Document(page_content=hit.memory.text, metadata=hit_metadata(hit)) for hit in hits]
+
+
+class EngramChatMessageHistory(BaseChatMessageHistory):
+    """One conversation (``session_id``) of one user, kept in Engram.
+
+    Each user message is stored with ``remember_turn`` (in the session, searchable by recall at once);
+    the assistant's reply before it travels with it as ``metadata["assistant_context"]``, which is how
+    Engram keeps what a turn answered (consolidation reads it, and never turns it into a fact). So
+    ``messages`` rebuilds the conversation as reply, turn, reply, turn...; the assistant's latest reply
+    is held here until the next user message carries it. Other messages (system, tool) are not stored.
+    ``clear`` forgets the session's turns (audit tombstones remain)."""
+
+    def __init__(self, memory: UserHandle, session_id: str) -> None:
+        self.memory = memory
+        self.session_id = session_id
+        self._pending_reply: str | None = None
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # LangChain declares an attribute
+        turns = self._turns()
+        turns.sort(key=lambda turn: (turn.timestamp, turn.created_at))
+        rebuilt: list[BaseMessage] = []
+        for turn in turns:
+            reply = turn.metadata.get(ASSISTANT_CONTEXT)
+            if isinstance(reply, str) and reply:
+                rebuilt.append(AIMessage(content=reply))
+            rebuilt.append(HumanMessage(content=turn.text, id=turn.id))
+        if self._pending_reply is not None:
+            rebuilt.append(AIMessage(content=self._pending_reply))
+        return rebuilt
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        for message in messages:
+            text = str(message.text)
+            if isinstance(message, HumanMessage):
+                metadata = {ASSISTANT_CONTEXT: self._pending_reply} if self._pending_reply else None
+                self.memory.remember_turn(text, session_id=self.session_id, metadata=metadata)
+                self._pending_reply = None
+            elif isinstance(message, AIMessage) and text.strip():
+                # two replies in a row are one reply to the next turn
+                self._pending_reply = f"{self._pending_reply}\n{text}" if self._pending_reply else text
+
+    def clear(self) -> None:
+        for turn in self._turns():
+            self.memory.forget(turn.id)
+        self._pending_reply = None
+
+    def _turns(self) -> list[EpisodicMemory]:
+        return [
+            row
+            for row in all_rows(self.memory, "episodic")
+            if isinstance(row, EpisodicMemory) and row.session_id == self.session_id
+        ]
