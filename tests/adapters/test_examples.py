@@ -44,9 +44,10 @@ def test_example_runs(name: str, tmp_path: Path):
 
 
 def test_the_docs_quickstarts_run(tmp_path: Path):
-    """The first Python block of each docs/integrations page, copied and pasted into one interpreter."""
-    pages = sorted((EXAMPLES.parent / "docs" / "integrations").glob("*.md"))
-    assert [p.stem for p in pages] == ["langchain", "langgraph", "llamaindex"]
+    """The first Python block of each framework's docs/integrations page, copied and pasted into one
+    interpreter (the TypeScript page's quickstart runs in tests/clients)."""
+    folder = EXAMPLES.parent / "docs" / "integrations"
+    pages = [folder / f"{name}.md" for name in ("langchain", "langgraph", "llamaindex")]
     blocks = [p.read_text(encoding="utf-8").split("```python\n", 1)[1].split("```", 1)[0] for p in pages]
     script = "\n".join(
         f"exec(compile({block!r}, {page.name!r}, 'exec'), {{'__name__': '__main__'}})"
