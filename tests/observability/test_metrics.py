@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from engram.retrieval.admission import Admission
 from tests.consolidation.conftest import ok, raw
 from tests.consolidation.test_consolidation import llm_for
 
@@ -105,3 +106,19 @@ def test_consolidation_runs_and_failures_are_counted(make_engram, fake_llm):
     }
     assert runs == {"ok": 1, "error": 1, "disabled": 1}
     assert registry.get_sample_value("engram_consolidation_failures_total") == 1
+
+
+def test_a_shed_recall_is_counted_and_its_skipped_rerank_is_not_timed(make_engram):
+    eng = make_engram()
+    mem = eng.for_user("sarah")
+    mem.write("Sarah's hub is a Lumio Hub v2")  # a fact in the window: the cross-encoder would score it
+    mem.remember_turn("my hub keeps dropping off the wifi")
+    registry = eng.telemetry.metrics.registry
+    mem.recall("which hub does Sarah have?")
+    assert registry.get_sample_value("engram_recall_stage_seconds_count", {"stage": "rerank"}) == 1
+    eng.rerank_admission = Admission.closed()  # the cross-encoder stage is full: every recall is shed
+    hits = mem.recall("which hub does Sarah have?")
+    assert hits and all(h.explain["rerank"] == "skipped: load" for h in hits)
+    assert registry.get_sample_value("engram_recalls_shed_total") == 1
+    assert registry.get_sample_value("engram_recalls_total") == 2
+    assert registry.get_sample_value("engram_recall_stage_seconds_count", {"stage": "rerank"}) == 1

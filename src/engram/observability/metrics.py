@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # A request: a healthz in ~1 ms, a recall in ~50-300 ms, an import up to the 20 s it may wait.
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# A consolidation report's status word (engram.consolidation): "ok", "partial: ...", "error: ..."
+OUTCOMES = ("ok", "partial", "stopped", "disabled", "error", "other")
 
 
 class EngineMetrics:
@@ -49,10 +51,12 @@ class EngineMetrics:
         )
         self.consolidation_runs = Counter(
             "engram_consolidation_runs",
-            "Consolidation runs by outcome (ok, partial, stopped, disabled, error)",
+            "Consolidation runs by outcome (ok, partial, stopped, disabled, error, other)",
             ["outcome"],
             registry=self.registry,
         )
+        for outcome in OUTCOMES:  # each at 0 from the start, so rate() and alerts see the series
+            self.consolidation_runs.labels(outcome)
         self.consolidation_failures = Counter(
             "engram_consolidation_failures",
             "Consolidation runs that failed (outcome error, or raised)",
@@ -68,8 +72,8 @@ class EngineMetrics:
 
     def consolidated(self, status: str) -> None:
         """Count a run by its report's status ("error: ..." counts as a failure too)."""
-        outcome = status.split(":", 1)[0].strip() or "unknown"
-        if outcome not in {"ok", "partial", "stopped", "disabled", "error"}:
+        outcome = status.split(":", 1)[0].strip()
+        if outcome not in OUTCOMES:
             outcome = "other"  # a closed label set, whatever a future status says
         self.consolidation_runs.labels(outcome).inc()
         if outcome == "error":
