@@ -41,6 +41,9 @@ def test_metrics_parse_and_move_under_a_short_load(make_service):
         assert sarah.get(f"/v1/memories/{memory_id}").status_code == 200
         assert sarah.get("/v1/sarah/secret-path").status_code == 404  # a path naming the user
         assert bob.get("/v1/memories/sarah").status_code == 404
+        assert svc.client(key="-").post("/mcp/sarah", json={}).status_code == 401
+        assert sarah.put("/v1/recall").status_code == 405
+        assert svc.client(key="-").get("/inspector/static/favicon.svg").status_code == 200
         after = scrape(admin)
 
     requests = "engram_http_requests_total"
@@ -50,6 +53,9 @@ def test_metrics_parse_and_move_under_a_short_load(make_service):
     assert value(after, requests, method="GET", route="/v1/memories/{memory_id}", status="200") == 1
     assert value(after, requests, method="GET", route="/v1/memories/{memory_id}", status="404") == 1
     assert value(after, requests, method="GET", route="unmatched", status="404") == 1
+    assert value(after, requests, method="POST", route="/mcp/{user_id}", status="401") == 1
+    assert value(after, requests, method="PUT", route="/v1/recall", status="405") == 1
+    assert value(after, requests, method="GET", route="/inspector/static/{path}", status="200") == 1
     assert value(after, "engram_http_request_duration_seconds_count", **recall) == 10
     # The first scrape is counted by the second: the scraper's own requests show too.
     assert value(after, requests, method="GET", route="/metrics", status="200") == 1

@@ -72,7 +72,11 @@ def log_config(level: str, log_format: LogFormat) -> dict[str, Any]:
     formatter: dict[str, Any] = (
         {"()": f"{__name__}.JsonFormatter"}
         if log_format == "json"
-        else {"format": "%(levelname)s:     %(message)s"}
+        else {
+            "()": "uvicorn.logging.DefaultFormatter",
+            "fmt": "%(levelprefix)s %(message)s",
+            "use_colors": None,
+        }
     )
     handler = {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stderr"}
     upper = level.upper()

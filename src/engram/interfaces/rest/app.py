@@ -161,7 +161,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     app.router.routes.append(Route("/mcp/{user_id}", gate, methods=["GET", "POST", "DELETE"]))
     app.add_middleware(BodyLimit, keys=keys)
     # Outermost: a refused body (413) is counted, logged and given its request id too.
-    app.add_middleware(Observe, http=http_metrics, telemetry=engram.telemetry)
+    app.add_middleware(Observe, http=http_metrics, telemetry=engram.telemetry, routes=app.router.routes)
     publish_limits(app, engram.settings)
     return app
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from starlette.routing import Mount
+from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram.interfaces.rest.deps import get_principal
@@ -25,6 +26,7 @@ from engram.observability import HttpMetrics, Telemetry
 from engram.observability.metrics import Forward, StoreRows
 from engram.observability.request_log import REQUEST_ID_HEADER, log_request, request_id
 
+CLIENT_LEFT = 499  # the status counted for a request whose client went away before any response
 UNMATCHED = "unmatched"  # the route label of a path no route matched (a 404): never the path itself
 
 
@@ -65,9 +67,16 @@ def framework_telemetry_off() -> dict[str, Any]:
     return {"telemetry": {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}}
 
 
-def route_of(scope: Scope) -> str:
-    """The template of the route that served the request (``/v1/memories/{memory_id}``)."""
+def route_of(scope: Scope, request: Scope, routes: Sequence[BaseRoute]) -> str:
+    """The template of the route that served the request (``/v1/memories/{memory_id}``): the one
+    FastAPI's router recorded in ``scope`` (its own routes), else the first of ``routes`` that matches
+    ``request``, the request as it came (the MCP routes, the static mounts; 405s match partly)."""
     route = scope.get("route")
+    if route is None:
+        matches = [(r.matches(request)[0], r) for r in routes]
+        route = next((r for m, r in matches if m is Match.FULL), None) or next(
+            (r for m, r in matches if m is Match.PARTIAL), None
+        )
     path = getattr(route, "path", None)
     if not isinstance(path, str):
         return UNMATCHED
@@ -78,8 +87,11 @@ class Observe:
     """Outermost middleware: request id (kept from X-Request-ID when sane), the request span, the
     request metrics and the request log line."""
 
-    def __init__(self, app: ASGIApp, http: HttpMetrics, telemetry: Telemetry) -> None:
+    def __init__(
+        self, app: ASGIApp, http: HttpMetrics, telemetry: Telemetry, routes: Sequence[BaseRoute]
+    ) -> None:
         self.app = app
+        self.routes = routes
         self.http = http
         self.telemetry = telemetry
 
@@ -89,7 +101,14 @@ class Observe:
         sent = dict(scope.get("headers", [])).get(REQUEST_ID_HEADER.lower().encode())
         rid = request_id(sent.decode("latin-1") if sent is not None else None)
         method = scope["method"]
-        status = 500  # what a request that dies before answering counts as
+        # What the routes match against: the router adds to ``scope`` as it routes (a mount's root path).
+        request = {
+            "type": "http",
+            "path": scope["path"],
+            "root_path": scope.get("root_path", ""),
+            "method": method,
+        }
+        status = 0  # until the response starts
         start = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
@@ -102,11 +121,16 @@ class Observe:
 
         self.http.in_flight.inc()
         with self.telemetry.span(f"HTTP {method}", **{"http.request.method": method}) as span:
+            failed = True
             try:
                 await self.app(scope, receive, send_with_id)
+                failed = False
             finally:
                 seconds = time.perf_counter() - start
-                route = route_of(scope)
+                # No response: a fault (the outer server-error handler answers 500), else the client left
+                # before one was sent (499, as nginx counts it).
+                status = status or (500 if failed else CLIENT_LEFT)
+                route = route_of(scope, request, self.routes)
                 self.http.in_flight.dec()
                 self.http.observe(method, route, status, seconds)
                 log_request(method, route, status, seconds, rid)
