@@ -89,3 +89,35 @@ def test_tracing_is_off_by_default_and_uses_the_global_provider_when_on(tmp_path
     assert seen["False"] == []  # off: not one span of ours
     assert {"POST /v1/recall", "POST /v1/turns", "engram.recall", "recall.legs"} <= set(seen["True"])
     assert seen["True"].count("POST /v1/recall") == 1  # ours; FastAPI's own request span stays off
+
+
+INSTALL = textwrap.dedent(
+    """
+    import sys
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from engram.observability.tracing import install_provider
+
+    if sys.argv[1] == "configured":
+        mine = TracerProvider()
+        trace.set_tracer_provider(mine)
+    install_provider()
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider), provider
+    assert sys.argv[1] != "configured" or provider is mine  # a provider already set is kept
+    print(provider.resource.attributes["service.name"])
+    """
+)
+
+
+def test_serve_sets_an_sdk_provider_unless_one_is_configured():
+    """What `engram serve` does with ENGRAM_OTEL: the SDK's provider named "engram" when the process has
+    none (exporting by OTLP where its exporter is installed), the one configured otherwise."""
+    fresh = subprocess.run(
+        [sys.executable, "-c", INSTALL, "fresh"], capture_output=True, text=True, timeout=60
+    )
+    assert fresh.returncode == 0 and fresh.stdout.strip() == "engram", fresh.stderr
+    kept = subprocess.run(
+        [sys.executable, "-c", INSTALL, "configured"], capture_output=True, text=True, timeout=60
+    )
+    assert kept.returncode == 0 and kept.stdout.strip() != "engram", kept.stderr

@@ -63,7 +63,10 @@ def serve(
     if settings.otel:
         from engram.observability.tracing import install_provider
 
-        install_provider()
+        try:
+            install_provider()
+        except EngramError as exc:  # the otel extra is not installed: one line, not a traceback
+            raise _fail(exc) from None
     admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
     if admin_key:
         try:
