@@ -44,3 +44,30 @@ def test_each_request_logs_one_line_with_the_id_it_returns(make_service, caplog)
     assert (
         "sarah" not in everything and memory_id not in everything and svc.user_keys["sarah"] not in everything
     )
+
+
+class BrokenEmbedder:
+    """A model that fails with an error of no known kind: the route answers 500."""
+
+    name, dim = "broken", 384
+
+    def embed_documents(self, texts):
+        raise RuntimeError("the model failed")
+
+    def embed_query(self, text):
+        raise RuntimeError("the model failed")
+
+
+def test_a_server_fault_is_logged_counted_and_answered_with_its_request_id(make_service, caplog):
+    caplog.set_level(logging.INFO, logger="engram.request")
+    with make_service(metrics="open") as svc:
+        svc.engram.embedder = BrokenEmbedder()
+        failed = svc.client("sarah").post(
+            "/v1/turns", json={"text": "hello"}, headers={"X-Request-ID": "f-1"}
+        )
+        metrics = svc.client(key="-").get("/metrics").text
+    assert failed.status_code == 500 and failed.json()["error"] == "internal_error"
+    assert failed.headers["X-Request-ID"] == "f-1"
+    assert 'engram_http_requests_total{method="POST",route="/v1/turns",status="500"} 1.0' in metrics
+    line = next(r.getMessage() for r in caplog.records if r.name == "engram.request")
+    assert line.startswith("POST /v1/turns 500 ") and line.endswith("request_id=f-1")

@@ -42,6 +42,7 @@ from engram.interfaces.rest.routes import admin, memories
 from engram.interfaces.rest.schemas import HTTP_CODES, publish_limits
 from engram.limits import MAX_BODY_BYTES, MAX_IMPORT_BYTES
 from engram.memory import Engram, validate_user_id
+from engram.observability.request_log import REQUEST_ID_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +153,11 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         return _error(422, "invalid_input", "; ".join(problems))
 
     @app.exception_handler(Exception)
-    async def server_error(_: Request, exc: Exception) -> JSONResponse:
-        # Starlette logs the traceback after this; the client gets no server detail.
-        return _error(500, "internal_error", FAILED)
+    async def server_error(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette logs the traceback after this; the client gets no server detail. This answer is sent
+        # from outside the middleware (Observe), so it carries the request id itself.
+        rid = getattr(request.state, "request_id", None)
+        return _error(500, "internal_error", FAILED, {REQUEST_ID_HEADER: rid} if rid else None)
 
     gate = McpGate(mcp_app, keys)
     app.router.routes.append(Route("/mcp", gate, methods=["GET", "POST", "DELETE"]))

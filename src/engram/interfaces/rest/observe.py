@@ -100,6 +100,7 @@ class Observe:
             return await self.app(scope, receive, send)
         sent = dict(scope.get("headers", [])).get(REQUEST_ID_HEADER.lower().encode())
         rid = request_id(sent.decode("latin-1") if sent is not None else None)
+        scope.setdefault("state", {})["request_id"] = rid  # request.state.request_id (the 500 handler)
         method = scope["method"]
         # What the routes match against: the router adds to ``scope`` as it routes (a mount's root path).
         request = {
