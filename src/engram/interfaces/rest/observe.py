@@ -13,14 +13,14 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engram.interfaces.rest.deps import get_principal
+from engram.interfaces.rest.deps import PrincipalDep
 from engram.memory import Engram
 from engram.observability import HttpMetrics, Telemetry
 from engram.observability.metrics import Forward, StoreRows
@@ -41,8 +41,8 @@ def mount_metrics(app: FastAPI, engram: Engram) -> HttpMetrics:
     if access == "off":
         return http
 
-    def admin_only(principal: Annotated[object, Depends(get_principal)]) -> None:
-        if not getattr(principal, "is_admin", False):
+    def admin_only(principal: PrincipalDep) -> None:
+        if not principal.is_admin:
             raise HTTPException(403, "/metrics needs the admin key (ENGRAM_METRICS=open serves it to all)")
 
     # A sync route: the store's count runs on a worker thread, not the event loop.
