@@ -329,6 +329,15 @@ class EngramSettings(BaseSettings):
     reranker_onnx_dir: Path | None = Field(
         default=None, description="a local cross-encoder ONNX model (one-logit output)"
     )
+    # /metrics tells how much the service is used and what it holds: readable by the admin key alone
+    # unless the operator opens it (a scraper on a private network), or turns it off.
+    metrics: Literal["off", "open", "admin"] = Field(
+        default="admin", description="/metrics: admin (the admin key as bearer), open (no key), off"
+    )
+    otel: bool = Field(
+        default=False,
+        description="OpenTelemetry spans per request and recall stage (the otel extra); off: not imported",
+    )
     # The MCP SDK answers 421 to any Host but loopback (DNS-rebinding guard): a reverse proxy's name
     # must be listed to reach /mcp. Comma-separated in the environment; "host", "host:port", "host:*".
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(

@@ -141,8 +141,9 @@ def test_mcp_config_takes_the_user_from_the_key(tmp_path):
 
 
 def test_serve_logs_each_request(tmp_path):
-    """Issue 24: `engram serve` logged no requests (uvicorn ran at "warning"): an access line per request
-    at the default --log-level info, none at --log-level warning."""
+    """Issue 24: `engram serve` logged no requests (uvicorn ran at "warning"): a line per request at the
+    default --log-level info (issue 25: the route template, status, duration and the request id that
+    X-Request-ID returns; JSON with --log-format json), none at --log-level warning."""
 
     def served(*args: str) -> str:
         env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
@@ -163,13 +164,31 @@ def test_serve_logs_each_request(tmp_path):
                             break
                     except httpx.TransportError:
                         time.sleep(0.1)
-                assert httpx.get(f"http://127.0.0.1:{port}/v1/memories").status_code == 401
+                refused = httpx.get(
+                    f"http://127.0.0.1:{port}/v1/memories/m-1", headers={"X-Request-ID": "r-7"}
+                )
+                assert refused.status_code == 401 and refused.headers["X-Request-ID"] == "r-7"
             finally:
                 proc.terminate()
                 proc.wait(20)
         return log.read_text()
 
     logged = served()
-    assert '"GET /healthz HTTP/1.1" 200' in logged and '"GET /v1/memories HTTP/1.1" 401' in logged, logged
+    assert "GET /healthz 200" in logged, logged
+    assert re.search(r"GET /v1/memories/\{memory_id\} 401 [\d.]+ ms request_id=r-7\n", logged), logged
+    assert "m-1" not in logged and "HTTP/1.1" not in logged  # no raw path, no second (uvicorn) line
+    as_json = [
+        json.loads(line) for line in served("--log-format", "json").splitlines() if line.startswith("{")
+    ]
+    requests = [line for line in as_json if line.get("event") == "request"]
+    assert {
+        "method": "GET",
+        "route": "/v1/memories/{memory_id}",
+        "status": 401,
+        "request_id": "r-7",
+    }.items() <= (requests[-1].items()), requests
+    assert requests[-1]["duration_ms"] >= 0 and any(
+        "Uvicorn running" in line.get("message", "") for line in as_json
+    )
     quiet = served("--log-level", "warning")
     assert "GET /healthz" not in quiet and "Engram on" in quiet

@@ -15,7 +15,9 @@ from engram.errors import InvalidInput
 from engram.import_records import UserDocument
 from engram.importer import import_document
 from engram.models import Memory, Vectors, check_text, search_text_of
+from engram.observability import Telemetry, Tracing
 from engram.providers.base import Embedder, Reranker, TokenEncoder
+from engram.providers.timed import timed_embedder, timed_reranker, timed_token_encoder
 from engram.retrieval.admission import Admission, RecallGate
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.late_interaction import pack
@@ -50,9 +52,13 @@ class Engine:
     ) -> None:
         self.settings = settings or EngramSettings.defaults()  # no environment: only Engram.open reads it
         self.store = store
-        self.embedder = embedder
-        self.reranker = reranker
-        self.token_encoder = token_encoder  # late interaction; None: recall skips that stage
+        # Recall's stage timings, model inference, consolidation runs (engram.observability); spans too
+        # when settings.otel is on. Each model call is timed by a thin wrapper around the model.
+        self.telemetry = Telemetry(Tracing.start() if self.settings.otel else None)
+        self.embedder: Embedder = timed_embedder(embedder, self.telemetry)
+        self.reranker: Reranker | None = timed_reranker(reranker, self.telemetry)
+        # late interaction; None: recall skips that stage
+        self.token_encoder: TokenEncoder | None = timed_token_encoder(token_encoder, self.telemetry)
         self.config = config or RetrievalConfig.from_settings(self.settings)
         self.use_counts = UseRecorder(store, self.settings.use_wait_ms / 1000)
         # Under load (a server: settings.recall_gate): a few recalls computed at once, fair per tenant;
@@ -64,6 +70,7 @@ class Engine:
             self.settings.rerank_queue,
             max_queued=self.settings.request_threads // 2,  # a waiting recall holds a request thread
         )
+        self.telemetry.metrics.watch_queue(self.recall_gate.queue_depth)
         # The bound when the gate has no slots (recall_concurrency 0): recalls in the cross-encoder at once.
         self.rerank_admission = Admission(self.settings.rerank_queue if gated else 0)
         self._made: list[object] = []  # providers Engram.from_settings made: close() closes them too

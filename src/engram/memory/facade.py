@@ -70,6 +70,7 @@ class Engram(Engine):
         if llm is None:
             llm = LLMClient.from_settings(s)
             if llm is None:
+                self.telemetry.metrics.consolidated("disabled")
                 return ConsolidationReport(user_id=user, status="disabled: no LLM configured")
         policy = ConsolidationPolicy(
             batch_size=s.consolidation_batch,
@@ -87,11 +88,17 @@ class Engram(Engine):
             token_encoder=self.token_encoder,
             encode_rows=self.encode_rows,
         )
+        metrics = self.telemetry.metrics
         try:
-            return consolidator.run(user)
+            report = consolidator.run(user)
+        except BaseException:
+            metrics.consolidated("error")
+            raise
         finally:
             if made_here:
                 llm.close()
+        metrics.consolidated(report.status)
+        return report
 
     def __enter__(self) -> Engram:
         return self

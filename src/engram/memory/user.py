@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import ExitStack
 from datetime import datetime
 from typing import Any, Literal, overload
 
@@ -264,7 +265,10 @@ class UserMemory(TenantHandle):
         if not include_catalog:
             types.discard("catalog")
         now = utcnow()
-        with engram.recall_gate.enter(self.user_id) as full:
+        telemetry = engram.telemetry
+        with telemetry.span("engram.recall", k=k), ExitStack() as slot:
+            with telemetry.stage("queue"):  # waiting for a recall slot (the gate; ~0 when idle)
+                full = slot.enter_context(engram.recall_gate.enter(self.user_id))
             hits = run_recall(
                 engram.store,
                 engram.embedder,
@@ -280,8 +284,12 @@ class UserMemory(TenantHandle):
                 admission=engram.rerank_admission,
                 shed_rerank=not full,
                 helper_nice=engram.settings.recall_nice,
+                telemetry=telemetry,
             )
         shed = any(h.explain.get("rerank") == SHED_RERANK for h in hits)
+        telemetry.metrics.recalls.inc()
+        if shed:
+            telemetry.metrics.recalls_shed.inc()
         hits = confident(hits, min_confidence)
         if record_use if record_use is not None else as_of is None:
             used = [

@@ -96,6 +96,11 @@ class RecallGate:
         """Recalls waiting for a slot now."""
         return sum(len(q) for q in self._queues.values())
 
+    def queue_depth(self) -> int:
+        """``queued``, read under the lock: for a scrape from another thread while recalls queue."""
+        with self._lock:
+            return self.queued
+
     @contextmanager
     def enter(self, tenant: str = "") -> Iterator[bool]:
         """Hold a slot until the block ends (waiting for one if need be). True: a full recall; False:

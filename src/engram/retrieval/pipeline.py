@@ -31,11 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, TypeVar
 
 from engram.errors import public_failure
 from engram.models import EpisodicMemory, Hit, MemoryType, event_time, search_text_of
+from engram.observability import Telemetry
 from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.retrieval.admission import Admission
 from engram.retrieval.candidate import Candidate
@@ -76,9 +78,12 @@ def recall(
     admission: Admission | None = None,
     shed_rerank: bool = False,
     helper_nice: int = 0,
+    telemetry: Telemetry | None = None,
 ) -> list[Hit]:
     """One recall through the stages of the module docstring; ``helper_nice`` is the CPU priority
-    (Linux nice) of the pool threads that run its legs and its query encoding beside it."""
+    (Linux nice) of the pool threads that run its legs and its query encoding beside it. ``telemetry``
+    times each stage (legs, fetch, late_interaction, rerank, current_first) and traces it when on."""
+    stage = telemetry.stage if telemetry is not None else _untimed
     where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded)
     late = token_encoder is not None and config.late_interaction and config.late_window > 0
     # The query's token vectors are encoded on a worker while the legs run.
@@ -88,20 +93,23 @@ def recall(
     if isinstance(store, CandidateSearch) and set(config.legs) == {"bm25", "dense"}:
         # A networked store answers legs, rows and token vectors in one statement: fewer round trips
         # beat running the legs side by side here.
-        found = store.search_candidates(
-            tenant, query, embedder.embed_query(query), where, config.leg_candidates, late
-        )
+        with stage("legs"):
+            found = store.search_candidates(
+                tenant, query, embedder.embed_query(query), where, config.leg_candidates, late
+            )
         legs = {
             "bm25": [(h.id, h.score) for h in found.bm25],
             "dense": [(h.id, h.score) for h in found.dense],
         }
         fetched, prefetched = found.rows, found.tokens
     else:
-        legs = _search_legs(store, embedder, tenant, query, where, config, helper_nice)
+        with stage("legs"):
+            legs = _search_legs(store, embedder, tenant, query, where, config, helper_nice)
         fetched, prefetched = None, None
     fused = rrf({leg: [i for i, _ in hits] for leg, hits in legs.items()}, k=config.rrf_k)
     if fetched is None:
-        fetched = store.fetch(tenant, list(fused), include_catalog="catalog" in memory_types)
+        with stage("fetch"):
+            fetched = store.fetch(tenant, list(fused), include_catalog="catalog" in memory_types)
     rows = {m.id: m for m in fetched}
     candidates = [Candidate(memory=rows[i], rrf=s) for i, s in fused.items() if i in rows]
     by_id = {c.memory.id: c for c in candidates}
@@ -123,7 +131,8 @@ def recall(
     heads = [len(candidates)]  # where each stage's re-ordered head ends
     if query_tokens is not None and token_encoder is not None and candidates:
         head = candidates[: config.late_window]
-        late_error = apply_late_interaction(store, token_encoder, tenant, query_tokens, head, prefetched)
+        with stage("late_interaction"):
+            late_error = apply_late_interaction(store, token_encoder, tenant, query_tokens, head, prefetched)
         if late_error is None:
             head.sort(key=lambda c: -c.final)
             candidates[: len(head)] = head
@@ -142,8 +151,11 @@ def recall(
         )
     elif reranker is not None and window:
         partial, window = contested < len(window), window[:contested]
+        rerank_error = None
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
-            rerank_error = apply_rerank(reranker, query, window, config.rerank_weight) if admitted else None
+            if admitted:  # a shed recall's skipped stage is counted as shed, not timed as a rerank
+                with stage("rerank"):
+                    rerank_error = apply_rerank(reranker, query, window, config.rerank_weight)
         if not admitted:
             notes["rerank"] = "skipped: load"
         elif rerank_error is None:
@@ -158,14 +170,15 @@ def recall(
     keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
     outdated_by: dict[str, str] = {}
     if config.current_first and period is None and not asks_about_past(query):
-        outdated_by = put_current_first(
-            candidates,
-            lambda ids: store.fetch(tenant, ids, include_catalog=False),
-            now,
-            margin=config.replace_margin,
-            outdated=config.outdated_factor,
-            places=CHANGE_PLACES if expects_change(query) else 0,
-        )
+        with stage("current_first"):
+            outdated_by = put_current_first(
+                candidates,
+                lambda ids: store.fetch(tenant, ids, include_catalog=False),
+                now,
+                margin=config.replace_margin,
+                outdated=config.outdated_factor,
+                places=CHANGE_PLACES if expects_change(query) else 0,
+            )
 
     confidences = {
         c.memory.id: confidence(config.calibration, c.rerank, c.late_raw, c.dense_score, c is uncontested)
@@ -190,6 +203,10 @@ def recall(
         )
         for rank, c in enumerate(candidates[:k], start=1)
     ]
+
+
+def _untimed(name: str) -> AbstractContextManager[None]:
+    return nullcontext()
 
 
 def apply_late_interaction(

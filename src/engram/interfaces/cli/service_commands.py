@@ -25,6 +25,7 @@ from engram.interfaces.cli.common import (
 )
 from engram.interfaces.cli.urls import serve_banner
 from engram.memory import Engram, sqlite_path
+from engram.observability.request_log import LogFormat, log_config
 from engram.settings import EngramSettings, load_settings
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
@@ -40,13 +41,18 @@ def serve(
     log_level: Annotated[
         LogLevel,
         typer.Option(
-            envvar="ENGRAM_LOG_LEVEL", help="server log level; info and debug include the access log"
+            envvar="ENGRAM_LOG_LEVEL", help="server log level; info and debug include the request lines"
         ),
     ] = "info",
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(envvar="ENGRAM_LOG_FORMAT", help="text, or json: one JSON object per log line"),
+    ] = "text",
     store: StoreOpt = None,
 ) -> None:
-    """Serve the REST API (/v1, docs at /docs), MCP (/mcp) and /healthz; --workers N for N processes.
-    Logs one access line per request (--log-level warning for none)."""
+    """Serve the REST API (/v1, docs at /docs), MCP (/mcp), /healthz and /metrics; --workers N for N
+    processes. Logs one line per request: method, route, status, duration and request id, also sent
+    back as X-Request-ID (--log-level warning for none)."""
     import uvicorn
 
     from engram.auth import ApiKeys, check_admin_key
@@ -54,6 +60,13 @@ def serve(
     from engram.interfaces.rest.protocol import JsonErrorsH11Protocol
 
     settings = serving_settings()
+    if settings.otel:
+        from engram.observability.tracing import install_provider
+
+        try:
+            install_provider()
+        except EngramError as exc:  # the otel extra is not installed: one line, not a traceback
+            raise _fail(exc) from None
     admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
     if admin_key:
         try:
@@ -76,7 +89,15 @@ def serve(
         try:
             if workers == 1:
                 app = create_app(eng, keys, host=host)
-                uvicorn.run(app, host=host, port=port, log_level=log_level, http=JsonErrorsH11Protocol)
+                uvicorn.run(
+                    app,
+                    host=host,
+                    port=port,
+                    log_level=log_level,
+                    http=JsonErrorsH11Protocol,
+                    log_config=log_config(log_level, log_format),
+                    access_log=False,  # the request line replaces it
+                )
             else:
                 _serve_processes(
                     workers,
@@ -84,7 +105,7 @@ def serve(
                     _store_url(store, eng.settings, existing=False),
                     host,
                     port,
-                    log_level,
+                    log_config(log_level, log_format),
                 )
         finally:
             if worker is not None:
@@ -121,7 +142,7 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 def _serve_processes(
-    workers: int, settings: EngramSettings, store: str, host: str, port: int, log_level: str
+    workers: int, settings: EngramSettings, store: str, host: str, port: int, logging: dict[str, Any]
 ) -> None:
     """uvicorn's supervisor over ``workers`` processes (engram.interfaces.rest.workers), each with its
     share of the cores for its models and its recall slots (half the cores in all, at least one per
@@ -148,7 +169,8 @@ def _serve_processes(
         http=JSON_ERRORS_H11,
         host=host,
         port=port,
-        log_level=log_level,
+        log_config=logging,
+        access_log=False,
     )
 
 

@@ -1,5 +1,5 @@
 """create_app: one ASGI app serving the REST API (/v1, docs at /docs), MCP (/mcp, /mcp/{user_id}), the
-inspector (/inspector, where / leads) and /healthz."""
+inspector (/inspector, where / leads), /healthz and /metrics (engram.interfaces.rest.observe)."""
 
 from __future__ import annotations
 
@@ -37,10 +37,12 @@ from engram.interfaces.inspector.routes import mount_inspector
 from engram.interfaces.mcp import build_mcp_server, http_tenant
 from engram.interfaces.rest.docs import mount_docs
 from engram.interfaces.rest.imports import ImportJobs
+from engram.interfaces.rest.observe import Observe, framework_telemetry_off, mount_metrics
 from engram.interfaces.rest.routes import admin, memories
 from engram.interfaces.rest.schemas import HTTP_CODES, publish_limits
 from engram.limits import MAX_BODY_BYTES, MAX_IMPORT_BYTES
 from engram.memory import Engram, validate_user_id
+from engram.observability.request_log import REQUEST_ID_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +111,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         lifespan=lifespan,
         docs_url=None,  # mount_docs serves /docs from local assets instead of a CDN
         redoc_url=None,
+        **framework_telemetry_off(),
     )
     app.state.engram = engram
     app.state.keys = keys
@@ -117,6 +120,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     app.include_router(admin.router)
     mount_inspector(app)  # /inspector, and the activity log the memory routes record into
     mount_docs(app)  # /docs with local assets, / -> /inspector
+    http_metrics = mount_metrics(app, engram)  # /metrics, per settings.metrics
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, Any]:
@@ -149,14 +153,18 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         return _error(422, "invalid_input", "; ".join(problems))
 
     @app.exception_handler(Exception)
-    async def server_error(_: Request, exc: Exception) -> JSONResponse:
-        # Starlette logs the traceback after this; the client gets no server detail.
-        return _error(500, "internal_error", FAILED)
+    async def server_error(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette logs the traceback after this; the client gets no server detail. This answer is sent
+        # from outside the middleware (Observe), so it carries the request id itself.
+        rid = getattr(request.state, "request_id", None)
+        return _error(500, "internal_error", FAILED, {REQUEST_ID_HEADER: rid} if rid else None)
 
     gate = McpGate(mcp_app, keys)
     app.router.routes.append(Route("/mcp", gate, methods=["GET", "POST", "DELETE"]))
     app.router.routes.append(Route("/mcp/{user_id}", gate, methods=["GET", "POST", "DELETE"]))
     app.add_middleware(BodyLimit, keys=keys)
+    # Outermost: a refused body (413) is counted, logged and given its request id too.
+    app.add_middleware(Observe, http=http_metrics, telemetry=engram.telemetry, routes=app.router.routes)
     publish_limits(app, engram.settings)
     return app
 

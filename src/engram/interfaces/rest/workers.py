@@ -17,11 +17,14 @@ from fastapi import FastAPI
 from engram.auth import ApiKeys
 from engram.interfaces.rest.app import create_app
 from engram.memory import Engram
+from engram.observability.tracing import install_provider
 from engram.settings import load_settings
 
 
 def app_from_environment() -> FastAPI:
     settings = load_settings()
+    if settings.otel:  # each worker process has its own tracer provider
+        install_provider()
     engram = Engram.from_settings(settings)
     keys = ApiKeys(engram.store)
     app = create_app(engram, keys, host=os.environ.get("ENGRAM_HOST", "127.0.0.1"))
