@@ -302,6 +302,9 @@ def test_open_by_url_and_env_home(tmp_path, monkeypatch):
     with Engram.open(f"sqlite:///{tmp_path}/explicit.db", rerank=False) as eng:
         assert eng.for_user("sarah").list("episodic") == []
     assert (tmp_path / "explicit.db").is_file()
+    with Engram.open(tmp_path / "by_path.db", rerank=False) as eng:  # a Path, as open() is often given
+        eng.for_user("sarah").remember_turn("hello")
+    assert (tmp_path / "by_path.db").is_file()
     with pytest.raises(InvalidInput, match="unsupported store URL"):
         Engram.open("mysql://localhost/x")
 

@@ -6,6 +6,7 @@ Store call: there is no code path that reads or writes without a tenant.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from engram.consolidation import ConsolidationPolicy, ConsolidationReport, Consolidator, LLMClient
@@ -22,16 +23,20 @@ class Engram(Engine):
     """One store, one embedder, one reranker; hands out tenant-scoped handles."""
 
     @classmethod
-    def open(cls, url: str | None = None, **settings: Any) -> Engram:
-        """Open the embedded store (default ``$ENGRAM_HOME/engram.db``) or the store at ``url``,
-        with the packaged local models. Keyword arguments override settings (e.g. ``rerank_window=40``)."""
+    def open(cls, url: str | os.PathLike[str] | None = None, **settings: Any) -> Engram:
+        """Open the embedded store (default ``$ENGRAM_HOME/engram.db``) or the store at ``url`` (a
+        store URL, or a SQLite file's path as a string or ``Path``), with the packaged local models.
+        Keyword arguments override settings (e.g. ``rerank_window=40``)."""
         resolved = load_settings(**settings)
         return cls.from_settings(resolved, url=url)
 
     @classmethod
-    def from_settings(cls, settings: EngramSettings, url: str | None = None) -> Engram:
+    def from_settings(cls, settings: EngramSettings, url: str | os.PathLike[str] | None = None) -> Engram:
         store = open_store(
-            url or settings.store_url(), settings.pg_admin_url, settings.ann_min_rows, settings
+            os.fspath(url) if url is not None else settings.store_url(),
+            settings.pg_admin_url,
+            settings.ann_min_rows,
+            settings,
         )
         made: list[object] = []
         try:
