@@ -51,6 +51,7 @@ RECALLED_COMPACT = TypeAdapter(_CompactHits)
 MEMORY: TypeAdapter[Memory] = TypeAdapter(Memory)
 LIST = TypeAdapter(_Rows)
 FORGOTTEN = TypeAdapter(_Forgotten)
+PLAYBOOK = TypeAdapter(ProceduralMemory)
 IMPORTED = TypeAdapter(dict[str, Any])
 _NOT_FOUND = re.compile(r"^(?P<what>\w+) (?P<id>'.*'|\".*\") not found$", re.DOTALL)
 

@@ -36,6 +36,7 @@ from pydantic import TypeAdapter, ValidationError
 from engram import _envelopes
 from engram._envelopes import _iso, _json, _listed, _memory_path, _not_found
 from engram.errors import (
+    ClientClosed,
     Conflict,
     EngramError,
     ImportFileError,
@@ -43,7 +44,9 @@ from engram.errors import (
     ModelError,
     NotFound,
     PermissionDenied,
+    ServiceUnavailable,
     StorageError,
+    Unauthorized,
 )
 from engram.models import (
     CompactHit,
@@ -61,32 +64,13 @@ from engram.models import (
     Tombstone,
     check_recall_options,
 )
+from engram.recall_filter import MetadataValue
 from engram.retrieval.config import RetrievalConfig
 from engram.validation import check_page
 
 __all__ = ["Client", "ClientClosed", "ServiceUnavailable", "Unauthorized"]
 
 MAX_PAGE = 500  # the largest page GET /v1/memories serves; longer lists are fetched page by page
-
-
-class Unauthorized(PermissionDenied):
-    """The service refused the API key: missing, unknown or revoked (HTTP 401)."""
-
-    code = "unauthorized"
-
-
-class ServiceUnavailable(StorageError):
-    """The service could not be reached (refused, timed out, name unknown) or did not answer as an Engram
-    service does (not its JSON, an unexpected shape, a proxy's error page). A StorageError, so code that
-    carries on without memory when the store fails does the same when the service is away."""
-
-    code = "service_unavailable"
-
-
-class ClientClosed(EngramError):
-    """The client was used after ``close()`` (or after its ``with`` block): nothing was sent."""
-
-    code = "client_closed"
 
 
 # The service's stable error codes (engram.errors and the REST layer's HTTP codes), most specific first.
@@ -232,6 +216,11 @@ class Client:
         as_of: datetime | None = None,
         min_confidence: float | None = None,
         view: Literal["full"] = "full",
+        *,
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[Hit]: ...
 
     @overload
@@ -248,6 +237,10 @@ class Client:
         min_confidence: float | None = None,
         *,
         view: Literal["compact"],
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[CompactHit]: ...
 
     def recall(
@@ -262,11 +255,17 @@ class Client:
         as_of: datetime | None = None,
         min_confidence: float | None = None,
         view: RecallView = "full",
+        *,
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[Hit] | builtins.list[CompactHit]:
         """Search all of the user's memory types and the catalog in one call; each hit's ``explain``
         shows how its score was made. Returned facts count as used unless ``record_use=False`` (or
         ``as_of`` is given), as in ``UserMemory.recall``. ``min_confidence`` keeps the top ``k`` hits
         that reach it; ``view="compact"`` asks the service for ``CompactHit``s (a fraction of the bytes).
+        ``session_id``, ``time_from``/``time_to`` and ``metadata`` filter inside the search, as there.
 
         ``config`` must be None here: the service recalls with its own settings (a caller's
         candidate counts and rerank windows would be other tenants' latency); InvalidInput otherwise.
@@ -284,6 +283,10 @@ class Client:
             "as_of": _iso(as_of),
             "min_confidence": min_confidence,
             "view": view,
+            "session_id": session_id,
+            "time_from": _iso(time_from),
+            "time_to": _iso(time_to),
+            "metadata": metadata,
         }
         if view == "compact":
             compact = self._call("POST", "/v1/recall", body, result=_envelopes.RECALLED_COMPACT)
@@ -302,6 +305,12 @@ class Client:
         path = _memory_path(memory_id)
         params = {"revive_retracted": "true"} if revive_retracted else None
         return self._call("DELETE", path, params=params, result=_envelopes.FORGOTTEN).forgotten
+
+    def record_outcome(self, playbook_id: str, success: bool) -> ProceduralMemory:
+        """Count one use of one of the user's playbooks as a success or a failure (no LLM involved);
+        the playbook with its counts after the change. NotFound for another user's playbook."""
+        path = _memory_path(playbook_id).replace("/v1/memories/", "/v1/playbooks/", 1) + "/outcome"
+        return self._call("POST", path, {"success": success}, result=_envelopes.PLAYBOOK)
 
     def history(self, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain that contains ``memory_id``, oldest first."""

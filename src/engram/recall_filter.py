@@ -17,7 +17,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from engram.errors import InvalidInput
 from engram.limits import (
@@ -28,6 +30,13 @@ from engram.limits import (
 )
 
 MetadataValue = str | bool | int | float
+# The same as the service's request schemas take it (REST, MCP): strict, a boolean before the numbers.
+MetadataScalar = (
+    Annotated[bool, Field(strict=True)]
+    | Annotated[int, Field(strict=True)]
+    | Annotated[float, Field(strict=True, allow_inf_nan=False)]
+    | Annotated[str, Field(strict=True, max_length=MAX_METADATA_FILTER_VALUE_CHARS)]
+)
 _SAFE_INT = 2**53  # past this a JSON number is not an exact integer in every engine (nor in JavaScript)
 # A metadata term longer than this (UTF-16 units, as Java counts) is not indexed by OpenSearch: a keyword
 # term must stay under 32 KiB, and no filter value is this long.

@@ -47,6 +47,7 @@ def narrowing_sql(narrow: RecallFilter, dialect: Dialect, alias: str = "") -> tu
             conditions.append(f"{alias}metadata @> jsonb_build_object({mark}::text, {mark}::jsonb)")
             params += [key, json.dumps(value)]
             continue
+        compare: list[Any]
         if isinstance(value, bool):
             kind, compare = f"type = '{'true' if value else 'false'}'", []
         elif isinstance(value, str):

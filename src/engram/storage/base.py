@@ -149,6 +149,14 @@ def episode_marks(
     )
 
 
+def playbook_outcome(playbook_id: str, success: bool, at: datetime) -> ConsolidationWrite:
+    """A write that only counts one outcome of a playbook (``UserMemory.record_outcome``): applied like
+    consolidation's feedback, in one transaction; NotFound unless the tenant owns such a playbook."""
+    write = episode_marks([], at, 0)
+    write.feedback = [PlaybookFeedback(playbook_id, success)]
+    return write
+
+
 class TransferStore(Protocol):
     """What a whole-store export and import need beside Store (engram.transfer)."""
 
