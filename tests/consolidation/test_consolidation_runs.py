@@ -8,7 +8,10 @@ import json
 import anyio
 
 from tests.consolidation.conftest import raw
-from tests.interfaces.conftest import make_service, mcp_session  # noqa: F401 (a fixture)
+from tests.interfaces.conftest import (
+    make_service,  # noqa: F401 (the fixture, shared with tests/interfaces)
+    mcp_session,
+)
 from tests.polling import until
 
 
@@ -28,7 +31,7 @@ def llm_settings(fake_llm):
     return {"llm_base_url": fake_llm.url, "llm_model": "test-model", "llm_max_retries": 0}
 
 
-def test_without_an_llm_a_trigger_is_409_and_says_what_to_set(make_service):
+def test_without_an_llm_a_trigger_is_409_and_says_what_to_set(make_service):  # noqa: F811
     with make_service() as svc:
         svc.engram.for_user("sarah").remember_turn("I just got a Lumio Hub v2")
         r = svc.client("sarah").post("/v1/consolidate")
@@ -37,7 +40,7 @@ def test_without_an_llm_a_trigger_is_409_and_says_what_to_set(make_service):
         assert svc.engram.store.waiting_episodes("sarah", 10)  # nothing was read
 
 
-def test_a_run_is_202_then_succeeds_and_one_runs_at_a_time_per_user(make_service, fake_llm):
+def test_a_run_is_202_then_succeeds_and_one_runs_at_a_time_per_user(make_service, fake_llm):  # noqa: F811
     fake_llm.script(one_fact(delay=1.0))
     with make_service(**llm_settings(fake_llm)) as svc:
         svc.engram.for_user("sarah").remember_turn("hi! I just got a Lumio Hub v2")
@@ -61,12 +64,13 @@ def test_a_run_is_202_then_succeeds_and_one_runs_at_a_time_per_user(make_service
         done = sarah.get(f"/v1/consolidate/{run['run_id']}").json()
         assert done["status"] == "succeeded", done
         assert done["counts"]["episodes"] == 1 and done["counts"]["written"] == 1 and done["finished_at"]
-        assert [f.text for f in svc.engram.for_user("sarah").list("semantic")] == ["Sarah owns a Lumio Hub v2"]
+        facts = svc.engram.for_user("sarah").list("semantic")
+        assert [f.text for f in facts] == ["Sarah owns a Lumio Hub v2"]
         assert svc.engram.for_user("bob").list("semantic") == []
         assert len(fake_llm.requests) == 1  # one run, one batch: the second trigger started nothing
 
 
-def test_a_failing_llm_is_a_failed_run_that_names_no_endpoint(make_service, fake_llm):
+def test_a_failing_llm_is_a_failed_run_that_names_no_endpoint(make_service, fake_llm):  # noqa: F811
     fake_llm.script(raw(500, '{"error": "boom at http://internal-llm:8000"}'))
     with make_service(**llm_settings(fake_llm)) as svc:
         svc.engram.for_user("sarah").remember_turn("hi! I just got a Lumio Hub v2")
@@ -78,7 +82,7 @@ def test_a_failing_llm_is_a_failed_run_that_names_no_endpoint(make_service, fake
         assert svc.engram.store.waiting_episodes("sarah", 10)  # the turn still waits for the next run
 
 
-def test_mcp_consolidate_memory_starts_a_run_and_reads_it(make_service, fake_llm):
+def test_mcp_consolidate_memory_starts_a_run_and_reads_it(make_service, fake_llm):  # noqa: F811
     fake_llm.script(one_fact())
     with make_service(**llm_settings(fake_llm)) as svc:
         svc.engram.for_user("sarah").remember_turn("hi! I just got a Lumio Hub v2")
