@@ -338,9 +338,9 @@ def test_recall_filters_by_session_event_time_and_metadata(side: Side) -> None:
     compact = mem.recall(query, session_id="b", view="compact", record_use=False)
     assert [c.id for c in compact] == [app.id]
     assert mem.recall(query, session_id="a", time_from=t0 + timedelta(days=5)) == []
+    assert mem.recall(query, time_from=t0, time_to=t0) == []  # an empty range matches nothing
     for bad in (
         {"session_id": ""},
-        {"time_from": t0, "time_to": t0},
         {"metadata": {"ch": ["app"]}},
         {"metadata": {"ch": None}},
         {"metadata": {f"k{i}": 1 for i in range(17)}},

@@ -3,9 +3,10 @@ metadata equality. Every backend applies it inside both search legs (``storage.b
 before the legs cut their candidates, so a filtered recall still finds ``k`` rows when ``k`` match.
 
 * ``session_id``: the turns of that session only (facts, playbooks and catalog rows have no session).
-* ``time_from`` (inclusive) .. ``time_to`` (exclusive): on the row's event time
-  (``models.event_time``: a turn's timestamp, a fact's ``valid_from`` else when it was stored, any
-  other row's creation), so two adjacent ranges never both return a row.
+* ``time_from`` (inclusive) .. ``time_to`` (exclusive): on the row's event time (``models.event_time``:
+  a turn's timestamp, a fact's ``valid_from`` else when it was stored, any other row's creation), so
+  two adjacent ranges never both return a row; an empty range matches nothing. SQLite (julianday)
+  and OpenSearch (a ``date`` field) compare to the millisecond, PostgreSQL to the microsecond.
 * ``metadata``: every pair must equal the row's top-level metadata value of that key. Values are
   scalars (a string, a boolean, a finite number); numbers compare by value (1 equals 1.0), a boolean
   never equals a number, and a list or object stored under the key matches nothing.
@@ -30,10 +31,11 @@ from engram.limits import (
 )
 
 MetadataValue = str | bool | int | float
+MetadataKey = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 # The same as the service's request schemas take it (REST, MCP): strict, a boolean before the numbers.
 MetadataScalar = (
     Annotated[bool, Field(strict=True)]
-    | Annotated[int, Field(strict=True)]
+    | Annotated[int, Field(strict=True, ge=-(2**53), le=2**53)]
     | Annotated[float, Field(strict=True, allow_inf_nan=False)]
     | Annotated[str, Field(strict=True, max_length=MAX_METADATA_FILTER_VALUE_CHARS)]
 )
@@ -68,9 +70,7 @@ def recall_filter(
         not isinstance(session_id, str) or not session_id or len(session_id) > MAX_SESSION_ID_CHARS
     ):
         raise InvalidInput(f"session_id must be a string of 1 to {MAX_SESSION_ID_CHARS} characters")
-    start, end = _utc(time_from, "time_from"), _utc(time_to, "time_to")
-    if start is not None and end is not None and start >= end:
-        raise InvalidInput("time_from must be before time_to (time_from is inclusive, time_to exclusive)")
+    start, end = _utc(time_from, "time_from"), _utc(time_to, "time_to")  # an empty range matches nothing
     pairs: tuple[tuple[str, MetadataValue], ...] = ()
     if metadata is not None:
         if not isinstance(metadata, Mapping):

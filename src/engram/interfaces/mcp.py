@@ -39,7 +39,7 @@ from engram.models import (
     no_confident_match,
     was_shed,
 )
-from engram.recall_filter import MetadataScalar
+from engram.recall_filter import MetadataKey, MetadataScalar
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def build_mcp_server(
     OptionalText = Annotated[StrictStr, Field(max_length=limits.max_text_chars)]
     SessionId = Annotated[StrictStr, Field(max_length=MAX_SESSION_ID_CHARS)]
     Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS)]
-    MetadataFilter = Annotated[dict[str, MetadataScalar], Field(max_length=MAX_METADATA_FILTER_KEYS)]
+    MetadataFilter = Annotated[dict[MetadataKey, MetadataScalar], Field(max_length=MAX_METADATA_FILTER_KEYS)]
     RunId = Annotated[StrictStr, Field(min_length=1, max_length=100)]
     # The bounds before the validator, or pydantic writes them as "ge"/"le", which no schema reader knows.
     RecallK = Annotated[int, Field(ge=1, le=MAX_SERVICE_RECALL_K, strict=False), BeforeValidator(json_number)]

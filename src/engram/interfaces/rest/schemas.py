@@ -42,7 +42,7 @@ from engram.models import (
     StrictStep,
     Tombstone,
 )
-from engram.recall_filter import MetadataScalar
+from engram.recall_filter import MetadataKey, MetadataScalar
 from engram.settings import DEFAULT_MAX_METADATA_CHARS, DEFAULT_MAX_TEXT_CHARS, EngramSettings
 from engram.validation import USER_ID_PATTERN
 from engram.visibility import empty_or_visible_schema, shows_nothing, visible_schema
@@ -218,7 +218,7 @@ class RecallRequest(_Request):
     time_to: IsoDatetime | None = Field(
         default=None, description="only rows whose event time is before this (exclusive)"
     )
-    metadata: dict[str, MetadataScalar] | None = Field(
+    metadata: dict[MetadataKey, MetadataScalar] | None = Field(
         default=None,
         max_length=MAX_METADATA_FILTER_KEYS,
         description="only rows whose top-level metadata has each of these values (numbers by value)",
