@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from engram.consolidation.llm import LLMClient
 from engram.errors import Conflict, NotFound, public_failure
 from engram.memory import Engram
 from engram.models import utcnow
@@ -36,7 +35,6 @@ LLM_FAILED = (
     "the LLM failed or gave no usable answer: the turns still wait for the next run; the server log "
     "has the details"
 )
-_WORKERS = 2  # runs of different users at once; more queue (each run is mostly waiting on the LLM)
 
 
 @dataclass
@@ -71,13 +69,16 @@ class ConsolidationRuns:
 
     def __init__(self, engram: Engram) -> None:
         self._engram = engram
-        self._pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="engram-consolidate")
+        self._pool = ThreadPoolExecutor(
+            engram.settings.consolidation_runs, thread_name_prefix="engram-consolidate"
+        )
         self._runs: dict[str, ConsolidationRun] = {}
         self._lock = threading.Lock()
 
     def trigger(self, user_id: str) -> ConsolidationRun:
         """Start a run for the user, or the user's run already queued or running."""
-        if LLMClient.from_settings(self._engram.settings) is None:
+        settings = self._engram.settings
+        if not (settings.llm_base_url and settings.llm_model):  # what LLMClient.from_settings needs
             raise Conflict(NO_LLM)
         with self._lock:
             self._forget_old()
