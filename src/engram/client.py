@@ -309,7 +309,7 @@ class Client:
     def record_outcome(self, playbook_id: str, success: bool) -> ProceduralMemory:
         """Count one use of one of the user's playbooks as a success or a failure (no LLM involved);
         the playbook with its counts after the change. NotFound for another user's playbook."""
-        path = _memory_path(playbook_id).replace("/v1/memories/", "/v1/playbooks/", 1) + "/outcome"
+        path = _memory_path(playbook_id, "playbooks") + "/outcome"
         return self._call("POST", path, {"success": success}, result=_envelopes.PLAYBOOK)
 
     def history(self, memory_id: str) -> builtins.list[Memory]:
