@@ -3,14 +3,15 @@ equality, applied inside both legs before their limit (parametrized by the ``sto
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from engram.errors import InvalidInput
-from engram.models import EpisodicMemory, SemanticMemory, new_id, search_text_of
+from engram.errors import InvalidInput, NotFound
+from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, new_id, search_text_of
 from engram.recall_filter import recall_filter
-from engram.storage.base import CandidateSearch, SearchFilter, Supersession
+from engram.storage.base import CandidateSearch, SearchFilter, Supersession, playbook_outcome
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 TYPES = frozenset({"episodic", "semantic", "procedural", "catalog"})
@@ -171,3 +172,27 @@ def test_a_facts_event_time_is_its_valid_from_and_filters_combine(store, embedde
 def test_invalid_filters_are_refused(kwargs, message):
     with pytest.raises(InvalidInput, match=message):
         recall_filter(**kwargs)
+
+
+def test_playbook_outcomes_count_atomically_and_only_for_the_owner(store, embedder):
+    """``playbook_outcome`` (UserMemory.record_outcome's write): concurrent outcomes all count; another
+    tenant's playbook, or a row that is not a playbook, is NotFound and changes nothing."""
+    playbook = ProceduralMemory(
+        id=new_id("procedural"), text="", user_id="sarah", created_at=T0, name="Reset"
+    )
+    fact = SemanticMemory(id=new_id("semantic"), text="Sarah owns a hub", user_id="sarah", created_at=T0)
+    put(store, embedder, "sarah", [playbook, fact])
+
+    def record(success: bool) -> None:
+        store.apply_consolidation("sarah", playbook_outcome(playbook.id, success, T0))
+
+    threads = [threading.Thread(target=record, args=(i % 4 != 0,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for tenant, memory_id in (("bob", playbook.id), ("sarah", fact.id)):
+        with pytest.raises(NotFound):
+            store.apply_consolidation(tenant, playbook_outcome(memory_id, True, T0))
+    (row,) = store.fetch("sarah", [playbook.id])
+    assert (row.success_count, row.failure_count) == (3, 1) and row.last_success_at == T0
