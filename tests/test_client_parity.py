@@ -60,7 +60,17 @@ from tests.conftest import STORE_KINDS, make_store
 # (how the tests reach the memory, the store behind it)
 SIDES = [(mode, kind) for mode in ("embedded", "client") for kind in STORE_KINDS] + [("async", "sqlite")]
 CLIENTS = ["client", "async"]
-PUBLIC_API = ["remember_turn", "write", "recall", "get", "forget", "history", "list", "import_json"]
+PUBLIC_API = [
+    "remember_turn",
+    "write",
+    "recall",
+    "record_outcome",
+    "get",
+    "forget",
+    "history",
+    "list",
+    "import_json",
+]
 TYPES = ("episodic", "semantic", "procedural")
 
 
@@ -337,6 +347,73 @@ def test_recall_counts_uses_unless_told_not_to(side: Side) -> None:
     replayed = mem.recall(query, memory_types=["semantic"], as_of=later, record_use=True)
     assert replayed[0].memory.use_count == 2  # type: ignore[union-attr]
     assert mem.get(fact.id).use_count == 2  # type: ignore[union-attr]
+
+
+def test_recall_filters_by_session_event_time_and_metadata(side: Side) -> None:
+    mem = side.sarah
+    t0 = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+    web = [
+        mem.remember_turn(f"the hub dropped off wifi, day {d}", at=t0 + timedelta(days=d), session_id="a")
+        for d in range(3)
+    ]
+    app = mem.remember_turn(
+        "the hub dropped off wifi again",
+        at=t0 + timedelta(days=3),
+        session_id="b",
+        metadata={"ch": "app", "n": 2},
+    )
+    fact = mem.write("Sarah's hub drops off wifi", valid_from=t0 + timedelta(days=1))
+    side.bob.remember_turn("the hub dropped off wifi", at=t0, session_id="a", metadata={"ch": "app", "n": 2})
+    query = "the hub dropped off wifi"
+    assert set(ids(mem.recall(query, session_id="a"))) == {t.id for t in web}
+    assert ids(mem.recall(query, metadata={"ch": "app", "n": 2.0})) == [app.id]
+    span = mem.recall(query, time_from=t0 + timedelta(days=1), time_to=t0 + timedelta(days=3))
+    assert set(ids(span)) == {web[1].id, web[2].id, fact.id}  # the fact by its valid_from
+    compact = mem.recall(query, session_id="b", view="compact", record_use=False)
+    assert [c.id for c in compact] == [app.id]
+    assert mem.recall(query, session_id="a", time_from=t0 + timedelta(days=5)) == []
+    assert mem.recall(query, time_from=t0, time_to=t0) == []  # an empty range matches nothing
+    for bad in (
+        {"session_id": ""},
+        {"metadata": {"ch": ["app"]}},
+        {"metadata": {"ch": None}},
+        {"metadata": {f"k{i}": 1 for i in range(17)}},
+        {"time_from": "2025-03-01"},
+    ):
+        with pytest.raises(InvalidInput):
+            mem.recall(query, **bad)  # type: ignore[arg-type]
+
+
+def test_a_playbooks_outcome_moves_its_prior_and_only_its_owner_records_one(side: Side) -> None:
+    mem = side.sarah
+    playbook = mem.write(
+        "",
+        memory_type="procedural",
+        name="Re-pair a Zigbee sensor",
+        trigger_text="a Zigbee sensor is offline",
+        steps=[{"order": 1, "instruction": "hold reset 10 s"}],
+    )
+    fact = mem.write("Sarah's sensors are Zigbee")
+    radios = side.engram.catalog.add("The Lumio Hub v2 supports Zigbee 3.0 and Thread")
+    mem.record_outcome(playbook.id, True)
+    after = mem.record_outcome(playbook.id, True)
+    assert isinstance(after, ProceduralMemory) and (after.success_count, after.failure_count) == (2, 0)
+    (hit,) = mem.recall("a Zigbee sensor is offline", memory_types=["procedural"])
+    assert hit.memory.success_count == 2  # type: ignore[union-attr]
+    assert mem.record_outcome(playbook.id, False).failure_count == 1
+    refused: list[tuple[Any, Any, type[EngramError]]] = [
+        (side.bob.record_outcome, playbook.id, NotFound),  # another user's playbook
+        (mem.record_outcome, fact.id, InvalidInput),  # not a playbook
+        (mem.record_outcome, radios.id, InvalidInput),
+        (mem.record_outcome, "pro_" + "A" * 22, NotFound),
+    ]
+    for record, memory_id, error in refused:
+        with pytest.raises(error):
+            record(memory_id, True)
+    with pytest.raises(InvalidInput):
+        mem.record_outcome(playbook.id, "yes")  # type: ignore[arg-type]
+    stored = mem.get(playbook.id)
+    assert (stored.success_count, stored.failure_count) == (2, 1)  # type: ignore[union-attr]
 
 
 def test_invalid_input_is_refused_and_changes_nothing(side: Side) -> None:
@@ -627,6 +704,9 @@ def transcript(mem: Mem, catalog_id: str) -> list[Any]:
     call(mem.recall, "when did we move?", as_of=said + timedelta(days=7))
     call(mem.recall, "when did we move?", include_catalog=False, record_use=False)
     call(mem.recall, "q", k=0)
+    call(mem.recall, "when did we move?", session_id="s", metadata={"ch": "web"}, time_from=said)
+    call(mem.record_outcome, playbook.id, True)
+    call(mem.record_outcome, old.id, False)
     call(mem.history, old.id)
     call(mem.list, "semantic", include_superseded=True)
     call(mem.list, "episodic", limit=1, offset=1)
@@ -667,9 +747,31 @@ def test_the_same_calls_give_the_same_results(mode: str, make_engram: Callable[.
     with served(remote) as (url, keys), open_client(mode, url, keys.create("sarah")[0]) as client:
         by_client = transcript(client, remote_item.id)
     by_handle = transcript(embedded.for_user("sarah"), local_item.id)
-    assert len(by_handle) == 24
+    assert len(by_handle) == 27
     for step, (mine, theirs) in enumerate(zip(by_handle, by_client, strict=True)):
         assert mine == theirs, step
+
+
+def test_an_outcome_moves_the_playbooks_prior_when_feedback_ranks(
+    make_engram: Callable[..., Engram],
+) -> None:
+    """With ENGRAM_PROCEDURAL_FEEDBACK on (off by default: it cost MRR on the eval corpus), recall
+    multiplies a playbook's score by its success prior; an outcome recorded over REST moves it at once."""
+    eng = make_engram(procedural_feedback=True)
+    with served(eng) as (url, keys), Client(url, keys.create("sarah")[0]) as mem:
+        steps = [{"order": 1, "instruction": "hold reset 10 s"}]
+        playbook = mem.write("", memory_type="procedural", name="Re-pair a Zigbee sensor", steps=steps)
+        query = "a Zigbee sensor is offline"
+        (before,) = mem.recall(query, memory_types=["procedural"])
+        assert before.explain["success_prior"] == 1.0
+        mem.record_outcome(playbook.id, True)
+        mem.record_outcome(playbook.id, True)
+        (up,) = mem.recall(query, memory_types=["procedural"])
+        assert up.explain["success_prior"] == pytest.approx(0.5 + 3 / 4) and up.score > before.score
+        for _ in range(4):
+            mem.record_outcome(playbook.id, False)
+        (down,) = mem.recall(query, memory_types=["procedural"])
+        assert down.explain["success_prior"] == pytest.approx(0.5 + 3 / 8) and down.score < before.score
 
 
 # -- what only a client meets: keys, the network, and its own lifecycle ----------------------------

@@ -51,6 +51,7 @@ RECALLED_COMPACT = TypeAdapter(_CompactHits)
 MEMORY: TypeAdapter[Memory] = TypeAdapter(Memory)
 LIST = TypeAdapter(_Rows)
 FORGOTTEN = TypeAdapter(_Forgotten)
+PLAYBOOK = TypeAdapter(ProceduralMemory)
 IMPORTED = TypeAdapter(dict[str, Any])
 _NOT_FOUND = re.compile(r"^(?P<what>\w+) (?P<id>'.*'|\".*\") not found$", re.DOTALL)
 
@@ -67,14 +68,14 @@ def _not_found(message: str) -> NotFound | None:
         return None
 
 
-def _memory_path(memory_id: object) -> str:
-    """The route of one row. The handle looks up ``str(memory_id)`` whatever it is given; here every
-    character is escaped (the dots too: "." or ".." would be read as path steps), so the id stays one
-    path segment."""
+def _memory_path(memory_id: object, collection: str = "memories") -> str:
+    """The route of one row (under ``/v1/{collection}/``). The handle looks up ``str(memory_id)``
+    whatever it is given; here every character is escaped (the dots too: "." or ".." would be read as
+    path steps), so the id stays one path segment."""
     segment = str(memory_id)
     if not segment or "/" in segment:  # no id has either; the handle says NotFound too
         raise NotFound(segment)
-    return "/v1/memories/" + quote(segment, safe="").replace(".", "%2E")
+    return f"/v1/{collection}/" + quote(segment, safe="").replace(".", "%2E")
 
 
 def _iso(at: datetime | None) -> str | None:

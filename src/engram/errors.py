@@ -77,6 +77,27 @@ _WITHHELD = {
 }
 
 
+# The errors only engram.Client raises (it re-exports them).
+class Unauthorized(PermissionDenied):
+    """The service refused the API key: missing, unknown or revoked (HTTP 401)."""
+
+    code = "unauthorized"
+
+
+class ServiceUnavailable(StorageError):
+    """The service could not be reached (refused, timed out, name unknown) or did not answer as an Engram
+    service does (not its JSON, an unexpected shape, a proxy's error page). A StorageError, so code that
+    carries on without memory when the store fails does the same when the service is away."""
+
+    code = "service_unavailable"
+
+
+class ClientClosed(EngramError):
+    """The client was used after ``close()`` (or after its ``with`` block): nothing was sent."""
+
+    code = "client_closed"
+
+
 def public_message(exc: EngramError) -> str:
     """The message of ``exc`` that a remote client (REST, MCP over HTTP) may read.
 

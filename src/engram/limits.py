@@ -33,3 +33,6 @@ MAX_IMPORT_BYTES: Final = 64 << 20
 # Where a schema's bound is a setting, it names the setting under this key; the service writes the
 # running server's value there (engram.interfaces.rest.schemas.publish_limits).
 SETTING_MARK: Final = "x-engram-setting"
+# A recall's metadata filter (equality on every pair): a handful of keys, each value a short scalar.
+MAX_METADATA_FILTER_KEYS: Final = 16
+MAX_METADATA_FILTER_VALUE_CHARS: Final = 2_000

@@ -284,6 +284,11 @@ class EngramSettings(BaseSettings):
     consolidation_worker: bool = Field(default=True, description="run consolidation inside `engram serve`")
     consolidate_every_episodes: int = Field(default=20, ge=1, description="new turns that trigger a run")
     consolidate_every_hours: float = Field(default=24.0, gt=0, description="a run at least this often")
+    consolidation_runs: int = Field(
+        default=2,
+        ge=1,
+        description="runs started over REST/MCP a server runs at once (one per user); more queue",
+    )
     # The support agent (engram.agent, `engram chat`) talks to the same LLM as consolidation.
     agent_max_tool_rounds: int = Field(
         default=4,

@@ -10,7 +10,7 @@ with isolation intact, once (a second run changes nothing), and never down.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -255,3 +255,73 @@ def test_step_scripts_compose_in_version_order(monkeypatch):
     )
     assert _migrate.step_script("store", 2, 4) == "void v4(Map ctx) { c }\nv4(ctx);"
     assert _migrate.step_script("tombstones", 0, 4) is None
+
+
+def test_migrating_to_3_derives_the_recall_filter_fields_as_new_writes_have_them(
+    opensearch_node, os_prefixes, embedder, reranker, token_encoder
+):
+    """Version 3's step (painless) derives session_id, event_time and metadata_terms from documents
+    written before them, exactly as _documents.document does for new ones; filtered recall then works."""
+    node, prefix = opensearch_node, os_prefixes()
+    eng = Engram(open_store(node, prefix), embedder, reranker, token_encoder=token_encoder)
+    t0 = datetime(2025, 3, 1, tzinfo=UTC)
+    sarah = eng.for_user("sarah")
+    meta = {"ch": "web", "n": 2, "x": 1.5, "big": 2.0, "ok": True, "tags": ["a"], "none": None, "ü": "ß"}
+    turn = sarah.remember_turn("the hub lost wifi", at=t0, session_id="s1", metadata=meta)
+    other = sarah.remember_turn("the hub lost wifi again", at=t0 + timedelta(days=9), session_id="s2")
+    fact = sarah.write("Sarah's hub lost wifi in 1999", valid_from=datetime(1999, 1, 1, tzinfo=UTC))
+    eng.close()
+    derived = ("session_id", "event_time", "metadata_terms")
+    written = {
+        h["_id"]: {f: h["_source"].get(f) for f in derived}
+        for h in ok(node.request("POST", f"/{prefix}memories/_search", {"size": 10}))["hits"]["hits"]
+    }
+
+    def v2_body(kind: str) -> dict:
+        body = index_body(kind, 384, 1, 0)
+        body["mappings"]["_meta"]["engram_mapping_version"] = 2
+        for name in derived:
+            body["mappings"]["properties"].pop(name, None)
+        return body
+
+    for kind in KINDS:  # the store as version 2 wrote it: without the fields
+        ok(node.request("PUT", f"/{prefix}{kind}-v2", v2_body(kind)))
+        strip = "".join(f"ctx._source.remove('{f}');" for f in derived)
+        copy = {
+            "source": {"index": f"{prefix}{kind}-v{MAPPING_VERSION}"},
+            "dest": {"index": f"{prefix}{kind}-v2"},
+            "script": {"source": strip, "lang": "painless"},
+        }
+        assert ok(node.request("POST", "/_reindex?refresh=true", copy))["failures"] == []
+        ok(node.request("DELETE", f"/{prefix}{kind}-v{MAPPING_VERSION}"))
+        ok(
+            node.request(
+                "POST",
+                "/_aliases",
+                {"actions": [{"add": {"index": f"{prefix}{kind}-v2", "alias": f"{prefix}{kind}"}}]},
+            )
+        )
+
+    migrate(f"opensearchs://{node.address}", options_for(node, prefix), delete_old=True)
+    migrated = {
+        h["_id"]: {f: h["_source"].get(f) for f in derived}
+        for h in ok(node.request("POST", f"/{prefix}memories/_search", {"size": 10}))["hits"]["hits"]
+    }
+    for doc_id, fields in written.items():
+        got = migrated[doc_id]
+        assert got["session_id"] == fields["session_id"] and sorted(got["metadata_terms"]) == sorted(
+            fields["metadata_terms"]
+        ), doc_id
+        assert datetime.fromisoformat(got["event_time"]) == datetime.fromisoformat(fields["event_time"])
+    eng = Engram(open_store(node, prefix), embedder, reranker, token_encoder=token_encoder)
+    try:
+        sarah = eng.for_user("sarah")
+        assert [h.memory.id for h in sarah.recall("hub wifi", session_id="s1")] == [turn.id]
+        assert [h.memory.id for h in sarah.recall("hub wifi", metadata={"x": 1.5, "big": 2})] == [turn.id]
+        assert [h.memory.id for h in sarah.recall("hub wifi", metadata={"ü": "ß", "ok": True})] == [turn.id]
+        recent = sarah.recall("hub wifi", time_from=t0 + timedelta(days=1))
+        assert [h.memory.id for h in recent] == [other.id]
+        old = sarah.recall("hub wifi", time_to=datetime(2000, 1, 1))
+        assert [h.memory.id for h in old] == [fact.id]
+    finally:
+        eng.close()

@@ -14,9 +14,11 @@ from engram.models import (
     Hit,
     Memory,
     MemoryType,
+    ProceduralMemory,
     Step,
     Tombstone,
 )
+from engram.recall_filter import MetadataValue
 
 
 class MemoryHandle(Protocol):
@@ -37,7 +39,13 @@ class MemoryHandle(Protocol):
         include_superseded: bool = False,
         *,
         min_confidence: float | None = None,
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> list[Hit]: ...
+
+    def record_outcome(self, playbook_id: str, success: bool) -> ProceduralMemory: ...
 
     def write(
         self,

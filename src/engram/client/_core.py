@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from engram import _envelopes
 from engram._envelopes import _iso, _json, _listed, _memory_path, _not_found
 from engram.errors import (
+    ClientClosed,
     Conflict,
     EngramError,
     ImportFileError,
@@ -28,7 +29,9 @@ from engram.errors import (
     ModelError,
     NotFound,
     PermissionDenied,
+    ServiceUnavailable,
     StorageError,
+    Unauthorized,
 )
 from engram.models import (
     CompactHit,
@@ -46,30 +49,11 @@ from engram.models import (
     Tombstone,
     check_recall_options,
 )
+from engram.recall_filter import MetadataValue
 from engram.retrieval.config import RetrievalConfig
 from engram.validation import check_page
 
 MAX_PAGE = 500  # the largest page GET /v1/memories serves; longer lists are fetched page by page
-
-
-class Unauthorized(PermissionDenied):
-    """The service refused the API key: missing, unknown or revoked (HTTP 401)."""
-
-    code = "unauthorized"
-
-
-class ServiceUnavailable(StorageError):
-    """The service could not be reached (refused, timed out, name unknown) or did not answer as an Engram
-    service does (not its JSON, an unexpected shape, a proxy's error page). A StorageError, so code that
-    carries on without memory when the store fails does the same when the service is away."""
-
-    code = "service_unavailable"
-
-
-class ClientClosed(EngramError):
-    """The client was used after ``close()`` (or after its ``with`` block): nothing was sent."""
-
-    code = "client_closed"
 
 
 # The service's stable error codes (engram.errors and the REST layer's HTTP codes), most specific first.
@@ -202,6 +186,10 @@ class ClientCore:
         as_of: datetime | None,
         min_confidence: float | None,
         view: RecallView,
+        session_id: str | None,
+        time_from: datetime | None,
+        time_to: datetime | None,
+        metadata: Mapping[str, MetadataValue] | None,
     ) -> Plan[list[Hit] | list[CompactHit]]:
         if config is not None:
             raise InvalidInput("config is not taken over the REST API: the service recalls with its settings")
@@ -216,6 +204,10 @@ class ClientCore:
             "as_of": _iso(as_of),
             "min_confidence": min_confidence,
             "view": view,
+            "session_id": session_id,
+            "time_from": _iso(time_from),
+            "time_to": _iso(time_to),
+            "metadata": metadata,
         }
         if view == "compact":
             compact = yield from self._call("POST", "/v1/recall", body, result=_envelopes.RECALLED_COMPACT)
@@ -230,6 +222,10 @@ class ClientCore:
         path = _memory_path(memory_id)
         params = {"revive_retracted": "true"} if revive_retracted else None
         return (yield from self._call("DELETE", path, params=params, result=_envelopes.FORGOTTEN)).forgotten
+
+    def _record_outcome(self, playbook_id: str, success: bool) -> Plan[ProceduralMemory]:
+        path = _memory_path(playbook_id, "playbooks") + "/outcome"
+        return (yield from self._call("POST", path, {"success": success}, result=_envelopes.PLAYBOOK))
 
     def _history(self, memory_id: str) -> Plan[list[Memory]]:
         path = _memory_path(memory_id) + "/history"

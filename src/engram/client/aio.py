@@ -40,6 +40,7 @@ from engram.models import (
     Step,
     Tombstone,
 )
+from engram.recall_filter import MetadataValue
 from engram.retrieval.config import RetrievalConfig
 
 __all__ = ["AsyncClient"]
@@ -143,6 +144,11 @@ class AsyncClient(ClientCore):
         as_of: datetime | None = None,
         min_confidence: float | None = None,
         view: Literal["full"] = "full",
+        *,
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[Hit]: ...
 
     @overload
@@ -159,6 +165,10 @@ class AsyncClient(ClientCore):
         min_confidence: float | None = None,
         *,
         view: Literal["compact"],
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[CompactHit]: ...
 
     async def recall(
@@ -173,6 +183,11 @@ class AsyncClient(ClientCore):
         as_of: datetime | None = None,
         min_confidence: float | None = None,
         view: RecallView = "full",
+        *,
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[Hit] | builtins.list[CompactHit]:
         """As ``Client.recall``."""
         plan = self._recall(
@@ -186,6 +201,10 @@ class AsyncClient(ClientCore):
             as_of,
             min_confidence,
             view,
+            session_id,
+            time_from,
+            time_to,
+            metadata,
         )
         return await self._run(plan)
 
@@ -196,6 +215,10 @@ class AsyncClient(ClientCore):
     async def forget(self, memory_id: str, *, revive_retracted: bool = False) -> Tombstone:
         """As ``Client.forget``."""
         return await self._run(self._forget(memory_id, revive_retracted))
+
+    async def record_outcome(self, playbook_id: str, success: bool) -> ProceduralMemory:
+        """As ``Client.record_outcome``."""
+        return await self._run(self._record_outcome(playbook_id, success))
 
     async def history(self, memory_id: str) -> builtins.list[Memory]:
         """As ``Client.history``."""

@@ -46,6 +46,7 @@ from engram.models import (
     Step,
     Tombstone,
 )
+from engram.recall_filter import MetadataValue
 from engram.retrieval.config import RetrievalConfig
 
 __all__ = ["Client"]
@@ -158,6 +159,11 @@ class Client(ClientCore):
         as_of: datetime | None = None,
         min_confidence: float | None = None,
         view: Literal["full"] = "full",
+        *,
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[Hit]: ...
 
     @overload
@@ -174,6 +180,10 @@ class Client(ClientCore):
         min_confidence: float | None = None,
         *,
         view: Literal["compact"],
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[CompactHit]: ...
 
     def recall(
@@ -188,11 +198,17 @@ class Client(ClientCore):
         as_of: datetime | None = None,
         min_confidence: float | None = None,
         view: RecallView = "full",
+        *,
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[Hit] | builtins.list[CompactHit]:
         """Search all of the user's memory types and the catalog in one call; each hit's ``explain``
         shows how its score was made. Returned facts count as used unless ``record_use=False`` (or
         ``as_of`` is given), as in ``UserMemory.recall``. ``min_confidence`` keeps the top ``k`` hits
         that reach it; ``view="compact"`` asks the service for ``CompactHit``s (a fraction of the bytes).
+        ``session_id``, ``time_from``/``time_to`` and ``metadata`` filter inside the search, as there.
 
         ``config`` must be None here: the service recalls with its own settings (a caller's
         candidate counts and rerank windows would be other tenants' latency); InvalidInput otherwise.
@@ -208,6 +224,10 @@ class Client(ClientCore):
             as_of,
             min_confidence,
             view,
+            session_id,
+            time_from,
+            time_to,
+            metadata,
         )
         return self._run(plan)
 
@@ -220,6 +240,11 @@ class Client(ClientCore):
         correction retracted stays retracted when the correction is forgotten, unless
         ``revive_retracted``."""
         return self._run(self._forget(memory_id, revive_retracted))
+
+    def record_outcome(self, playbook_id: str, success: bool) -> ProceduralMemory:
+        """Count one use of one of the user's playbooks as a success or a failure (no LLM involved);
+        the playbook with its counts after the change. NotFound for another user's playbook."""
+        return self._run(self._record_outcome(playbook_id, success))
 
     def history(self, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain that contains ``memory_id``, oldest first."""

@@ -1,4 +1,5 @@
-"""The MCP server: remember_turn, recall_memory, write_memory, forget_memory, with the official SDK.
+"""The MCP server: remember_turn, recall_memory, write_memory, forget_memory, record_outcome and
+consolidate_memory, with the official SDK.
 
 The tenant of every tool call comes from a ``tenant_of(ctx)`` function chosen by the transport: over
 HTTP the bearer key checked by the REST app's middleware; over stdio the user fixed at start.
@@ -16,8 +17,10 @@ from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictStr, ValidationError
 
 from engram.errors import EngramError, public_failure, public_message
+from engram.interfaces.consolidation_runs import ConsolidationRuns
 from engram.limits import (
     MAX_LINE_CHARS,
+    MAX_METADATA_FILTER_KEYS,
     MAX_NAME_CHARS,
     MAX_SERVICE_RECALL_K,
     MAX_SESSION_ID_CHARS,
@@ -36,6 +39,7 @@ from engram.models import (
     no_confident_match,
     was_shed,
 )
+from engram.recall_filter import MetadataKey, MetadataScalar
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +77,16 @@ value and stay true ("Bristol's thick walls weaken Zigbee") alone. Returns the s
 
 FORGET_DESCRIPTION = """Permanently delete one of the user's memories by id. Only when the user explicitly
 asks to forget something; to record a change, use write_memory with supersedes_id instead."""
+
+
+OUTCOME_DESCRIPTION = """Record whether one of the user's playbooks worked when followed: success=true
+when the user confirms it solved the problem, false when it did not. Recall ranks playbooks that work
+above those that fail. Pass the playbook's id from recall_memory. Returns the playbook with its counts."""
+
+CONSOLIDATE_DESCRIPTION = """Turn the user's stored turns into facts and playbooks now (otherwise the
+server does it on its own schedule). Without run_id: starts a run (or returns the one already going)
+and answers at once with its run_id and status. With run_id: that run's status (queued, running,
+succeeded with counts, or failed with the error)."""
 
 
 def _call(fn: Callable[[], Any]) -> Any:
@@ -130,9 +144,11 @@ def build_mcp_server(
     engram: Engram,
     tenant_of: Callable[[Context], str],
     handle: Callable[[str], UserMemory] | None = None,
+    runs: ConsolidationRuns | None = None,
 ) -> MCPServer:
     """The MCP tools on ``engram`` for the tenant ``tenant_of`` names; ``handle`` makes the user's
-    handle (the service's records what it does for the inspector), else ``engram.for_user``."""
+    handle (the service's records what it does for the inspector), else ``engram.for_user``; ``runs``
+    the consolidation runs it shares with REST (the server's), else its own."""
     server = EngramMCPServer(name="engram", instructions=INSTRUCTIONS, log_level="WARNING")
     # Each bound is the one the engine enforces (engram.limits, this store's settings): the tools'
     # input schemas show it, and a call past it is refused before any work.
@@ -141,6 +157,8 @@ def build_mcp_server(
     OptionalText = Annotated[StrictStr, Field(max_length=limits.max_text_chars)]
     SessionId = Annotated[StrictStr, Field(max_length=MAX_SESSION_ID_CHARS)]
     Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+    MetadataFilter = Annotated[dict[MetadataKey, MetadataScalar], Field(max_length=MAX_METADATA_FILTER_KEYS)]
+    RunId = Annotated[StrictStr, Field(min_length=1, max_length=100)]
     # The bounds before the validator, or pydantic writes them as "ge"/"le", which no schema reader knows.
     RecallK = Annotated[int, Field(ge=1, le=MAX_SERVICE_RECALL_K, strict=False), BeforeValidator(json_number)]
 
@@ -170,6 +188,10 @@ def build_mcp_server(
         include_superseded: StrictBool = False,
         min_confidence: Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)] | None = None,
         view: RecallView = "compact",
+        session_id: SessionId | None = None,
+        time_from: IsoDatetime | None = None,
+        time_to: IsoDatetime | None = None,
+        metadata: MetadataFilter | None = None,
     ) -> dict[str, Any]:
         mem = memory(ctx)
         threshold = engram.settings.min_confidence if min_confidence is None else min_confidence
@@ -181,6 +203,10 @@ def build_mcp_server(
                 include_catalog=include_catalog,
                 include_superseded=include_superseded,
                 min_confidence=threshold,
+                session_id=session_id,
+                time_from=time_from,
+                time_to=time_to,
+                metadata=metadata,
             )
         )
         result: dict[str, Any] = {
@@ -232,6 +258,20 @@ def build_mcp_server(
         mem = memory(ctx)
         stone = _call(lambda: mem.forget(memory_id))
         return {"forgotten": stone.model_dump(mode="json")}
+
+    @server.tool(name="record_outcome", description=OUTCOME_DESCRIPTION)
+    def record_outcome(playbook_id: StrictStr, success: StrictBool, ctx: Context) -> dict[str, Any]:
+        mem = memory(ctx)
+        row = _call(lambda: mem.record_outcome(playbook_id, success))
+        return {"memory": row.model_dump(mode="json")}
+
+    consolidation = runs or ConsolidationRuns(engram)
+
+    @server.tool(name="consolidate_memory", description=CONSOLIDATE_DESCRIPTION)
+    def consolidate_memory(ctx: Context, run_id: RunId | None = None) -> dict[str, Any]:
+        user = tenant_of(ctx)
+        run = _call(lambda: consolidation.get(user, run_id) if run_id else consolidation.trigger(user))
+        return dict(run.as_json())
 
     return server
 

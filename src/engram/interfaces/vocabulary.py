@@ -81,13 +81,9 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         Absent("a key opens one tenant: POST /v1/import (UserMemory) or POST /v1/catalog/import (catalog)"),
         _BULK,
     ),
-    "Engram.consolidate": Operation(
-        "consolidate",
-        Absent(
-            "`engram serve` runs it in the background (every N turns or 24 h); LLM calls outlast a request"
-        ),
-        Absent("`engram serve` runs it in the background; an agent does not schedule it"),
-    ),
+    # `engram serve` also runs it in the background (every N turns or 24 h); over REST and MCP the
+    # key's user starts a run now, answered at once with its run id (LLM calls outlast a request).
+    "Engram.consolidate": Operation("consolidate", Route("POST", "/v1/consolidate"), "consolidate_memory"),
     "Engram.reindex": Operation("reindex", _MAINTENANCE, _MAINTENANCE),
     "Engram.index_heavy_tenants": Operation(
         Absent("a step of `engram reindex`, which builds heavy users' indexes after the token vectors"),
@@ -110,6 +106,9 @@ OPERATIONS: Final[Mapping[str, Operation]] = {
         Absent("recall_memory with include_superseded=true answers 'what was it before?'"),
     ),
     "UserMemory.list": Operation("list", Route("GET", "/v1/memories"), _NOT_A_TOOL),
+    "UserMemory.record_outcome": Operation(
+        "record-outcome", Route("POST", "/v1/playbooks/{playbook_id}/outcome"), "record_outcome"
+    ),
     "UserMemory.forget": Operation("forget", Route("DELETE", "/v1/memories/{memory_id}"), "forget_memory"),
     "UserMemory.import_json": Operation("import", Route("POST", "/v1/import"), _BULK),
     # -- CatalogAdmin: the shared catalog (admin) ---------------------------------------------------
@@ -154,6 +153,7 @@ REST_ONLY: Final[Mapping[Route, str]] = {
     Route("DELETE", "/v1/keys/{key_id}"): "engram.auth.ApiKeys.revoke",
     Route("GET", "/v1/import/{key}"): "an import sent with an Idempotency-Key: its progress, then its report",
     Route("GET", "/v1/catalog/import/{key}"): "a catalog import sent with an Idempotency-Key, likewise",
+    Route("GET", "/v1/consolidate/{run_id}"): "a consolidation run's status (consolidate_memory with run_id)",
 }
 MCP_ONLY: Final[Mapping[str, str]] = {}
 

@@ -8,8 +8,9 @@ store, models, encoding, import), ``handles`` (UserMemory, CatalogAdmin, MemoryR
 from engram.memory.engine import Engine
 from engram.memory.facade import Engram
 from engram.memory.handles import CatalogAdmin
+from engram.memory.reader import MemoryReader
 from engram.memory.stores import open_store, sqlite_path
-from engram.memory.user import SESSION_LOOKBACK, WRITABLE_TYPES, MemoryReader, UserMemory
+from engram.memory.user import SESSION_LOOKBACK, WRITABLE_TYPES, UserMemory
 from engram.validation import validate_user_id
 
 __all__ = [

@@ -12,8 +12,9 @@ from typing import Any
 from engram.consolidation import ConsolidationPolicy, ConsolidationReport, Consolidator, LLMClient
 from engram.memory.engine import Engine, close_all
 from engram.memory.handles import CatalogAdmin
+from engram.memory.reader import MemoryReader
 from engram.memory.stores import open_store
-from engram.memory.user import MemoryReader, UserMemory
+from engram.memory.user import UserMemory
 from engram.providers import default_embedder, default_reranker, default_token_encoder
 from engram.settings import EngramSettings, load_settings
 from engram.validation import validate_user_id

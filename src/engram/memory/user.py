@@ -1,5 +1,5 @@
-"""One user's memory: ``UserMemory`` (sees the user's rows and the catalog, writes the user's rows)
-and ``MemoryReader`` (the same memory, read only).
+"""One user's memory: ``UserMemory`` (sees the user's rows and the catalog, writes the user's rows);
+``engram.memory.reader`` has the same memory, read only.
 
 ``list`` methods shadow the builtin inside the class bodies, so annotations there spell it
 ``builtins.list``.
@@ -37,12 +37,14 @@ from engram.models import (
     confident,
     episode_context,
     episode_speaker,
+    is_well_formed_id,
     new_id,
     utcnow,
 )
+from engram.recall_filter import MetadataValue, recall_filter
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.pipeline import recall as run_recall
-from engram.storage.base import Supersession
+from engram.storage.base import Supersession, playbook_outcome
 from engram.validation import aware, build_row, check_metadata, check_session_id, check_types
 
 WRITABLE_TYPES = ("semantic", "procedural")
@@ -210,6 +212,11 @@ class UserMemory(TenantHandle):
         as_of: datetime | None = None,
         min_confidence: float | None = None,
         view: Literal["full"] = "full",
+        *,
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[Hit]: ...
 
     @overload
@@ -226,6 +233,10 @@ class UserMemory(TenantHandle):
         min_confidence: float | None = None,
         *,
         view: Literal["compact"],
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[CompactHit]: ...
 
     def recall(
@@ -240,6 +251,11 @@ class UserMemory(TenantHandle):
         as_of: datetime | None = None,
         min_confidence: float | None = None,
         view: RecallView = "full",
+        *,
+        session_id: str | None = None,
+        time_from: datetime | None = None,
+        time_to: datetime | None = None,
+        metadata: Mapping[str, MetadataValue] | None = None,
     ) -> builtins.list[Hit] | builtins.list[CompactHit]:
         """Search all of the user's memory types and the catalog in one call.
 
@@ -255,12 +271,17 @@ class UserMemory(TenantHandle):
         that time decay measures ages from (default: now), for replays, audits and evaluations of
         recorded conversations; it does not hide rows written after it, and such a recall records no
         use unless ``record_use=True`` says so (a replay is not a use).
+
+        ``session_id``, ``time_from`` (inclusive), ``time_to`` (exclusive, on each row's event time) and
+        ``metadata`` (every pair equal) keep only the rows that match, inside the search: ``k`` matching
+        rows are found when there are ``k`` (``engram.recall_filter``).
         """
         engram = self._engram
         query = engram._check_text(query, "query")
         if not isinstance(k, int) or not 1 <= k <= MAX_RECALL_K:
             raise InvalidInput(f"k must be an integer in [1, {MAX_RECALL_K}]")
         check_recall_options(min_confidence, view)
+        narrow = recall_filter(session_id, time_from, time_to, metadata)
         types = set(MEMORY_TYPES if memory_types is None else check_types(memory_types))
         if not include_catalog:
             types.discard("catalog")
@@ -285,6 +306,7 @@ class UserMemory(TenantHandle):
                 shed_rerank=not full,
                 helper_nice=engram.settings.recall_nice,
                 telemetry=telemetry,
+                narrow=narrow,
             )
         shed = any(h.explain.get("rerank") == SHED_RERANK for h in hits)
         telemetry.metrics.recalls.inc()
@@ -302,6 +324,22 @@ class UserMemory(TenantHandle):
             hits = [_used(h, counts, now) if h.memory.id in used_set else h for h in hits]
         result = [h.compact() for h in hits] if view == "compact" else hits
         return ShedHits(result) if shed else result
+
+    def record_outcome(self, playbook_id: str, success: bool) -> ProceduralMemory:
+        """Count one use of one of the user's playbooks as a success or a failure, atomically and
+        without an LLM: recall's prior for it (``scoring.success_prior``) moves at once. Returns the
+        playbook with its counts after the change. Another user's playbook is NotFound; a row that is
+        not a playbook (a fact, a turn, a catalog row) is InvalidInput."""
+        if not isinstance(success, bool):
+            raise InvalidInput("success must be true or false")
+        if is_well_formed_id(playbook_id) and not playbook_id.startswith("pro_"):
+            raise InvalidInput(f"{playbook_id} is not a playbook: outcomes are recorded for playbooks only")
+        store = self._engram.store
+        store.apply_consolidation(self.user_id, playbook_outcome(playbook_id, success, utcnow()))
+        rows = store.fetch(self.user_id, [playbook_id], include_catalog=False)
+        if not rows or not isinstance(rows[0], ProceduralMemory):  # forgotten since
+            raise NotFound(playbook_id)
+        return rows[0]
 
     def history(self, memory_id: str) -> builtins.list[Memory]:
         """The supersession chain that contains ``memory_id``, oldest first (forgotten links are gone)."""
@@ -353,61 +391,6 @@ class UserMemory(TenantHandle):
             rows = self._engram.store.fetch(self.user_id, [memory_id], include_catalog=True)
             if rows:
                 raise PermissionDenied("catalog rows can only be changed through the admin handle")
-
-
-class MemoryReader:
-    """One user's memory, read only: list, get, history and a recall that records no use.
-
-    It has no write method, so whoever holds one (the inspector, for the admin key, which reads no
-    user's memories otherwise) can look but never change anything, not even use counts."""
-
-    def __init__(self, engram: Engine, user_id: str) -> None:
-        self._memory = UserMemory(engram, user_id)
-        self._store = engram.store
-        self.user_id = user_id
-
-    def get(self, memory_id: str) -> Memory:
-        return self._memory.get(memory_id)
-
-    def present(self, memory_ids: Iterable[str]) -> set[str]:
-        """Which of these ids are rows this user can still read (their own, or catalog rows)."""
-        return {m.id for m in self._store.fetch(self.user_id, sorted(set(memory_ids)), include_catalog=True)}
-
-    def history(self, memory_id: str) -> builtins.list[Memory]:
-        return self._memory.history(memory_id)
-
-    def list(
-        self, memory_type: MemoryType, *, include_superseded: bool = False, limit: int = 50, offset: int = 0
-    ) -> builtins.list[Memory]:
-        return self._memory.list(
-            memory_type, include_superseded=include_superseded, limit=limit, offset=offset
-        )
-
-    def count(self, memory_type: MemoryType, *, include_superseded: bool = False, limit: int) -> int:
-        """How many rows of one type ``list`` could show, counted up to ``limit``, reading none."""
-        (checked,) = check_types([memory_type])
-        if checked == "catalog":
-            raise InvalidInput("count the catalog through the catalog handle")
-        return self._store.count_memories(
-            self.user_id, checked, include_superseded=include_superseded, limit=limit
-        )
-
-    def recall(
-        self,
-        query: str,
-        k: int = 10,
-        memory_types: Iterable[MemoryType] | None = None,
-        include_catalog: bool = True,
-        include_superseded: bool = False,
-    ) -> builtins.list[Hit]:
-        return self._memory.recall(
-            query,
-            k=k,
-            memory_types=memory_types,
-            include_catalog=include_catalog,
-            include_superseded=include_superseded,
-            record_use=False,
-        )
 
 
 def _used(hit: Hit, counts: Mapping[str, int], now: datetime) -> Hit:

@@ -39,6 +39,7 @@ from engram.errors import public_failure
 from engram.models import EpisodicMemory, Hit, MemoryType, event_time, search_text_of
 from engram.observability import Telemetry
 from engram.providers.base import Embedder, Reranker, TokenEncoder
+from engram.recall_filter import NO_FILTER, RecallFilter
 from engram.retrieval.admission import Admission
 from engram.retrieval.candidate import Candidate
 from engram.retrieval.confidence import confidence
@@ -79,12 +80,15 @@ def recall(
     shed_rerank: bool = False,
     helper_nice: int = 0,
     telemetry: Telemetry | None = None,
+    narrow: RecallFilter = NO_FILTER,
 ) -> list[Hit]:
     """One recall through the stages of the module docstring; ``helper_nice`` is the CPU priority
     (Linux nice) of the pool threads that run its legs and its query encoding beside it. ``telemetry``
-    times each stage (legs, fetch, late_interaction, rerank, current_first) and traces it when on."""
+    times each stage (legs, fetch, late_interaction, rerank, current_first) and traces it when on;
+    ``narrow`` the rows it may return (session, event time, metadata), applied by the store inside both
+    legs."""
     stage = telemetry.stage if telemetry is not None else _untimed
-    where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded)
+    where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded, narrow=narrow)
     late = token_encoder is not None and config.late_interaction and config.late_window > 0
     # The query's token vectors are encoded on a worker while the legs run.
     query_tokens = (

@@ -20,6 +20,7 @@ import numpy as np
 
 from engram.errors import Conflict, InvalidInput, ModelError
 from engram.models import EpisodicMemory, Memory, MemoryType, Step, Tombstone, Vectors, is_well_formed_id
+from engram.recall_filter import NO_FILTER, RecallFilter
 from engram.validation import validate_user_id
 
 # The catalog has one name per layer, all defined here:
@@ -52,6 +53,8 @@ class SearchFilter:
 
     memory_types: frozenset[MemoryType]
     include_superseded: bool = False
+    # session, event-time range, metadata equality: applied inside both legs, before their limit
+    narrow: RecallFilter = NO_FILTER
 
     def owners(self, tenant: Tenant) -> list[str]:
         """The owners a search leg reads: the tenant's, and the catalog's when catalog rows are wanted."""
@@ -144,6 +147,14 @@ def episode_marks(
         at=at,
         skipped=skipped,
     )
+
+
+def playbook_outcome(playbook_id: str, success: bool, at: datetime) -> ConsolidationWrite:
+    """A write that only counts one outcome of a playbook (``UserMemory.record_outcome``): applied like
+    consolidation's feedback, in one transaction; NotFound unless the tenant owns such a playbook."""
+    write = episode_marks([], at, 0)
+    write.feedback = [PlaybookFeedback(playbook_id, success)]
+    return write
 
 
 class TransferStore(Protocol):

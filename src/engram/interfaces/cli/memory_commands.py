@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
 
-from engram.errors import EngramError, ImportFileError
+from engram.errors import EngramError, ImportFileError, InvalidInput
 from engram.interfaces.cli.common import (
     JsonOpt,
     StoreOpt,
@@ -26,6 +27,7 @@ from engram.interfaces.cli.common import (
 )
 from engram.interfaces.cli.output import print_forgotten, print_info, print_memories, print_record
 from engram.models import Contradiction, FactType, MemoryType
+from engram.recall_filter import MetadataValue
 from engram.validation import check_types
 
 
@@ -151,6 +153,21 @@ def recall(
             "from here changes nothing by default",
         ),
     ] = False,
+    session: Annotated[str | None, typer.Option("--session-id", help="only this session's turns")] = None,
+    time_from: Annotated[
+        str | None, typer.Option("--from", help="only rows whose event time is at or after this (ISO 8601)")
+    ] = None,
+    time_to: Annotated[
+        str | None, typer.Option("--to", help="only rows whose event time is before this (ISO 8601)")
+    ] = None,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--meta",
+            help="KEY=VALUE: only rows whose metadata has it (repeatable; VALUE is a number, true/false "
+            'or text; "5" in JSON quotes is the text 5)',
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
@@ -165,11 +182,56 @@ def recall(
             include_superseded=include_superseded,
             min_confidence=min_confidence,
             record_use=record_use,
+            session_id=session,
+            time_from=_when(time_from, "--from"),
+            time_to=_when(time_to, "--to"),
+            metadata=_pairs(meta),
         )
     if as_json:
         _print_json([h.model_dump(mode="json") for h in hits])
     else:
         print_hits(hits, explain, min_confidence)
+
+
+def _when(value: str | None, option: str) -> datetime | None:
+    try:
+        return None if value is None else datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(f"{option} must be an ISO 8601 date-time such as 2024-05-01T10:00:00Z") from None
+
+
+def _pairs(pairs: list[str] | None) -> dict[str, MetadataValue] | None:
+    """--meta KEY=VALUE options as a metadata filter: a VALUE JSON reads as a scalar is that scalar."""
+    if not pairs:
+        return None
+    metadata: dict[str, MetadataValue] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise InvalidInput(f"--meta {pair!r}: expected KEY=VALUE")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        metadata[key] = value if isinstance(value, str | bool | int | float) else raw
+    return metadata
+
+
+@app.command("record-outcome")
+def record_outcome(
+    playbook_id: Annotated[str, typer.Argument(help="the playbook's id")],
+    user: UserOpt,
+    success: Annotated[
+        bool, typer.Option("--success/--failure", help="whether following the playbook worked")
+    ],
+    as_json: JsonOpt = False,
+    store: StoreOpt = None,
+) -> None:
+    """Record one outcome of a playbook (no LLM): its success or failure count goes up by one, and
+    recall ranks it by them."""
+    with _engram(store, existing=True) as eng:
+        row = eng.for_user(user).record_outcome(playbook_id, success)
+    print_record(row, as_json)
 
 
 @app.command("remember-turn")

@@ -32,13 +32,14 @@ from engram.errors import (
     StorageError,
     public_message,
 )
+from engram.interfaces.consolidation_runs import ConsolidationRuns
 from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.inspector.routes import mount_inspector
 from engram.interfaces.mcp import build_mcp_server, http_tenant
 from engram.interfaces.rest.docs import mount_docs
 from engram.interfaces.rest.imports import ImportJobs
 from engram.interfaces.rest.observe import Observe, framework_telemetry_off, mount_metrics
-from engram.interfaces.rest.routes import admin, memories
+from engram.interfaces.rest.routes import admin, memories, operations
 from engram.interfaces.rest.schemas import HTTP_CODES, publish_limits
 from engram.limits import MAX_BODY_BYTES, MAX_IMPORT_BYTES
 from engram.memory import Engram, validate_user_id
@@ -84,10 +85,12 @@ def mcp_transport_security(allowed_hosts: list[str]) -> TransportSecuritySetting
 def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> FastAPI:
     # MCP tool calls land in the inspector's activity log like REST calls (the log exists once
     # mount_inspector below has run, before any request).
+    runs = ConsolidationRuns(engram)
     mcp_server = build_mcp_server(
         engram,
         http_tenant,
         lambda user: RecordingMemory(engram, validate_user_id(user), app.state.activity),
+        runs,
     )
     mcp_app = mcp_server.streamable_http_app(
         stateless_http=True,
@@ -103,6 +106,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         async with mcp_server.session_manager.run():
             yield
         app.state.imports.close()
+        runs.close()
 
     app = FastAPI(
         title="Engram",
@@ -116,7 +120,9 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     app.state.engram = engram
     app.state.keys = keys
     app.state.imports = ImportJobs(engram.settings)  # imports sent with an Idempotency-Key
+    app.state.consolidation_runs = runs  # POST /v1/consolidate and MCP's consolidate_memory
     app.include_router(memories.router)
+    app.include_router(operations.router)
     app.include_router(admin.router)
     mount_inspector(app)  # /inspector, and the activity log the memory routes record into
     mount_docs(app)  # /docs with local assets, / -> /inspector
@@ -132,7 +138,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         return _error(status, exc.code, public_message(exc))
 
     routes: dict[str, set[str]] = {"/healthz": {"GET"}}  # the API's paths and their methods
-    for route in [*memories.router.routes, *admin.router.routes]:
+    for route in [*memories.router.routes, *operations.router.routes, *admin.router.routes]:
         if isinstance(route, APIRoute):
             routes.setdefault(route.path, set()).update(route.methods or ())
 

@@ -8,6 +8,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from engram.auth import ApiKeys, Principal
+from engram.interfaces.consolidation_runs import ConsolidationRuns
 from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.rest.imports import ImportJobs
 from engram.memory import CatalogAdmin, Engram, UserMemory, validate_user_id
@@ -21,6 +22,10 @@ def get_engram(request: Request) -> Engram:
 
 def import_jobs(request: Request) -> ImportJobs:
     return cast(ImportJobs, request.app.state.imports)
+
+
+def consolidation_runs(request: Request) -> ConsolidationRuns:
+    return cast(ConsolidationRuns, request.app.state.consolidation_runs)
 
 
 def get_keys(request: Request) -> ApiKeys:
@@ -65,3 +70,4 @@ KeysDep = Annotated[ApiKeys, Depends(get_keys)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 UserMemoryDep = Annotated[UserMemory, Depends(get_user_memory)]
 AdminDep = Annotated[CatalogAdmin, Depends(get_admin)]
+ConsolidationRunsDep = Annotated[ConsolidationRuns, Depends(consolidation_runs)]

@@ -20,6 +20,7 @@ from engram.limits import (
     MAX_IMPORT_BYTES,
     MAX_KEY_LABEL_CHARS,
     MAX_LINE_CHARS,
+    MAX_METADATA_FILTER_KEYS,
     MAX_NAME_CHARS,
     MAX_PAGE_BOUND,
     MAX_SERVICE_RECALL_K,
@@ -41,6 +42,7 @@ from engram.models import (
     StrictStep,
     Tombstone,
 )
+from engram.recall_filter import MetadataKey, MetadataScalar
 from engram.settings import DEFAULT_MAX_METADATA_CHARS, DEFAULT_MAX_TEXT_CHARS, EngramSettings
 from engram.validation import USER_ID_PATTERN
 from engram.visibility import empty_or_visible_schema, shows_nothing, visible_schema
@@ -206,6 +208,21 @@ class RecallRequest(_Request):
         description="full: each hit's row and score breakdown; compact: id, type, text, event_time, "
         "confidence and what a playbook needs, sized for a model's context",
     )
+    # The recall filters (engram.recall_filter), applied inside the search: k matching rows are found.
+    session_id: str | None = Field(
+        default=None, min_length=1, max_length=MAX_SESSION_ID_CHARS, description="only this session's turns"
+    )
+    time_from: IsoDatetime | None = Field(
+        default=None, description="only rows whose event time is at or after this (inclusive)"
+    )
+    time_to: IsoDatetime | None = Field(
+        default=None, description="only rows whose event time is before this (exclusive)"
+    )
+    metadata: dict[MetadataKey, MetadataScalar] | None = Field(
+        default=None,
+        max_length=MAX_METADATA_FILTER_KEYS,
+        description="only rows whose top-level metadata has each of these values (numbers by value)",
+    )
 
 
 class CatalogCreate(_Request):
@@ -249,6 +266,23 @@ class MemoryList(BaseModel):
     data: list[Memory]
     limit: int
     offset: int
+
+
+class PlaybookOutcome(_Request):
+    success: bool = Field(description="true: the playbook worked; false: it did not")
+
+
+class ConsolidationRunResponse(BaseModel):
+    """A consolidation run (engram.interfaces.consolidation_runs): queued or running, then succeeded
+    (``counts``: what it read and wrote; ``note`` when part was set aside) or failed (``error``)."""
+
+    run_id: str
+    status: Literal["queued", "running", "succeeded", "failed"]
+    created_at: datetime
+    finished_at: datetime | None = None
+    counts: dict[str, int] | None = None
+    note: str | None = None
+    error: str | None = None
 
 
 class ForgetResponse(BaseModel):

@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from engram.models import Memory, Vectors
+from engram.models import Memory, Vectors, event_time
+from engram.recall_filter import metadata_term, metadata_terms
 from engram.storage._rows import keyword_text_of, memory_from_row, memory_to_row
 from engram.storage._statements import WAITING
+from engram.storage.base import SearchFilter
 
 ROW_SOURCE: dict[str, Any] = {
     "excludes": ["embedding", "tokens", "search_text"]
@@ -53,6 +55,9 @@ def document(row: Memory, owner: str, vector: Vectors, tokens: bytes | None) -> 
         "metadata": json.loads(values["metadata"]),
         "attrs": attrs,
         "context_id": attrs.get("context_id"),
+        "session_id": attrs.get("session_id"),
+        "event_time": iso(event_time(row)),
+        "metadata_terms": metadata_terms(row.metadata),
         "embedding": [float(x) for x in vector],
         "consolidated": WAITING,
     }
@@ -69,3 +74,18 @@ def tokens_field(blob: bytes | None) -> dict[str, Any]:
         "tokens": base64.b64encode(blob).decode() if blob is not None else None,
         "has_tokens": blob is not None,
     }
+
+
+def narrowing(where: SearchFilter) -> list[dict[str, Any]]:
+    """The recall filter as query clauses on the fields ``document`` derives (engram.recall_filter)."""
+    narrow = where.narrow
+    clauses: list[dict[str, Any]] = []
+    if narrow.session_id is not None:
+        clauses += [{"term": {"memory_type": "episodic"}}, {"term": {"session_id": narrow.session_id}}]
+    span = {op: iso(at) for op, at in (("gte", narrow.time_from), ("lt", narrow.time_to)) if at is not None}
+    if span:
+        clauses.append({"range": {"event_time": span}})
+    for key, value in narrow.metadata:
+        # a checked filter's pair always has a term (its key and value are far below the bound)
+        clauses.append({"term": {"metadata_terms": metadata_term(key, value) or ""}})
+    return clauses

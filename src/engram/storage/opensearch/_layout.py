@@ -30,8 +30,9 @@ from typing import Any
 from engram.storage.opensearch._lexical import SIMILARITY, similarity
 
 # The mappings below; a change is a new version, migrated by reindex + alias swap. 2: search_text's
-# similarity scores with per-owner statistics Engram sends (``_lexical``), not the shard's.
-MAPPING_VERSION = 2
+# similarity scores with per-owner statistics Engram sends (``_lexical``), not the shard's. 3: the recall
+# filter's fields (session_id, event_time, metadata_terms), derived from each document by the migration.
+MAPPING_VERSION = 3
 KINDS = ("memories", "tombstones", "store")
 TENANT_USER_PREFIXES = ("engram_u_", "engram_h_")  # the service account may impersonate only these
 CATALOG_USER = "engram_catalog"
@@ -52,6 +53,13 @@ MEMORY_FIELDS: dict[str, Any] = {
     "metadata": _NOT_INDEXED,
     "attrs": _NOT_INDEXED,
     "context_id": {"type": "keyword"},  # the turn an episode quotes: forgetting it clears the quote
+    # What a recall filter reads (engram.recall_filter): a turn's session, the row's event time
+    # (models.event_time), its top-level scalar metadata as terms (recall_filter.metadata_term).
+    "session_id": {"type": "keyword"},
+    # date, not date_nanos: a fact's valid_from may be before 1970 (date_nanos starts there); recall
+    # filters compare it to the millisecond
+    "event_time": {"type": "date"},
+    "metadata_terms": {"type": "keyword"},
     "last_used_at": _TIME,
     "use_count": {"type": "integer"},
     "success_count": {"type": "integer"},

@@ -52,7 +52,40 @@ if TYPE_CHECKING:
 # several versions runs each step in order, each in its own block. Steps are history: never edited once
 # released. Version 1 is the first mapping: nothing is transformed into it yet; a version 2 that, say,
 # derived a field would add ``2: {"memories": "ctx._source.new_field = ..."}``.
-STEPS: dict[int, Mapping[str, str]] = {}
+STEPS: dict[int, Mapping[str, str]] = {
+    # 3: the recall filter's fields, as _documents.document derives them (recall_filter.metadata_term)
+    3: {
+        "memories": """
+            def src = ctx._source;
+            def attrs = src.attrs == null ? [:] : src.attrs;
+            src.session_id = attrs.session_id;
+            def at = src.event_at;
+            if (at == null && src.memory_type == 'semantic') { at = attrs.valid_from; }
+            src.event_time = at == null ? src.created_at : at;
+            List terms = new ArrayList();
+            if (src.metadata != null) {
+                for (def pair : src.metadata.entrySet()) {
+                    String key = pair.getKey(); def v = pair.getValue(); String tagged = null;
+                    if (v instanceof String) { tagged = 's:' + v; }
+                    else if (v instanceof Boolean) { tagged = v ? 'b:true' : 'b:false'; }
+                    else if (v instanceof Integer || v instanceof Long) { tagged = 'n:' + v; }
+                    else if (v instanceof Double || v instanceof Float) {
+                        double d = v;
+                        if (!Double.isNaN(d) && !Double.isInfinite(d)) {
+                            tagged = (d == Math.floor(d) && Math.abs(d) < 9007199254740992.0)
+                                ? 'n:' + (long) d : 'n:' + Double.toString(d);
+                        }
+                    }
+                    if (tagged != null) {
+                        String term = key.length() + ':' + key + tagged;
+                        if (term.length() <= 8000) { terms.add(term); }
+                    }
+                }
+            }
+            src.metadata_terms = terms;
+        """
+    },
+}
 
 # Documents not copied, by kind: leases are for writes in flight, which the write block has failed.
 _SKIPPED: Mapping[str, dict[str, Any]] = {"store": {"term": {"kind": "lock"}}}

@@ -55,7 +55,7 @@ from engram.storage.opensearch._client import (
     errors,
     parse_url,
 )
-from engram.storage.opensearch._documents import ROW_SOURCE, iso, memory
+from engram.storage.opensearch._documents import ROW_SOURCE, iso, memory, narrowing
 from engram.storage.opensearch._layout import (
     KINDS,
     MAPPING_VERSION,
@@ -239,6 +239,7 @@ class OpenSearchStore(StoreRules[str]):
             "filter": [
                 {"terms": {"owner": where.owners(tenant)}},
                 {"terms": {"memory_type": sorted(where.memory_types)}},
+                *narrowing(where),
             ]
         }
         if not where.include_superseded:

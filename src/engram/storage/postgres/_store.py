@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from engram.errors import ConfigError, Conflict, StorageError, StoreBusy
 from engram.models import Memory, Vectors
+from engram.storage._narrowing import named_params, narrowing_sql
 from engram.storage._rows import MEMORY_COLUMNS
 from engram.storage._rules import StoreRules
 from engram.storage.base import (
@@ -147,23 +148,26 @@ class PostgresStore(StoreRules[int]):
         words = fts_words(query)
         if not words or not where.memory_types:
             return []
-        tsquery = " || ".join(["phraseto_tsquery('english', %s)"] * len(words))
+        tsquery = " || ".join(f"phraseto_tsquery('english', %(w{i})s)" for i in range(len(words)))
+        narrow, narrow_params = narrowing_sql(where.narrow, "postgres")
         sql = f"""
             SELECT id, ts_rank_cd(search_tsv, q) AS score
             FROM memories, ({"SELECT " + tsquery} AS q) AS query
-            WHERE search_tsv @@ q AND owner = ANY(%s) AND memory_type = ANY(%s)
-              {"" if where.include_superseded else "AND superseded_by IS NULL"}
-            ORDER BY score DESC, rid LIMIT %s"""
-        owners = where.owners(tenant)
+            WHERE search_tsv @@ q AND owner = ANY(%(owners)s) AND memory_type = ANY(%(types)s)
+              {"" if where.include_superseded else "AND superseded_by IS NULL"}{narrow}
+            ORDER BY score DESC, rid LIMIT %(limit)s"""
+        params: dict[str, Any] = {f"w{i}": w for i, w in enumerate(words)} | named_params(narrow_params)
+        params |= {"owners": where.owners(tenant), "types": sorted(where.memory_types), "limit": limit}
         with self._tenant_tx(tenant) as conn:
-            rows = conn.execute(sql, (*words, owners, sorted(where.memory_types), limit)).fetchall()
+            rows = conn.execute(sql, params).fetchall()
         return [LegHit(id=i, score=float(s)) for i, s in rows]
 
     def search_vector(self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int) -> list[LegHit]:
         if not where.memory_types:
             return []
-        live = "" if where.include_superseded else "AND superseded_by IS NULL"
+        live = _conditions(where)
         params: dict[str, Any] = {"types": sorted(where.memory_types), "limit": limit}
+        params |= named_params(narrowing_sql(where.narrow, "postgres")[1])
         with self._tenant_tx(tenant) as conn:
             sql = self._dense_leg(conn, tenant, where, vector, live, params)
             rows = conn.execute(sql, params).fetchall()
@@ -185,7 +189,13 @@ class PostgresStore(StoreRules[int]):
         owners = where.owners(tenant)
         params |= {"vector": vector_literal(vector), "owners": owners}
         # The graph only when every user type is wanted: its filters apply after the search (_ann).
-        graph = tenant is not None and where.memory_types >= _ann.USER_TYPES and self._ann.has(conn, tenant)
+        # Nor for a filtered recall: the graph's nearest rows may hold few that match.
+        graph = (
+            tenant is not None
+            and where.memory_types >= _ann.USER_TYPES
+            and not where.narrow.narrows
+            and self._ann.has(conn, tenant)
+        )
         if graph:
             ann_limit = _ann.search_width(int(params["limit"]))
             params |= {"tenant": tenant, "others": [o for o in owners if o != tenant], "ann_limit": ann_limit}
@@ -212,7 +222,7 @@ class PostgresStore(StoreRules[int]):
         if not where.memory_types:
             return Candidates([], [], [], {} if tokens else None)
         words = fts_words(query)
-        live = "" if where.include_superseded else "AND superseded_by IS NULL"
+        live = _conditions(where)
         tsquery = " || ".join(["phraseto_tsquery('english', %(w" + str(i) + ")s)" for i in range(len(words))])
         text_leg = (
             f"""SELECT id, ts_rank_cd(search_tsv, q) AS score, rid
@@ -225,6 +235,7 @@ class PostgresStore(StoreRules[int]):
         owners = where.owners(tenant)
         params: dict[str, Any] = {f"w{i}": w for i, w in enumerate(words)}
         params |= {"owners": owners, "types": sorted(where.memory_types), "limit": limit}
+        params |= named_params(narrowing_sql(where.narrow, "postgres")[1])
         text: list[tuple[int, LegHit]] = []
         dense: list[tuple[int, LegHit]] = []
         rows: list[Memory] = []
@@ -306,3 +317,10 @@ class PostgresStore(StoreRules[int]):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _conditions(where: SearchFilter) -> str:
+    """The conditions every leg adds to its owners and types: live rows (unless superseded ones are
+    wanted) and the recall filter (named parameters: ``named_params``)."""
+    live = "" if where.include_superseded else "AND superseded_by IS NULL"
+    return live + narrowing_sql(where.narrow, "postgres")[0]

@@ -101,6 +101,10 @@ def recall(body: RecallRequest, mem: UserMemoryDep) -> JSONResponse:
         as_of=body.as_of,
         record_use=body.record_use,
         min_confidence=body.min_confidence,
+        session_id=body.session_id,
+        time_from=body.time_from,
+        time_to=body.time_to,
+        metadata=body.metadata,
     )
     abstained = body.min_confidence is not None and not hits
     shed = was_shed(hits)
