@@ -1,7 +1,7 @@
 /**
  * `Client`: one user's memory in an Engram service (`engram serve`), over its REST API (`/v1`), with the
  * verbs of the Python `engram.Client` (and of the embedded `UserMemory`): rememberTurn, write, recall,
- * get, forget, history, list, importJson, and userId. Results are the service's JSON rows, typed from its
+ * recordOutcome, get, forget, history, list, importJson, and userId. Results are the service's JSON rows, typed from its
  * OpenAPI document (src/openapi.ts, generated); failures are the errors of ./errors.ts, as in Python.
  *
  * Options are named as on the wire (`session_id`, `memory_types`...), so the API reference of the
@@ -44,8 +44,11 @@ export type WriteOptions = Omit<
   "text" | "valid_from" | "valid_to" | "created_at"
 > &
   Times<"valid_from" | "valid_to" | "created_at">;
-export type RecallOptions = Omit<Partial<Schemas["RecallRequest"]>, "query" | "as_of" | "view"> &
-  Times<"as_of">;
+export type RecallOptions = Omit<
+  Partial<Schemas["RecallRequest"]>,
+  "query" | "as_of" | "view" | "time_from" | "time_to"
+> &
+  Times<"as_of" | "time_from" | "time_to">;
 export interface ListOptions {
   include_superseded?: boolean;
   limit?: number;
@@ -146,7 +149,13 @@ export class Client {
     query: string,
     options: RecallOptions & { view?: "full" | "compact" } = {},
   ): Promise<Hits<Hit> | Hits<CompactHit>> {
-    const body = { ...options, query, as_of: iso(options.as_of, "as_of") };
+    const body = {
+      ...options,
+      query,
+      as_of: iso(options.as_of, "as_of"),
+      time_from: iso(options.time_from, "time_from"),
+      time_to: iso(options.time_to, "time_to"),
+    };
     const answer = await this.#call<Schemas["RecallResponse"] | Schemas["CompactRecallResponse"]>(
       { method: "POST", path: "/v1/recall", body: json(body) },
       HITS,
@@ -154,6 +163,19 @@ export class Client {
     // Not enumerable: the hits compare, print and serialise as the plain array they are.
     return Object.defineProperty(answer.hits, "shed", { value: answer.shed, enumerable: false }) as
       Hits<Hit> | Hits<CompactHit>;
+  }
+
+  /**
+   * Count one use of one of the user's playbooks as a success or a failure (no LLM involved); the
+   * playbook with its counts after the change. NotFound for another user's playbook.
+   */
+  async recordOutcome(playbookId: string, success: boolean): Promise<ProceduralMemory> {
+    const sent: Sent = {
+      method: "POST",
+      path: memoryPath(playbookId, "playbooks") + "/outcome",
+      body: json({ success }),
+    };
+    return this.#call(sent, ROW);
   }
 
   /** One of the user's rows, or a catalog row; NotFound otherwise (also for other users' ids). */
@@ -313,10 +335,10 @@ export class Client {
 }
 
 /** A row's route: every character escaped (dots too: "." or ".." would be read as path steps). */
-function memoryPath(memoryId: string): string {
+function memoryPath(memoryId: string, collection: "memories" | "playbooks" = "memories"): string {
   const segment = String(memoryId);
   if (!segment || segment.includes("/")) throw new NotFound(`memory '${segment}' not found`, segment);
-  return "/v1/memories/" + encodeURIComponent(segment).replace(/\./g, "%2E");
+  return `/v1/${collection}/` + encodeURIComponent(segment).replace(/\./g, "%2E");
 }
 
 /** A time as ISO 8601; only a valid Date (JSON cannot carry one, and a string would be guessed at). */

@@ -178,6 +178,71 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/playbooks/{playbook_id}/outcome": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Record Outcome
+         * @description Count one use of one of your playbooks as a success or a failure (no LLM involved): its
+         *     ``success_count`` or ``failure_count`` goes up by one at once, and with it the prior recall ranks
+         *     it by. Another user's playbook is 404; an id that is not a playbook's is 422.
+         */
+        post: operations["record_outcome_v1_playbooks__playbook_id__outcome_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/consolidate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Consolidate
+         * @description Turn your waiting turns into facts and playbooks now, on the server's threads: 202 with the run's
+         *     id at once; ``GET /v1/consolidate/{run_id}`` says how it went. While a run of yours is queued or
+         *     running, this answers that run. 409 when the server has no LLM configured.
+         */
+        post: operations["consolidate_v1_consolidate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/consolidate/{run_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Consolidation Status
+         * @description One of your consolidation runs: queued, running, succeeded (with counts) or failed (with the
+         *     error). Runs are kept in the server process for an hour after they end.
+         */
+        get: operations["consolidation_status_v1_consolidate__run_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/keys": {
         parameters: {
             query?: never;
@@ -458,6 +523,35 @@ export interface components {
              * @description the server was loaded and computed this recall without the cross-encoder: the hits are in the previous stage's order (also said by the Engram-Recall-Shed header)
              */
             shed: boolean;
+        };
+        /**
+         * ConsolidationRunResponse
+         * @description A consolidation run (engram.interfaces.consolidation_runs): queued or running, then succeeded
+         *     (``counts``: what it read and wrote; ``note`` when part was set aside) or failed (``error``).
+         */
+        ConsolidationRunResponse: {
+            /** Run Id */
+            run_id: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "queued" | "running" | "succeeded" | "failed";
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Finished At */
+            finished_at?: string | null;
+            /** Counts */
+            counts?: {
+                [key: string]: number;
+            } | null;
+            /** Note */
+            note?: string | null;
+            /** Error */
+            error?: string | null;
         };
         /** EpisodeRecord */
         EpisodeRecord: {
@@ -762,6 +856,14 @@ export interface components {
             /** Offset */
             offset: number;
         };
+        /** PlaybookOutcome */
+        PlaybookOutcome: {
+            /**
+             * Success
+             * @description true: the playbook worked; false: it did not
+             */
+            success: boolean;
+        };
         /** PlaybookRecord */
         PlaybookRecord: {
             /** Key */
@@ -919,6 +1021,28 @@ export interface components {
              * @enum {string}
              */
             view: "full" | "compact";
+            /**
+             * Session Id
+             * @description only this session's turns
+             */
+            session_id?: string | null;
+            /**
+             * Time From
+             * @description only rows whose event time is at or after this (inclusive)
+             */
+            time_from?: string | null;
+            /**
+             * Time To
+             * @description only rows whose event time is before this (exclusive)
+             */
+            time_to?: string | null;
+            /**
+             * Metadata
+             * @description only rows whose top-level metadata has each of these values (numbers by value)
+             */
+            metadata?: {
+                [key: string]: boolean | number | string;
+            } | null;
         };
         /** RecallResponse */
         RecallResponse: {
@@ -1850,6 +1974,236 @@ export interface operations {
             };
             /** @description the row's state forbids it (e.g. superseding an already superseded fact) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body over 1 MiB (imports: 64 MiB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input (malformed JSON, a wrong type, empty or invisible text...): nothing was changed */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the store or a model failed (the server log has the details), or the server is busy */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    record_outcome_v1_playbooks__playbook_id__outcome_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                playbook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PlaybookOutcome"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProceduralMemory"];
+                };
+            };
+            /** @description missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description no such row in your scope (also for other tenants' ids) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body over 1 MiB (imports: 64 MiB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input (malformed JSON, a wrong type, empty or invisible text...): nothing was changed */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the store or a model failed (the server log has the details), or the server is busy */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    consolidate_v1_consolidate_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsolidationRunResponse"];
+                };
+            };
+            /** @description missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the row's state forbids it (e.g. superseding an already superseded fact) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body over 1 MiB (imports: 64 MiB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input (malformed JSON, a wrong type, empty or invisible text...): nothing was changed */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the store or a model failed (the server log has the details), or the server is busy */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    consolidation_status_v1_consolidate__run_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConsolidationRunResponse"];
+                };
+            };
+            /** @description missing, unknown or revoked API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description no such row in your scope (also for other tenants' ids) */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

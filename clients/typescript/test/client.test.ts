@@ -159,6 +159,45 @@ describe("the verbs", () => {
     assert.equal(past[0]?.memory.id, turn.id);
   });
 
+  test("recall filters by session, event time and metadata inside the search", async () => {
+    const t0 = new Date("2025-03-01T09:00:00Z");
+    const day = (d: number) => new Date(t0.getTime() + d * 86_400_000);
+    const web = [];
+    for (const d of [0, 1, 2])
+      web.push(
+        await sarah.rememberTurn(`the bridge lost its mesh link, day ${d}`, { at: day(d), session_id: "fa" }),
+      );
+    const app = await sarah.rememberTurn("the bridge lost its mesh link again", {
+      at: day(3),
+      session_id: "fb",
+      metadata: { ch: "app" },
+    });
+    const query = "the bridge lost its mesh link";
+    const bySession = await sarah.recall(query, { session_id: "fa", record_use: false });
+    assert.deepEqual(ids(bySession).sort(), ids(web).sort());
+    assert.deepEqual(ids(await sarah.recall(query, { metadata: { ch: "app" }, record_use: false })), [
+      app.id,
+    ]);
+    const span = await sarah.recall(query, { time_from: day(1), time_to: day(3), session_id: "fa" });
+    assert.deepEqual(ids(span).sort(), [web[1]!.id, web[2]!.id].sort());
+    await rejects(sarah.recall(query, { session_id: "" }), InvalidInput);
+  });
+
+  test("recordOutcome counts a playbook's successes and failures, for its owner only", async () => {
+    const playbook = await sarah.write("", {
+      memory_type: "procedural",
+      name: "Re-pair a Zigbee sensor",
+      steps: [{ order: 1, instruction: "hold reset 10 s" }],
+    });
+    await sarah.recordOutcome(playbook.id, true);
+    const after = await sarah.recordOutcome(playbook.id, false);
+    assert.ok(after.memory_type === "procedural");
+    assert.deepEqual([after.success_count, after.failure_count], [1, 1]);
+    await rejects(bob.recordOutcome(playbook.id, true), NotFound);
+    const fact = await sarah.write("Sarah's sensors are Zigbee");
+    await rejects(sarah.recordOutcome(fact.id, true), InvalidInput);
+  });
+
   test("forget leaves a tombstone; a retracted fact stays retracted unless revived", async () => {
     const turn = await sarah.rememberTurn("a turn to forget");
     const tombstone = await sarah.forget(turn.id);
