@@ -83,8 +83,10 @@ STORE_FIELDS: dict[str, Any] = {
     "created_at": _TIME,
     "revoked_at": _TIME,
     "owner": {"type": "keyword"},
-    "expires_ms": {"type": "long"},
+    "expires_ms": {"type": "long"},  # a session's expiry, or a key's
+    "scope": {"type": "keyword"},  # a key's: added in place to stores made before (ADDED_STORE_FIELDS)
 }
+ADDED_STORE_FIELDS = ("scope",)  # fields added to the store index's mapping without a new version
 
 
 class Names:

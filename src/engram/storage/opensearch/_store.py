@@ -57,8 +57,10 @@ from engram.storage.opensearch._client import (
 )
 from engram.storage.opensearch._documents import ROW_SOURCE, iso, memory
 from engram.storage.opensearch._layout import (
+    ADDED_STORE_FIELDS,
     KINDS,
     MAPPING_VERSION,
+    STORE_FIELDS,
     Names,
     index_body,
     role_mapping,
@@ -69,6 +71,7 @@ from engram.storage.opensearch._lexical import stats_searches, weighted_words
 from engram.storage.opensearch._meta import OpenSearchMeta
 from engram.storage.opensearch._statements import OpenSearchRows
 from engram.text import fts_words
+from engram.validation import validate_user_id
 
 if TYPE_CHECKING:
     from opensearchpy import OpenSearch
@@ -96,6 +99,8 @@ class OpenSearchStore(StoreRules[str]):
             self._check_security()
             for kind in KINDS[1:]:
                 self._ensure_index(kind, 0)
+            added = {name: STORE_FIELDS[name] for name in ADDED_STORE_FIELDS}
+            self._admin("PUT", f"/{self.names.store}/_mapping", {"properties": added})  # idempotent
             memories = self._index_version("memories")
             self._memories_ready = memories is not None
             if memories is not None:
@@ -346,6 +351,34 @@ class OpenSearchStore(StoreRules[str]):
             rows.lease = lease
             rows.record_uses(uses, iso(at), counts)
             rows.commit()
+        return counts
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Under the tenant's lease (no write of it meanwhile): its documents in both memory indices,
+        then its keys, sessions and listing, then its internal user. Lucene keeps a deleted document's
+        terms in its segment until a merge; BM25's per-owner statistics are counted from the live
+        documents at each query (``_lexical``), so nothing of the owner's is stored beside them."""
+        owner = validate_user_id(user_id)
+        counts: dict[str, int] = {}
+        with self._leases.hold(owner, None):
+            for kind, index in (("memories", self.names.memories), ("tombstones", self.names.tombstones)):
+                query = {"query": {"term": {"owner": owner}}}
+                with errors():
+                    done = self._client.delete_by_query(
+                        index=index, body=query, refresh=True, conflicts="proceed", ignore=404
+                    )
+                if done.get("deleted"):
+                    counts[kind] = int(done["deleted"])
+            counts |= self._meta().erase_owner(owner)
+        with errors():
+            self._client.indices.refresh(index=self.names.store)  # the lease just released: gone at once
+        user = tenant_user(owner)
+        found = self._admin("DELETE", f"{_SECURITY}/internalusers/{user}", params={"ignore": 404})
+        if isinstance(found, dict) and found.get("status") == "OK":
+            counts["internal_user"] = 1
+        with self._guard:
+            self._users.discard(user)
+            self._noted.discard(owner)
         return counts
 
     def stats(self) -> dict[str, Any]:

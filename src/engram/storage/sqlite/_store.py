@@ -45,9 +45,11 @@ from engram.settings import DEFAULT_ANN_MIN_ROWS
 from engram.storage._rules import StoreRules
 from engram.storage.ann import MIN_WANTED_SHARE, TenantIndex, TenantIndexes
 from engram.storage.base import LegHit, SearchFilter, Tenant, owner_of
+from engram.storage.sqlite._erase import erase_owner
 from engram.storage.sqlite._fts import fts_query
 from engram.storage.sqlite._schema import BUSY_TIMEOUT_MS, connect, prepare
 from engram.storage.sqlite._statements import SQLiteMeta, SQLiteRows, fetch_all, marks, timestamp
+from engram.validation import validate_user_id
 
 _Nearest = list[tuple[str, float]]  # (id, cosine distance), nearest first
 
@@ -261,6 +263,20 @@ class SQLiteStore(StoreRules[int]):
                 if max_wait_s is None:
                     raise
                 raise StoreBusy(f"another writer holds {self.path}") from exc
+        return counts
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        owner = validate_user_id(user_id)
+        with self._errors():
+            conn = self._conn()
+            conn.execute("PRAGMA secure_delete = ON")  # the freed pages are zeroed, not left readable
+            try:
+                with self._write(conn):
+                    counts = erase_owner(conn, owner)
+            finally:
+                conn.execute("PRAGMA secure_delete = OFF")
+        if self.ann.drop(owner):  # a cache of the rows just deleted, in a file of its own
+            counts["ann_index"] = 1
         return counts
 
     def stats(self) -> dict[str, Any]:
