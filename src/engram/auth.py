@@ -3,7 +3,9 @@
 A key is ``egk_`` + 256 random bits, shown once at creation; only its SHA-256 is stored (the key is
 random, so a fast hash is enough: there is nothing to brute-force). A key belongs to one user, or is
 the admin key (``user_id`` None), which manages keys and the catalog but reads no user's memories
-through the API; the inspector alone lets it look at a chosen user's, read only (``may_inspect``).
+through the API, except a whole user's export for a data-rights request (``GET
+/v1/admin/users/{user}/export``); the inspector lets it look at a chosen user's, read only
+(``may_inspect``).
 
 A key has a scope: ``read`` (recall, list and read only), ``write`` (read and write: what every key
 made before scopes can do) or ``admin`` (the admin key's); and may have an expiry, after which it opens
@@ -28,6 +30,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from engram.errors import Conflict, InvalidInput, NotFound, PermissionDenied, Unauthenticated
+from engram.limits import MAX_KEY_LIFETIME_S, MIN_KEY_LIFETIME_S
 from engram.models import utcnow
 from engram.storage.base import KEY_SCOPES, ApiKeyRecord, KeyScope, KeyStore, SessionStore
 from engram.validation import validate_user_id
@@ -202,6 +205,24 @@ class ApiKeys:
                 f"API key {key_id!r} is already revoked (since {record.revoked_at:%Y-%m-%d %H:%M} UTC)"
             )
         self._store.end_sessions("key_id", key_id)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_lifetime(text: str) -> timedelta:
+    """A key's lifetime written as a number and a unit (``30d``, ``12h``, ``90m``, ``2w``, ``3600s``),
+    between MIN_KEY_LIFETIME_S and MAX_KEY_LIFETIME_S."""
+    spelled = text.strip().lower()
+    number, unit = spelled[:-1], spelled[-1:]
+    if unit not in _UNITS or not number.isdigit():
+        raise InvalidInput(f"a lifetime is a whole number and a unit (s, m, h, d, w), e.g. 30d; not {text!r}")
+    seconds = int(number) * _UNITS[unit]
+    if not MIN_KEY_LIFETIME_S <= seconds <= MAX_KEY_LIFETIME_S:
+        raise InvalidInput(
+            f"a key's lifetime is between {MIN_KEY_LIFETIME_S} s and {MAX_KEY_LIFETIME_S // 86400} days"
+        )
+    return timedelta(seconds=seconds)
 
 
 def key_scope(user_id: str | None, scope: str | None) -> KeyScope:

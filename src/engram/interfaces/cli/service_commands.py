@@ -178,6 +178,15 @@ def _consolidation_worker(eng: Engram) -> Any:
 def keys_create(
     user: UserOpt,
     label: Annotated[str, typer.Option(help="a note, e.g. which agent uses it")] = "",
+    scope: Annotated[
+        str,
+        typer.Option(
+            help="read: recall and read only; write: also write and forget (admin: the admin key's)"
+        ),
+    ] = "write",
+    expires_in: Annotated[
+        str | None, typer.Option(help="lifetime, e.g. 30d, 12h, 90m (default: never expires)")
+    ] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="print the key alone: KEY=$(engram keys create -u U -q)")
     ] = False,
@@ -185,16 +194,22 @@ def keys_create(
     store: StoreOpt = None,
 ) -> None:
     """Create a key for a user and print it (only once): the key on stdout, its id on stderr."""
-    from engram.auth import ApiKeys
+    from engram.auth import ApiKeys, key_scope, parse_lifetime
 
+    try:
+        lifetime = None if expires_in is None else parse_lifetime(expires_in)
+        checked = key_scope(user, scope)
+    except EngramError as exc:
+        raise _fail(exc) from None
     with _engram(store, rerank=False) as eng:
-        key, record = ApiKeys(eng.store).create(user, label)
+        key, record = ApiKeys(eng.store).create(user, label, scope=checked, expires_in=lifetime)
     if as_json:
         _print_json({"key": key, **record.__dict__})
         return
     sys.stdout.write(key + "\n")
     if not quiet:
-        note = f"id {record.id} for user {record.user_id}; the key is shown once"
+        expiry = f", expires {record.expires_at:%Y-%m-%d %H:%M} UTC" if record.expires_at else ""
+        note = f"id {record.id} for user {record.user_id} ({record.scope}{expiry}); the key is shown once"
         Console(stderr=True).print(note, style="dim", highlight=False, soft_wrap=True)
 
 

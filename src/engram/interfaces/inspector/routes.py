@@ -24,13 +24,13 @@ from typing import Annotated, Any, cast
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import anyio
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader
 from starlette.staticfiles import StaticFiles
 
-from engram.auth import ApiKeys, Principal
-from engram.errors import InvalidInput, NotFound
+from engram.auth import KEY_EXPIRED, READ_ONLY, ApiKeys, Principal
+from engram.errors import InvalidInput, NotFound, Unauthenticated
 from engram.interfaces.inspector.activity import ActivityLog, ids_in, without
 from engram.interfaces.inspector.explain import explain_parts, num, when
 from engram.memory import Engram, MemoryReader, validate_user_id
@@ -78,6 +78,12 @@ class Viewer:
     @property
     def is_admin(self) -> bool:
         return self.principal.is_admin
+
+    @property
+    def may_write(self) -> bool:
+        """Whether a form may change what it shows: the user's own key, unless read-only (the admin
+        looks at a user's memories read only)."""
+        return self.principal.may_write and not self.is_admin
 
     def link(self, path: str = "", **params: Any) -> str:
         """An inspector URL that keeps the admin's chosen user; empty parameters are left out."""
@@ -155,6 +161,18 @@ def viewer(request: Request, user: Annotated[str | None, Query(max_length=128)] 
     return Viewer(principal, chosen, engram.reader(chosen))
 
 
+def writer(seen: Annotated[Viewer, Depends(viewer)]) -> Viewer:
+    """The viewer of a route that writes (a form that forgets or corrects): a read-only key, or the
+    admin looking at a user, gets 403 and nothing changes. The same rule as REST and MCP
+    (``Principal.require_write``)."""
+    if not seen.may_write:
+        message = (
+            READ_ONLY if not seen.principal.may_write else "The admin key looks at users' memories read only."
+        )
+        raise _Stop(render("error.html", 403, title="Read only", message=message, viewer=None))
+    return seen
+
+
 def _same_origin(request: Request) -> None:
     """Refuse a form posted from another site's page (a browser always sends Origin on a POST). Behind
     a reverse proxy the public host may come as X-Forwarded-Host: a page cannot set that header."""
@@ -188,9 +206,13 @@ async def sign_in(request: Request) -> Response:
     _same_origin(request)
     form = await _form(request)
     key = (form.get("key") or [""])[0].strip()
-    principal = await anyio.to_thread.run_sync(request.app.state.keys.resolve, key)
-    if principal is None:
-        return render("sign_in.html", 401, viewer=None, error="That key is unknown or has been revoked.")
+    try:
+        principal = await anyio.to_thread.run_sync(request.app.state.keys.authenticate, key)
+    except Unauthenticated as exc:
+        error = (
+            "That key has expired." if str(exc) == KEY_EXPIRED else "That key is unknown or has been revoked."
+        )
+        return render("sign_in.html", 401, viewer=None, error=error)
     token = await anyio.to_thread.run_sync(request.app.state.keys.open_session, principal, COOKIE_MAX_AGE_S)
     target = f"{ROOT}/semantic" if principal.user_id else f"{ROOT}/catalog"
     response = RedirectResponse(target, status_code=303)
