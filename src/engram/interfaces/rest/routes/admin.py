@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from engram.data_rights import erase_user
-from engram.errors import InvalidInput, NotFound
+from engram.errors import Conflict, NotFound
 from engram.import_records import CatalogRecord
 from engram.importer import import_document
 from engram.interfaces.rest.deps import AdminDep, EngramDep, KeysDep, PrincipalDep, get_admin, import_jobs
@@ -83,7 +83,7 @@ def export_user_data(user_id: UserId, engram: EngramDep) -> StreamingResponse:
     return StreamingResponse(lines(), media_type=NDJSON, headers=headers)
 
 
-@router.delete("/admin/users/{user_id}", response_model=UserDeleted, responses=error_responses(422))
+@router.delete("/admin/users/{user_id}", response_model=UserDeleted, responses=error_responses(409))
 def delete_user_data(
     request: Request,
     user_id: UserId,
@@ -94,9 +94,12 @@ def delete_user_data(
     """Delete everything of one user for good (a data-rights erasure request): their memories of every
     type, tombstones, consolidation state, API keys and sign-in sessions, on every table and index of
     the store. Their keys stop working at once. Idempotent: a user with nothing left answers 200 with
-    nothing deleted. Audited in the server log (engram.audit), without content."""
-    if confirm != user_id:
-        raise InvalidInput("confirm must repeat the user id (?confirm=<user_id>); nothing was deleted")
+    nothing deleted. ``confirm`` must repeat the user id (else 409, nothing deleted). Audited in the
+    server log (engram.audit), without content."""
+    if confirm != user_id:  # 409: each value is valid alone, they disagree with each other
+        raise Conflict(
+            "confirm must repeat the user id of the path (?confirm=<user_id>); nothing was deleted"
+        )
     deleted = erase_user(engram.store, user_id, by=f"admin key {principal.key_id}")
     request.app.state.activity.drop_user(user_id)  # the inspector's log of their recent turns
     return UserDeleted(user_id=user_id, deleted=deleted)
