@@ -55,4 +55,8 @@ def test_users_export_then_delete_leaves_nothing_of_the_user(tmp_path):
     assert deleted["deleted"]["memories"] == 2 and deleted["deleted"]["keys"] == 1
     assert sqlite_leftovers(tmp_path / "engram.db", ["sarah", MARK], "sarah") == {}
     assert "nothing was left" in run("users", "delete", "sarah", "--yes", env_home=tmp_path).stdout
+    gone = run("users", "export", "sarah", "--file", str(out), env_home=tmp_path, check=False)
+    assert gone.returncode == 1 and "not found" in gone.stdout
+    assert MARK in out.read_text()  # the earlier export is left as it was, no partial file beside it
+    assert sorted(p.name for p in tmp_path.glob("sarah.jsonl*")) == ["sarah.jsonl"]
     assert "Bob keeps a cat" in run("list", "--user", "bob", env_home=tmp_path).stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import socket
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -35,8 +36,15 @@ def users_export(
         if file == "-":
             counts = export_user(eng, user, sys.stdout)
         else:
-            with open(file, "w", encoding="utf-8") as out:
-                counts = export_user(eng, user, out)
+            # Written beside, then renamed: a user the store does not hold (NotFound) or a failure
+            # midway leaves FILE as it was.
+            partial = Path(file + ".partial")
+            try:
+                with partial.open("w", encoding="utf-8") as out:
+                    counts = export_user(eng, user, out)
+                partial.replace(file)
+            finally:
+                partial.unlink(missing_ok=True)
     summary = f"exported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'} of user {user}"
     Console(stderr=True).print(summary, highlight=False, markup=False)
 

@@ -69,3 +69,8 @@ def tokens_field(blob: bytes | None) -> dict[str, Any]:
         "tokens": base64.b64encode(blob).decode() if blob is not None else None,
         "has_tokens": blob is not None,
     }
+
+
+def unpack_tokens(tokens: str) -> bytes:
+    """A row's packed token vectors from the base64 of its ``tokens`` field."""
+    return base64.b64decode(tokens)

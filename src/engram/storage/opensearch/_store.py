@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +55,7 @@ from engram.storage.opensearch._client import (
     errors,
     parse_url,
 )
-from engram.storage.opensearch._documents import ROW_SOURCE, iso, memory
+from engram.storage.opensearch._documents import ROW_SOURCE, iso, memory, unpack_tokens
 from engram.storage.opensearch._layout import (
     ADDED_STORE_FIELDS,
     KINDS,
@@ -64,6 +64,7 @@ from engram.storage.opensearch._layout import (
     Names,
     index_body,
     role_mapping,
+    same_role,
     tenant_role,
     tenant_user,
 )
@@ -136,7 +137,7 @@ class OpenSearchStore(StoreRules[str]):
                 "security plugin (tenant isolation) and a service account that may manage its role, its "
                 "tenants' users and impersonate them"
             ) from (found if isinstance(found, StorageError) else None)
-        if not there or not _same_role(found[self.names.role], role):
+        if not there or not same_role(found[self.names.role], role):
             self._admin("PUT", f"{_SECURITY}/roles/{self.names.role}", role)
         mapping = role_mapping()
         try:
@@ -204,6 +205,27 @@ class OpenSearchStore(StoreRules[str]):
             self._users.add(user)
         return user
 
+    def _as_tenant(self, owner: str, call: Callable[..., Any], **kwargs: Any) -> Any:
+        """``call(**kwargs)`` (a search) as the tenant's user, sent once more as a new user if another
+        process deleted that one meanwhile (as ``UnitOfWork._send`` does)."""
+        try:
+            with errors():
+                return call(**kwargs, headers=as_user(self._user(owner)))
+        except StorageError as exc:
+            if f"No such user:{tenant_user(owner)}" not in str(exc):
+                raise
+        user = self._remake_user(owner)
+        with errors():
+            return call(**kwargs, headers=as_user(user))
+
+    def _remake_user(self, owner: str) -> str:
+        """The tenant's user made again: another process of the service deleted it (``delete_user``),
+        and its listing, while this one had both cached."""
+        with self._guard:
+            self._users.discard(tenant_user(owner))
+            self._noted.discard(owner)
+        return self._user(owner)
+
     def _has_user(self, user: str) -> bool:
         found = self._admin("GET", f"{_SECURITY}/internalusers/{user}", params={"ignore": 404})
         return isinstance(found, dict) and user in found
@@ -214,7 +236,14 @@ class OpenSearchStore(StoreRules[str]):
         return self.endpoint.label  # never the credentials
 
     def _rows(self, owner: str) -> OpenSearchRows:
-        return OpenSearchRows(self._client, self.names, owner, self._user(owner), self.options.refresh)
+        return OpenSearchRows(
+            self._client,
+            self.names,
+            owner,
+            self._user(owner),
+            self.options.refresh,
+            remake_user=lambda: self._remake_user(owner),
+        )
 
     @contextlib.contextmanager
     def _tenant_statements(self, tenant: Tenant, *, write: bool) -> Iterator[OpenSearchRows]:
@@ -268,8 +297,7 @@ class OpenSearchStore(StoreRules[str]):
         lines: list[dict[str, Any]] = []
         for body in bodies:
             lines += [{"index": self.names.memories}, body]
-        with errors():
-            found = self._client.msearch(body=lines, headers=as_user(self._user(owner_of(tenant))))
+        found = self._as_tenant(owner_of(tenant), self._client.msearch, body=lines)
         answers: list[dict[str, Any]] = found["responses"]
         for answer in answers:
             if "error" in answer:
@@ -287,11 +315,9 @@ class OpenSearchStore(StoreRules[str]):
         return {"size": limit, "query": {"knn": {"embedding": knn}}}
 
     def _search(self, tenant: Tenant, body: dict[str, Any]) -> list[dict[str, Any]]:
-        user = self._user(owner_of(tenant))
-        with errors():
-            found = self._client.search(
-                index=self.names.memories, body=body, _source=False, headers=as_user(user)
-            )
+        found = self._as_tenant(
+            owner_of(tenant), self._client.search, index=self.names.memories, body=body, _source=False
+        )
         hits: list[dict[str, Any]] = found["hits"]["hits"]
         return hits
 
@@ -330,7 +356,7 @@ class OpenSearchStore(StoreRules[str]):
         rows = [memory(s) for s in sources.values()]
         blobs: dict[str, bytes] | None = None
         if tokens:
-            blobs = {i: _unpack(s["tokens"]) for i, s in sources.items() if s.get("tokens")}
+            blobs = {i: unpack_tokens(s["tokens"]) for i, s in sources.items() if s.get("tokens")}
             context = [c for m in rows if (c := getattr(m, "context_id", None)) and c not in sources]
             if context:
                 blobs |= self._rows(owner).tokens_by_id(context, where.owners(tenant))
@@ -396,22 +422,6 @@ class OpenSearchStore(StoreRules[str]):
         self._client.close()
 
 
-def _same_role(found: Any, wanted: Mapping[str, Any]) -> bool:
-    """Whether the role read back grants what ``tenant_role`` sets (the plugin adds empty fields)."""
-    if not isinstance(found, dict):
-        return False
-    if sorted(found.get("cluster_permissions", [])) != sorted(wanted["cluster_permissions"]):
-        return False
-
-    def grants(perms: Any) -> list[tuple[Any, ...]]:
-        return sorted(
-            (sorted(p.get("index_patterns", [])), p.get("dls"), sorted(p.get("allowed_actions", [])))
-            for p in perms or []
-        )
-
-    return grants(found.get("index_permissions")) == grants(wanted["index_permissions"])
-
-
 def _bm25(score: Any) -> float:
     return float(score) - _DLS_SCORE
 
@@ -419,9 +429,3 @@ def _bm25(score: Any) -> float:
 def _cosine(score: Any) -> float:
     """Lucene's cosinesimil score is (1 + cos) / 2; the other backends report the cosine."""
     return 2.0 * (float(score) - _DLS_SCORE) - 1.0
-
-
-def _unpack(tokens: str) -> bytes:
-    import base64
-
-    return base64.b64decode(tokens)

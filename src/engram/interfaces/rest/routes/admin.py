@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from engram.data_rights import erase_user
-from engram.errors import Conflict, NotFound
+from engram.errors import Conflict
 from engram.import_records import CatalogRecord
 from engram.importer import import_document
 from engram.interfaces.rest.deps import AdminDep, EngramDep, KeysDep, PrincipalDep, get_admin, import_jobs
@@ -67,11 +67,12 @@ def export_user_data(user_id: UserId, engram: EngramDep) -> StreamingResponse:
     """Everything of one user (a data-rights access request) as JSON Lines in the format of ``engram
     export``: their memories of every type, tombstones and API keys (hashes only), and a trailer that
     counts and checksums them. 404 when the store holds nothing of that user."""
-    store = engram.store
-    if not (store.scan(user_id, 0, 1) or store.tombstones(user_id) or store.list_keys(user_id)):
-        raise NotFound(user_id, what="user")
     spool = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115 - closed by the stream
-    export_user(engram, user_id, spool)
+    try:
+        export_user(engram, user_id, spool)  # NotFound: 404
+    except BaseException:
+        spool.close()
+        raise
     spool.seek(0)
 
     def lines() -> Iterator[str]:
