@@ -39,7 +39,7 @@ from typing import Any, Protocol, TextIO
 
 from pydantic import TypeAdapter, ValidationError
 
-from engram.errors import Conflict, EngramError, ImportFileError, InvalidInput, StorageError
+from engram.errors import Conflict, EngramError, ImportFileError, InvalidInput, NotFound, StorageError
 from engram.models import EpisodicMemory, Memory, Tombstone, Vectors, utcnow
 from engram.providers.base import Embedder
 from engram.settings import EngramSettings
@@ -81,11 +81,15 @@ def export_store(engram: TransferTarget, out: TextIO, *, keys: bool = False) -> 
 def export_user(engram: TransferTarget, user_id: str, out: TextIO) -> dict[str, int]:
     """Everything of one user in the same format (a data-rights request): the user's rows of every
     type, tombstones and API keys (their hashes), and the trailer; no catalog row, nothing of anyone
-    else. ``import_store`` reads it back like a whole store's export."""
+    else. ``import_store`` reads it back like a whole store's export. NotFound (before a line is
+    written) when the store holds nothing of that user: no row, tombstone or key."""
     validate_user_id(user_id)
-    user_keys = [
-        (record, key_hash) for record, key_hash in engram.store.export_keys() if record.user_id == user_id
-    ]
+    store = engram.store
+    user_keys = [(record, key_hash) for record, key_hash in store.export_keys() if record.user_id == user_id]
+    # Looked up in the tenant list, not read as the user: that would make tenant state for any id
+    # asked about (OpenSearch makes a tenant's internal user at its first request).
+    if not user_keys and user_id not in store.tenants():
+        raise NotFound(user_id, what="user")
     return _export(engram, out, [user_id], user_keys)
 
 

@@ -162,3 +162,43 @@ def test_admin_exports_then_deletes_a_user_and_nothing_of_theirs_remains(service
     audits = [r.getMessage() for r in caplog.records if r.name == "engram.audit"]
     assert len(audits) == 2 and "deleted user 'sarah'" in audits[0] and "admin key key_" in audits[0]
     assert not any(MARK in a for a in audits)
+
+
+def test_stdio_mcp_honours_a_read_only_key_and_refuses_an_expired_one(tmp_path, service):
+    import os
+    import subprocess
+    import sys
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    db = service.engram.store.path
+    read_key, _ = service.keys.create("bob", scope="read")
+    service.engram.for_user("bob").write(f"Bob keeps a {MARK}")
+
+    async def main() -> None:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "engram", "mcp", "--store", f"sqlite:///{db}"],
+            env={**os.environ, "ENGRAM_API_KEY": read_key, "ENGRAM_HOME": str(tmp_path)},
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            recalled = await session.call_tool("recall_memory", {"query": "what does bob keep"})
+            assert not recalled.is_error and MARK in json.dumps(recalled.structured_content)
+            refused = await session.call_tool("write_memory", {"text": "Bob moved"})
+            assert refused.is_error and "read-only" in refused.content[0].text
+
+    anyio.run(main)
+    assert [m.text for m in service.engram.for_user("bob").list("semantic")] == [f"Bob keeps a {MARK}"]
+    expired = add_key(service, "bob", expires_in=timedelta(seconds=-1))
+    env = {**os.environ, "ENGRAM_API_KEY": expired, "ENGRAM_HOME": str(tmp_path)}
+    ran = subprocess.run(
+        [sys.executable, "-m", "engram", "mcp", "--store", f"sqlite:///{db}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert ran.returncode == 1 and "ENGRAM_API_KEY: key expired" in ran.stderr

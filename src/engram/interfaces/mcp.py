@@ -260,7 +260,8 @@ def http_may_write(ctx: Context) -> bool:
     return getattr(getattr(request, "state", None), "engram_may_write", False) is True
 
 
-def run_stdio(engram: Engram, user_id: str) -> None:
-    """Serve MCP over stdin/stdout for one user (local clients such as Claude Desktop)."""
-    server = build_mcp_server(engram, lambda ctx: user_id)
+def run_stdio(engram: Engram, user_id: str, *, may_write: bool = True) -> None:
+    """Serve MCP over stdin/stdout for one user (local clients such as Claude Desktop); with
+    ``may_write`` false (a read-only key) the writing tools refuse."""
+    server = build_mcp_server(engram, lambda ctx: user_id, may_write=lambda ctx: may_write)
     server.run("stdio")

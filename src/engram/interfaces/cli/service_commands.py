@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.console import Console
 
-from engram.errors import EngramError
+from engram.errors import EngramError, Unauthenticated
 from engram.interfaces.cli.common import (
     JsonOpt,
     StoreOpt,
@@ -253,16 +253,21 @@ def mcp(store: StoreOpt = None) -> None:
         # A key can only be checked against the store that holds it: never create an empty one for it.
         why = "ENGRAM_API_KEY cannot be checked against it (is --store right?)"
         with Engram.from_settings(settings, _store_url(store, settings, existing=bool(key), why=why)) as eng:
+            may_write = True  # ENGRAM_USER: a trusted local setup
             if key:
-                principal = ApiKeys(eng.store).resolve(key)
-                if principal is None or principal.user_id is None:
+                try:
+                    principal = ApiKeys(eng.store).authenticate(key)
+                except Unauthenticated as exc:  # expired, or missing, unknown or revoked
+                    err.print(f"error: ENGRAM_API_KEY: {exc}")
+                    raise typer.Exit(1) from None
+                if principal.user_id is None:
                     err.print("error: ENGRAM_API_KEY is not a live user key")
                     raise typer.Exit(1)
-                user = principal.user_id
+                user, may_write = principal.user_id, principal.may_write
             if not user:
                 err.print("error: set ENGRAM_API_KEY (a user key) or ENGRAM_USER")
                 raise typer.Exit(1)
-            run_stdio(eng, eng.for_user(user).user_id)
+            run_stdio(eng, eng.for_user(user).user_id, may_write=may_write)
     except EngramError as exc:
         err.print(f"error: {exc}")
         raise typer.Exit(1) from None
