@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import anyio
 import httpx
+import pytest
 
 from engram.auth import hash_key
 from engram.models import utcnow
@@ -202,3 +203,28 @@ def test_stdio_mcp_honours_a_read_only_key_and_refuses_an_expired_one(tmp_path, 
         stdin=subprocess.DEVNULL,
     )
     assert ran.returncode == 1 and "ENGRAM_API_KEY: key expired" in ran.stderr
+
+
+def test_the_inspector_lets_a_read_only_key_look_and_its_forms_refuse_it(service):
+    from engram.auth import Principal
+    from engram.interfaces.inspector.routes import Viewer, _Stop, writer
+
+    service.engram.for_user("sarah").write(f"Sarah keeps a {MARK}")
+    read_key, _ = service.keys.create("sarah", scope="read")
+    browser = sign_in(service, read_key)
+    page = browser.get("/inspector/semantic")
+    assert page.status_code == 200 and MARK in page.text
+    # The dependency every form that writes takes (forget, correct): the same rule as REST and MCP.
+    reader = service.engram.reader("sarah")
+    read_only = Viewer(Principal("key_r", "sarah", "read"), "sarah", reader)
+    admin = Viewer(Principal("key_a", None, "admin"), "sarah", reader)
+    refusals = {}
+    for name, viewer in (("read-only key", read_only), ("admin", admin)):
+        with pytest.raises(_Stop) as stopped:
+            writer(viewer)
+        refusals[name] = stopped.value.response
+    assert {r.status_code for r in refusals.values()} == {403}
+    assert "read-only" in bytes(refusals["read-only key"].body).decode()
+    assert "read only" in bytes(refusals["admin"].body).decode()
+    writable = Viewer(Principal("key_w", "sarah", "write"), "sarah", reader)
+    assert writer(writable) is writable
