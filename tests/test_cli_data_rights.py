@@ -53,7 +53,7 @@ def test_users_export_then_delete_leaves_nothing_of_the_user(tmp_path):
     assert "sarah" in run("users", "export", "sarah", env_home=tmp_path).stdout  # nothing deleted
     deleted = json.loads(run("users", "delete", "sarah", "--yes", "--json", env_home=tmp_path).stdout)
     assert deleted["deleted"]["memories"] == 2 and deleted["deleted"]["keys"] == 1
-    assert sqlite_leftovers(tmp_path / "engram.db", ["sarah", MARK], "sarah") == {}
+    assert sqlite_leftovers(tmp_path / "engram.db", ["sarah", MARK], "sarah", words=[MARK]) == {}
     assert "nothing was left" in run("users", "delete", "sarah", "--yes", env_home=tmp_path).stdout
     gone = run("users", "export", "sarah", "--file", str(out), env_home=tmp_path, check=False)
     assert gone.returncode == 1 and "not found" in gone.stdout

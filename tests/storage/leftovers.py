@@ -5,6 +5,7 @@ too. Used by the delete-user tests of every backend and surface."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,11 @@ import apsw
 from engram.storage.sqlite._fts import owner_prefix
 
 
-def sqlite_leftovers(path: Path, needles: list[str], owner: str) -> dict[str, int]:
+def sqlite_leftovers(path: Path, needles: list[str], owner: str, words: Sequence[str] = ()) -> dict[str, int]:
     """Rows of any table of the file with any needle in any column (as text, and as bytes: the FTS
-    index's segments are blobs), the owner's FTS digit prefix among them, and FTS terms of the owner
-    (read from the index itself through fts5vocab)."""
+    index's segments are blobs), the owner's FTS digit prefix among them, FTS terms of the owner (read
+    from the index itself through fts5vocab), and any of ``words`` in the bytes of the file and its
+    write-ahead log (deleted text left on free pages)."""
     conn = apsw.Connection(str(path))
     found: dict[str, int] = {}
     needles = [*needles, owner_prefix(owner)]
@@ -37,6 +39,13 @@ def sqlite_leftovers(path: Path, needles: list[str], owner: str) -> dict[str, in
         ).fetchone()[0]
         if terms:
             found["memory_fts terms"] = terms
+        # The bytes of the file and its log, free pages too, for ``words`` of the owner's text. Not for
+        # ids: an interior b-tree page may keep a deleted key as a separator until VACUUM.
+        for part in (path, path.with_name(path.name + "-wal")):
+            data = part.read_bytes() if part.exists() else b""
+            for needle in words:
+                if needle.encode() in data:
+                    found[f"bytes of {part.name} ~ {needle}"] = data.count(needle.encode())
         ann = path.with_name(path.name + ".ann")
         if ann.exists():
             from engram.storage._ann_file import file_name

@@ -27,7 +27,7 @@ MARK = "Zorblax"  # a word only in the deleted user's texts
 def leftovers(store, request, needles: list[str]) -> dict[str, int]:
     kind = request.node.callspec.params["store"]
     if kind == "sqlite":
-        return sqlite_leftovers(store.path, needles, GONE)
+        return sqlite_leftovers(store.path, needles, GONE, words=[MARK])
     if kind == "postgres":
         admin_url, _ = request.getfixturevalue("pg_urls")
         return postgres_leftovers(admin_url, needles)

@@ -275,6 +275,9 @@ class SQLiteStore(StoreRules[int]):
                     counts = erase_owner(conn, owner)
             finally:
                 conn.execute("PRAGMA secure_delete = OFF")
+            # The write-ahead log still holds earlier images of those pages: copy it back and empty it
+            # (best effort: a reader in another process may keep it until its next checkpoint).
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         if self.ann.drop(owner):  # a cache of the rows just deleted, in a file of its own
             counts["ann_index"] = 1
         return counts
