@@ -915,4 +915,4 @@ def test_the_openapi_document_states_what_the_client_uses(make_engram: Callable[
     assert spec["paths"]["/v1/me"]["get"]["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/Me"
     }
-    assert me.status_code == 200 and me.json() == {"user_id": "sarah"}
+    assert me.status_code == 200 and me.json() == {"user_id": "sarah", "scope": "write"}

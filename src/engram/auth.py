@@ -3,7 +3,13 @@
 A key is ``egk_`` + 256 random bits, shown once at creation; only its SHA-256 is stored (the key is
 random, so a fast hash is enough: there is nothing to brute-force). A key belongs to one user, or is
 the admin key (``user_id`` None), which manages keys and the catalog but reads no user's memories
-through the API; the inspector alone lets it look at a chosen user's, read only (``may_inspect``).
+through the API, except a whole user's export for a data-rights request (``GET
+/v1/admin/users/{user}/export``); the inspector lets it look at a chosen user's, read only
+(``may_inspect``).
+
+A key has a scope: ``read`` (recall, list and read only), ``write`` (read and write: what every key
+made before scopes can do) or ``admin`` (the admin key's); and may have an expiry, after which it opens
+nothing ("key expired"), as if revoked. Every surface asks the one ``Principal`` (``require_write``).
 
 An admin key given from outside (``ENGRAM_ADMIN_KEY``) is the only admin key: adopting it revokes every
 other, so an old key stops working when the setting changes. It must pass ``check_admin_key``.
@@ -23,9 +29,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
-from engram.errors import Conflict, InvalidInput, NotFound
+from engram.errors import Conflict, InvalidInput, NotFound, PermissionDenied, Unauthenticated
+from engram.limits import MAX_KEY_LIFETIME_S, MIN_KEY_LIFETIME_S
 from engram.models import utcnow
-from engram.storage.base import ApiKeyRecord, KeyStore, SessionStore
+from engram.storage.base import KEY_SCOPES, ApiKeyRecord, KeyScope, KeyStore, SessionStore
 from engram.validation import validate_user_id
 
 KEY_PREFIX = "egk_"
@@ -33,6 +40,9 @@ SESSION_PREFIX = "egs_"
 MAX_TOKEN_CHARS = 512  # longer than any key or session token: not looked up
 ADMIN_KEY_MIN_CHARS = 32
 ADMIN_KEY_MIN_DISTINCT = 8  # 32 random hex digits have fewer in under 1 in a million draws
+NO_KEY = "missing, unknown or revoked API key"
+KEY_EXPIRED = "key expired"
+READ_ONLY = "this API key is read-only (scope 'read'): it may recall and read, not write or forget"
 
 
 @dataclass(frozen=True)
@@ -41,10 +51,20 @@ class Principal:
 
     key_id: str
     user_id: str | None
+    scope: KeyScope = "write"
 
     @property
     def is_admin(self) -> bool:
         return self.user_id is None
+
+    @property
+    def may_write(self) -> bool:
+        return self.scope != "read"
+
+    def require_write(self) -> None:
+        """Refuse a read-only key anything that writes (REST, MCP tools, the inspector's forms)."""
+        if not self.may_write:
+            raise PermissionDenied(READ_ONLY)
 
     def may_inspect(self, user_id: str) -> bool:
         """Whether this key may look at ``user_id``'s memories in the inspector: a user key its own
@@ -72,13 +92,31 @@ class ApiKeys:
     def __init__(self, store: AuthStore) -> None:
         self._store = store
 
-    def create(self, user_id: str | None, label: str = "") -> tuple[str, ApiKeyRecord]:
-        """A new key for ``user_id`` (None: an admin key). Returns (the key, shown once; its record)."""
-        if user_id is not None:
-            validate_user_id(user_id)
+    def create(
+        self,
+        user_id: str | None,
+        label: str = "",
+        *,
+        scope: KeyScope | None = None,
+        expires_in: timedelta | None = None,
+    ) -> tuple[str, ApiKeyRecord]:
+        """A new key for ``user_id`` (None: an admin key) with ``scope`` (a user key's ``read`` or
+        ``write``, the default; ``admin`` is the admin key's) that stops working after ``expires_in``
+        (None: never). Returns (the key, shown once; its record)."""
+        scope = key_scope(user_id, scope)
+        if expires_in is not None and expires_in <= timedelta(0):
+            raise InvalidInput("a key's lifetime must be positive")
+        now = utcnow()
+        # whole seconds: every backend keeps them exactly (OpenSearch keeps milliseconds)
+        expires_at = None if expires_in is None else (now + expires_in).replace(microsecond=0)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         record = ApiKeyRecord(
-            id="key_" + secrets.token_urlsafe(9), user_id=user_id, label=label, created_at=utcnow()
+            id="key_" + secrets.token_urlsafe(9),
+            user_id=user_id,
+            label=label,
+            created_at=now,
+            scope=scope,
+            expires_at=expires_at,
         )
         self._store.add_key(record, hash_key(key))
         return key, record
@@ -94,6 +132,7 @@ class ApiKeys:
                 user_id=None,
                 label="from environment",
                 created_at=utcnow(),
+                scope="admin",
             )
             self._store.add_key(record, hash_key(key))
             existing = record
@@ -105,14 +144,22 @@ class ApiKeys:
     def has_admin(self) -> bool:
         return any(k.user_id is None and k.revoked_at is None for k in self._store.list_keys())
 
-    def resolve(self, key: str | None) -> Principal | None:
-        """The principal of a live key, or None for a missing, unknown or revoked key."""
+    def authenticate(self, key: str | None) -> Principal:
+        """The principal of a live key; Unauthenticated saying why for any other (``KEY_EXPIRED`` for
+        an expired one, ``NO_KEY`` for a missing, unknown or revoked one)."""
         if not key or len(key) > MAX_TOKEN_CHARS:
-            return None
+            raise Unauthenticated(NO_KEY)
         record = self._store.find_key(hash_key(key))
         if record is None or record.revoked_at is not None:
+            raise Unauthenticated(NO_KEY)
+        return _principal(record)
+
+    def resolve(self, key: str | None) -> Principal | None:
+        """The principal of a live key, or None for a missing, unknown, revoked or expired key."""
+        try:
+            return self.authenticate(key)
+        except Unauthenticated:
             return None
-        return Principal(key_id=record.id, user_id=record.user_id)
 
     def open_session(self, principal: Principal, lifetime_s: int) -> str:
         """A new session of the principal's key for ``lifetime_s`` seconds: its token, shown once (the
@@ -131,7 +178,10 @@ class ApiKeys:
         record = self._store.get_key(found[0])
         if record is None or record.revoked_at is not None:
             return None
-        return Principal(key_id=record.id, user_id=record.user_id)
+        try:
+            return _principal(record)
+        except Unauthenticated:  # the key expired since the sign-in
+            return None
 
     def end_session(self, token: str | None) -> bool:
         """Sign out: the session stops working for every process at once. Whether there was one."""
@@ -155,6 +205,49 @@ class ApiKeys:
                 f"API key {key_id!r} is already revoked (since {record.revoked_at:%Y-%m-%d %H:%M} UTC)"
             )
         self._store.end_sessions("key_id", key_id)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_lifetime(text: str) -> timedelta:
+    """A key's lifetime written as a number and a unit (``30d``, ``12h``, ``90m``, ``2w``, ``3600s``),
+    between MIN_KEY_LIFETIME_S and MAX_KEY_LIFETIME_S."""
+    spelled = text.strip().lower()
+    number, unit = spelled[:-1], spelled[-1:]
+    if unit not in _UNITS or not number.isdigit():
+        raise InvalidInput(f"a lifetime is a whole number and a unit (s, m, h, d, w), e.g. 30d; not {text!r}")
+    seconds = int(number) * _UNITS[unit]
+    if not MIN_KEY_LIFETIME_S <= seconds <= MAX_KEY_LIFETIME_S:
+        raise InvalidInput(
+            f"a key's lifetime is between {MIN_KEY_LIFETIME_S} s and {MAX_KEY_LIFETIME_S // 86400} days"
+        )
+    return timedelta(seconds=seconds)
+
+
+def key_scope(user_id: str | None, scope: str | None) -> KeyScope:
+    """A key's scope, checked: ``admin`` for the admin key (no user) and only for it; a user key's
+    ``read`` or ``write`` (the default)."""
+    if scope is not None and scope not in KEY_SCOPES:
+        raise InvalidInput(f"a key's scope is one of {', '.join(KEY_SCOPES)}, not {scope!r}")
+    if user_id is None:
+        if scope not in (None, "admin"):
+            raise InvalidInput(
+                "the admin key (no user) has scope 'admin'; give a user for a read or write key"
+            )
+        return "admin"
+    validate_user_id(user_id)
+    if scope == "admin":
+        raise InvalidInput("scope 'admin' is the admin key's: create it without a user")
+    return "read" if scope == "read" else "write"
+
+
+def _principal(record: ApiKeyRecord) -> Principal:
+    """The principal of a live (not revoked) key record; Unauthenticated once it expired."""
+    if record.expires_at is not None and record.expires_at <= utcnow():
+        raise Unauthenticated(KEY_EXPIRED)
+    scope: KeyScope = "admin" if record.user_id is None else record.scope
+    return Principal(key_id=record.id, user_id=record.user_id, scope=scope)
 
 
 def check_admin_key(key: str) -> None:

@@ -5,7 +5,8 @@ EngramError
 │   ├── ImportFileError   an import document is invalid; names the record; nothing imported
 │   └── ConfigError       a setting, the config file or the store URL is invalid; names which
 ├── NotFound              no such row *in your scope* (also raised for another tenant's rows)
-├── PermissionDenied      the handle may not do this (e.g. a tenant writing the catalog)
+├── Unauthenticated       no live API key: missing, unknown, revoked or expired
+├── PermissionDenied      the handle may not do this (e.g. a tenant writing the catalog, a read-only key)
 ├── Conflict              the row's state forbids it (e.g. superseding an already superseded fact)
 ├── ModelError            a model's files are missing/corrupt or do not match the store
 └── StorageError          the storage engine failed or the store is unusable
@@ -45,6 +46,12 @@ class NotFound(EngramError, LookupError):
     def __init__(self, memory_id: str, what: str = "memory") -> None:
         super().__init__(f"{what} {memory_id!r} not found")
         self.memory_id = memory_id
+
+
+class Unauthenticated(EngramError):
+    """The credential opens nothing; the message says why (expired, or missing/unknown/revoked)."""
+
+    code = "unauthorized"
 
 
 class PermissionDenied(EngramError, PermissionError):

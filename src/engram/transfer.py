@@ -5,7 +5,8 @@ One record per line, streamed both ways, so memory stays flat however large the 
     {"engram_export": 2, "exported_at": "...", "embedding_model": "..."}      first line
     {"memory": {every field}, "consolidated": 0 | 1 | 2}                      tenant by tenant, write order
     {"tombstone": {"id", "user_id", "memory_type", "created_at", "forgotten_at"}}
-    {"key": {"id", "user_id", "label", "created_at", "revoked_at"}, "key_hash": "..."}   with keys only
+    {"key": {"id", "user_id", "label", "created_at", "revoked_at", "scope", "expires_at"},
+     "key_hash": "..."}                                                      with keys only
     {"engram_export_end": {"lines": N, "counts": {kind: n}, "sha256": "..."}}  last line
 
 Kept: ids, times, supersession chains (both links, retractions), use counts and last use, playbook
@@ -38,11 +39,12 @@ from typing import Any, Protocol, TextIO
 
 from pydantic import TypeAdapter, ValidationError
 
-from engram.errors import Conflict, EngramError, ImportFileError, InvalidInput, StorageError
+from engram.errors import Conflict, EngramError, ImportFileError, InvalidInput, NotFound, StorageError
 from engram.models import EpisodicMemory, Memory, Tombstone, Vectors, utcnow
 from engram.providers.base import Embedder
 from engram.settings import EngramSettings
 from engram.storage.base import ApiKeyRecord, Store, Tenant, episode_marks
+from engram.validation import validate_user_id
 
 FORMAT_VERSION = 2  # 2: a trailer ends the file (format 1 has none; old Engrams refuse format 2 upfront)
 READABLE_VERSIONS = (1, 2)
@@ -72,6 +74,28 @@ class TransferTarget(Protocol):
 def export_store(engram: TransferTarget, out: TextIO, *, keys: bool = False) -> dict[str, int]:
     """Write every tenant's rows and tombstones, the catalog's, with ``keys`` the API keys, and the
     trailer that counts and checksums them; returns the counts per kind."""
+    tenants: list[Tenant] = [None, *engram.store.tenants()]
+    return _export(engram, out, tenants, engram.store.export_keys() if keys else [])
+
+
+def export_user(engram: TransferTarget, user_id: str, out: TextIO) -> dict[str, int]:
+    """Everything of one user in the same format (a data-rights request): the user's rows of every
+    type, tombstones and API keys (their hashes), and the trailer; no catalog row, nothing of anyone
+    else. ``import_store`` reads it back like a whole store's export. NotFound (before a line is
+    written) when the store holds nothing of that user: no row, tombstone or key."""
+    validate_user_id(user_id)
+    store = engram.store
+    user_keys = [(record, key_hash) for record, key_hash in store.export_keys() if record.user_id == user_id]
+    # Looked up in the tenant list, not read as the user: that would make tenant state for any id
+    # asked about (OpenSearch makes a tenant's internal user at its first request).
+    if not user_keys and user_id not in store.tenants():
+        raise NotFound(user_id, what="user")
+    return _export(engram, out, [user_id], user_keys)
+
+
+def _export(
+    engram: TransferTarget, out: TextIO, tenants: Sequence[Tenant], keys: Sequence[tuple[ApiKeyRecord, str]]
+) -> dict[str, int]:
     store = engram.store
     counts: dict[str, int] = {}
     digest = hashlib.sha256()
@@ -95,7 +119,6 @@ def export_store(engram: TransferTarget, out: TextIO, *, keys: bool = False) -> 
             "embedding_model": engram.embedder.name,
         }
     )
-    tenants: list[Tenant] = [None, *store.tenants()]
     for tenant in tenants:
         after = 0
         while page := store.scan(tenant, after, PAGE):
@@ -104,9 +127,8 @@ def export_store(engram: TransferTarget, out: TextIO, *, keys: bool = False) -> 
             after = page[-1][0]
         for tombstone in store.tombstones(tenant):
             emit({"tombstone": tombstone.model_dump(mode="json")}, "tombstones")
-    if keys:
-        for record, key_hash in store.export_keys():
-            emit({"key": asdict(record) | _iso(record), "key_hash": key_hash}, "keys")
+    for record, key_hash in keys:
+        emit({"key": asdict(record) | _iso(record), "key_hash": key_hash}, "keys")
     out.write(json.dumps({TRAILER: {"lines": lines, "counts": counts, "sha256": digest.hexdigest()}}) + "\n")
     return counts
 
@@ -402,6 +424,7 @@ def _iso(record: ApiKeyRecord) -> dict[str, str | None]:
     return {
         "created_at": record.created_at.isoformat(),
         "revoked_at": record.revoked_at.isoformat() if record.revoked_at else None,
+        "expires_at": record.expires_at.isoformat() if record.expires_at else None,
     }
 
 
@@ -412,4 +435,5 @@ def _times(raw: dict[str, Any]) -> dict[str, Any]:
         at = datetime.fromisoformat(str(value))
         return at if at.tzinfo else at.replace(tzinfo=UTC)
 
-    return {**raw, "created_at": parse(raw["created_at"]), "revoked_at": parse(raw.get("revoked_at"))}
+    times = {name: parse(raw.get(name)) for name in ("revoked_at", "expires_at")}
+    return {**raw, "created_at": parse(raw["created_at"]), **times}

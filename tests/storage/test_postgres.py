@@ -8,6 +8,7 @@ import psycopg
 import pytest
 
 from engram import Conflict, Engram, StorageError
+from engram.auth import ApiKeys
 from engram.errors import ConfigError
 from engram.models import CatalogItem, SemanticMemory, new_id
 from engram.storage.postgres import PostgresStore, migrate
@@ -103,6 +104,7 @@ def test_migrations_are_idempotent(pg):
             (3,),
             (4,),
             (5,),
+            (6,),
         ]
 
 
@@ -142,8 +144,11 @@ def test_a_runtime_store_refuses_an_older_schema_and_migration_4_marks_the_water
     store = PostgresStore(runtime, admin_url=admin)
     store.ensure_model(embedder.name, embedder.dim)
     store.insert("sarah", turns, embedder.embed_documents([t.text for t in turns]))
+    key, _ = ApiKeys(store).create("sarah")
     store.close()
     with psycopg.connect(admin) as conn:  # back to schema 3: a watermark past turn 0, no marks...
+        conn.execute("ALTER TABLE api_keys DROP COLUMN scope, DROP COLUMN expires_at")  # migration 6's
+        conn.execute("DROP POLICY tombstones_delete ON tombstones")
         conn.execute("DROP INDEX memories_waiting, memories_owner_rid, tombstones_owner")
         conn.execute("ALTER TABLE memories DROP COLUMN consolidated")
         conn.execute("DROP TABLE inspector_sessions")  # migration 5's
@@ -151,13 +156,42 @@ def test_a_runtime_store_refuses_an_older_schema_and_migration_4_marks_the_water
         conn.execute("DELETE FROM engram_tenants")  # ... and migration 2's backfill, empty under RLS
         conn.execute("SELECT set_config('engram.tenant', 'sarah', true)")  # the owner is under RLS
         conn.execute("INSERT INTO consolidation_state VALUES ('sarah', %s, %s, %s)", (T0, turns[0].id, T0))
-    with pytest.raises(StorageError, match="predates migration 5"):
+    with pytest.raises(StorageError, match="predates migration 6"):
         PostgresStore(runtime)
-    assert migrate(admin) == [4, 5]
+    assert migrate(admin) == [4, 5, 6]
     store = PostgresStore(runtime)
     try:
         assert [e.text for e in store.waiting_episodes("sarah", 10)] == ["turn 1"]
         assert store.tenants() == ["sarah"]
+        principal = ApiKeys(store).authenticate(key)  # a key from before scopes: reads and writes
+        assert principal.may_write and store.get_key(principal.key_id).expires_at is None
+    finally:
+        store.close()
+
+
+def test_deleting_a_user_drops_their_vector_index_as_a_non_superuser_owner(owned_db, pg_server_url, embedder):
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from engram.storage.postgres._ann import index_name
+    from tests.storage.leftovers import postgres_leftovers
+
+    admin, runtime = owned_db
+    store = PostgresStore(runtime, admin_url=admin)
+    try:
+        store.ensure_model(embedder.name, embedder.dim)
+        for user in ("sarah", "bob"):
+            rows = [
+                SemanticMemory(id=new_id("semantic"), text=f"{user} fact {i}", user_id=user, created_at=T0)
+                for i in range(3)
+            ]
+            store.insert(user, rows, embedder.embed_documents([r.text for r in rows]))
+        store.forget("sarah", store.list_memories("sarah", "semantic")[0].id, T0)
+        assert sorted(store.index_heavy_tenants(min_rows=2)) == ["bob", "sarah"]
+        counts = store.delete_user("sarah")
+        assert counts == {"memories": 2, "tombstones": 1, "engram_tenants": 1, "ann_index": 1}
+        superuser = make_conninfo(pg_server_url, dbname=conninfo_to_dict(admin)["dbname"])
+        assert postgres_leftovers(superuser, ["sarah", index_name("sarah")]) == {}
+        assert len(store.list_memories("bob", "semantic")) == 3 and store.delete_user("sarah") == {}
     finally:
         store.close()
 

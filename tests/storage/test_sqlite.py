@@ -43,7 +43,7 @@ def test_wal_mode_and_schema_version(tmp_path):
     try:
         conn = store._conn()
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert store.stats()["meta"]["schema_version"] == "3"
+        assert store.stats()["meta"]["schema_version"] == "4"
     finally:
         store.close()
 
@@ -68,12 +68,16 @@ def test_an_older_file_is_upgraded_and_a_newer_one_refused(tmp_path, embedder):
         "INSERT INTO consolidation_state VALUES ('sarah', ?, ?, ?)",
         (t0.isoformat(timespec="microseconds"), turns[0].id, t0.isoformat()),
     )
+    conn.execute("ALTER TABLE api_keys DROP COLUMN scope; ALTER TABLE api_keys DROP COLUMN expires_at")
+    conn.execute("INSERT INTO api_keys VALUES ('key_old', 'h', 'sarah', '', ?, NULL)", (t0.isoformat(),))
     conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     store.close()
-    store = SQLiteStore(tmp_path / "x.db")  # gains memory_tokens and the marks; version moves to 3
-    assert store.stats()["meta"]["schema_version"] == "3"
+    store = SQLiteStore(tmp_path / "x.db")  # gains memory_tokens, the marks, key scopes; version 4
+    assert store.stats()["meta"]["schema_version"] == "4"
     assert [e.text for e in store.waiting_episodes("sarah", 10)] == ["turn 1"]  # turn 0 was consumed
-    store._conn().execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    old_key = store.get_key("key_old")  # a key from before scopes reads and writes, and never expires
+    assert old_key is not None and (old_key.scope, old_key.expires_at) == ("write", None)
+    store._conn().execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     store.close()
     with pytest.raises(StorageError, match="upgrade engram-memory"):
         SQLiteStore(tmp_path / "x.db")

@@ -16,7 +16,8 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult
 from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictStr, ValidationError
 
-from engram.errors import EngramError, public_failure, public_message
+from engram.auth import READ_ONLY
+from engram.errors import EngramError, PermissionDenied, public_failure, public_message
 from engram.interfaces.consolidation_runs import ConsolidationRuns
 from engram.limits import (
     MAX_LINE_CHARS,
@@ -145,10 +146,13 @@ def build_mcp_server(
     tenant_of: Callable[[Context], str],
     handle: Callable[[str], UserMemory] | None = None,
     runs: ConsolidationRuns | None = None,
+    may_write: Callable[[Context], bool] | None = None,
 ) -> MCPServer:
     """The MCP tools on ``engram`` for the tenant ``tenant_of`` names; ``handle`` makes the user's
     handle (the service's records what it does for the inspector), else ``engram.for_user``; ``runs``
-    the consolidation runs it shares with REST (the server's), else its own."""
+    the consolidation runs it shares with REST (the server's), else its own; ``may_write`` says
+    whether the caller's key may write (a read-only key's write tools answer permission_denied), else
+    every caller may."""
     server = EngramMCPServer(name="engram", instructions=INSTRUCTIONS, log_level="WARNING")
     # Each bound is the one the engine enforces (engram.limits, this store's settings): the tools'
     # input schemas show it, and a call past it is refused before any work.
@@ -165,6 +169,11 @@ def build_mcp_server(
     def memory(ctx: Context) -> UserMemory:
         return (handle or engram.for_user)(tenant_of(ctx))
 
+    def writer(ctx: Context) -> UserMemory:
+        if may_write is not None and not may_write(ctx):
+            raise ToolError(f"{PermissionDenied.code}: {READ_ONLY}")
+        return memory(ctx)
+
     @server.tool(name="remember_turn", description=REMEMBER_DESCRIPTION)
     def remember_turn(
         text: Text,
@@ -174,7 +183,7 @@ def build_mcp_server(
         metadata: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         # The fields and rules of POST /v1/turns; the engine checks the text (visible, not too long).
-        mem = memory(ctx)
+        mem = writer(ctx)
         row = _call(lambda: mem.remember_turn(text, at=at, session_id=session_id, metadata=metadata))
         return {"memory": row.model_dump(mode="json")}
 
@@ -234,7 +243,7 @@ def build_mcp_server(
         description: OptionalText | None = None,
         steps: Annotated[list[StrictStep], Field(max_length=MAX_STEPS)] | None = None,
     ) -> dict[str, Any]:
-        mem = memory(ctx)
+        mem = writer(ctx)
         row = _call(
             lambda: mem.write(
                 text,
@@ -255,13 +264,13 @@ def build_mcp_server(
 
     @server.tool(name="forget_memory", description=FORGET_DESCRIPTION)
     def forget_memory(memory_id: StrictStr, ctx: Context) -> dict[str, Any]:
-        mem = memory(ctx)
+        mem = writer(ctx)
         stone = _call(lambda: mem.forget(memory_id))
         return {"forgotten": stone.model_dump(mode="json")}
 
     @server.tool(name="record_outcome", description=OUTCOME_DESCRIPTION)
     def record_outcome(playbook_id: StrictStr, success: StrictBool, ctx: Context) -> dict[str, Any]:
-        mem = memory(ctx)
+        mem = writer(ctx)
         row = _call(lambda: mem.record_outcome(playbook_id, success))
         return {"memory": row.model_dump(mode="json")}
 
@@ -269,6 +278,8 @@ def build_mcp_server(
 
     @server.tool(name="consolidate_memory", description=CONSOLIDATE_DESCRIPTION)
     def consolidate_memory(ctx: Context, run_id: RunId | None = None) -> dict[str, Any]:
+        if run_id is None:  # a run writes facts: a read-only key may only read a run's status
+            writer(ctx)
         user = tenant_of(ctx)
         run = _call(lambda: consolidation.get(user, run_id) if run_id else consolidation.trigger(user))
         return dict(run.as_json())
@@ -285,7 +296,14 @@ def http_tenant(ctx: Context) -> str:
     return str(user_id)
 
 
-def run_stdio(engram: Engram, user_id: str) -> None:
-    """Serve MCP over stdin/stdout for one user (local clients such as Claude Desktop)."""
-    server = build_mcp_server(engram, lambda ctx: user_id)
+def http_may_write(ctx: Context) -> bool:
+    """Whether the key of the HTTP request may write, as the REST app's auth middleware stored it."""
+    request = ctx.request_context.request
+    return getattr(getattr(request, "state", None), "engram_may_write", False) is True
+
+
+def run_stdio(engram: Engram, user_id: str, *, may_write: bool = True) -> None:
+    """Serve MCP over stdin/stdout for one user (local clients such as Claude Desktop); with
+    ``may_write`` false (a read-only key) the writing tools refuse."""
+    server = build_mcp_server(engram, lambda ctx: user_id, may_write=lambda ctx: may_write)
     server.run("stdio")

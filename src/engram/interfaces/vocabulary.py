@@ -145,12 +145,16 @@ CLI_ONLY: Final[Mapping[str, str]] = {
     "keys create": "engram.auth.ApiKeys.create",
     "keys list": "engram.auth.ApiKeys.list",
     "keys revoke": "engram.auth.ApiKeys.revoke",
+    "users export": "engram.transfer.export_user: everything of one user (a data-rights request)",
+    "users delete": "engram.data_rights.erase_user: delete everything of one user",
 }
 REST_ONLY: Final[Mapping[Route, str]] = {
     Route("GET", "/v1/me"): "whose memory the key opens (UserMemory.user_id)",
     Route("POST", "/v1/keys"): "engram.auth.ApiKeys.create",
     Route("GET", "/v1/keys"): "engram.auth.ApiKeys.list",
     Route("DELETE", "/v1/keys/{key_id}"): "engram.auth.ApiKeys.revoke",
+    Route("GET", "/v1/admin/users/{user_id}/export"): "engram.transfer.export_user, as `users export`",
+    Route("DELETE", "/v1/admin/users/{user_id}"): "engram.data_rights.erase_user, as `users delete`",
     Route("GET", "/v1/import/{key}"): "an import sent with an Idempotency-Key: its progress, then its report",
     Route("GET", "/v1/catalog/import/{key}"): "a catalog import sent with an Idempotency-Key, likewise",
     Route("GET", "/v1/consolidate/{run_id}"): "a consolidation run's status (consolidate_memory with run_id)",

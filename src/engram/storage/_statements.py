@@ -202,7 +202,8 @@ class StoreStatements(Protocol):
         ...
 
 
-KEY_COLUMNS = "id, user_id, label, created_at, revoked_at"  # the columns key_record reads, in order
+# the columns key_record reads, in order
+KEY_COLUMNS = "id, user_id, label, created_at, revoked_at, scope, expires_at"
 
 
 def as_time(value: str | datetime) -> datetime:
@@ -212,11 +213,13 @@ def as_time(value: str | datetime) -> datetime:
 
 def key_record(row: Sequence[Any]) -> ApiKeyRecord:
     """An API key record from its KEY_COLUMNS."""
-    key_id, user_id, label, created_at, revoked_at = row
+    key_id, user_id, label, created_at, revoked_at, scope, expires_at = row
     return ApiKeyRecord(
         id=key_id,
         user_id=user_id,
         label=label,
         created_at=as_time(created_at),
         revoked_at=as_time(revoked_at) if revoked_at else None,
+        scope=scope,
+        expires_at=as_time(expires_at) if expires_at else None,
     )

@@ -146,6 +146,20 @@ class TenantIndexes:
                 self._cond.wait(left)
         return True
 
+    def drop(self, owner: str) -> bool:
+        """Forget the owner's index and delete its file (the owner was deleted); whether there was one."""
+        with self._cond:
+            if owner in self._queue:
+                self._queue.remove(owner)
+        with self._mutex:
+            self._loaded.pop(owner, None)
+            self._small.pop(owner, None)
+        path = self._path(owner)
+        there = path.exists()
+        path.unlink(missing_ok=True)
+        (self.folder / (file_name(owner) + ".lock")).unlink(missing_ok=True)  # a builder's lock file
+        return there
+
     def close(self) -> None:
         with self._cond:
             self._closed = True

@@ -31,6 +31,8 @@ CATALOG_OWNER = ""  # the owner column of catalog rows: NOT NULL for indexes and
 CATALOG_SESSION = "*catalog*"
 Tenant = str | None
 SessionLookup = Literal["token_hash", "key_id"]  # what SessionStore.end_sessions deletes by
+KeyScope = Literal["read", "write", "admin"]  # what a key may do: read only, read and write, manage
+KEY_SCOPES: tuple[KeyScope, ...] = ("read", "write", "admin")
 
 
 def owner_of(tenant: Tenant) -> str:
@@ -197,6 +199,8 @@ class ApiKeyRecord:
     label: str
     created_at: datetime
     revoked_at: datetime | None = None
+    scope: KeyScope = "write"  # keys made before scopes existed read and write, as they always did
+    expires_at: datetime | None = None  # None: never
 
 
 class KeyStore(Protocol):
@@ -418,7 +422,19 @@ class MemoryStore(SearchStore, Protocol):
     def close(self) -> None: ...
 
 
-class Store(MemoryStore, ConsolidationStore, TransferStore, KeyStore, SessionStore, Protocol):
+class UserErasure(Protocol):
+    """Deleting everything of one user (a data-rights request): engram.data_rights."""
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Delete every row the user owns on this store, in every table or index: memories of every
+        type with their text, vector, token and full-text entries, tombstones, consolidation state,
+        the tenant's listing and per-tenant statistics, the user's API keys and their sessions, and
+        whatever per-tenant object the engine keeps (an index, an internal user). Idempotent: a second
+        call finds nothing and deletes nothing. Returns how many of each kind were deleted."""
+        ...
+
+
+class Store(MemoryStore, ConsolidationStore, TransferStore, KeyStore, SessionStore, UserErasure, Protocol):
     """A storage backend: every role above. The facade holds one; each consumer names only the role
     it uses (retrieval a SearchStore, auth a KeyStore and a SessionStore, consolidation a
     ConsolidationStore)."""

@@ -5,8 +5,16 @@
 from engram.interfaces.cli import memory_commands
 from engram.interfaces.cli import service_commands
 from engram.interfaces.cli import maintenance_commands
+from engram.interfaces.cli import users_commands
 from engram.interfaces.cli.common import app, print_hits
 
 # isort: on
 
-__all__ = ["app", "maintenance_commands", "memory_commands", "print_hits", "service_commands"]
+__all__ = [
+    "app",
+    "maintenance_commands",
+    "memory_commands",
+    "print_hits",
+    "service_commands",
+    "users_commands",
+]

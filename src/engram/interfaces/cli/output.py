@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from rich.text import Text
 
 from engram.interfaces.cli.common import _print_json, console
-from engram.models import Memory, Tombstone, event_time, search_text_of
+from engram.models import Memory, Tombstone, event_time, search_text_of, utcnow
 from engram.storage.base import ApiKeyRecord
 from engram.text import printable
 
@@ -101,6 +101,10 @@ def print_keys(records: Iterable[ApiKeyRecord], as_json: bool) -> None:
         console.print("  (no keys)", highlight=False)
     for r in records:
         state = f"revoked {r.revoked_at:%Y-%m-%d}" if r.revoked_at else "live"
+        if r.scope == "read":
+            state += " read-only"
+        if r.expires_at is not None and not r.revoked_at:
+            state += f" {'expired' if r.expires_at <= utcnow() else 'expires'} {r.expires_at:%Y-%m-%d}"
         owner = r.user_id or "(admin)"
         line = f"{r.id}  {owner}  created {r.created_at:%Y-%m-%d}  {state}  {r.label}".rstrip()
         console.print(Text(printable(line)), highlight=False)

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.console import Console
 
-from engram.errors import EngramError
+from engram.errors import EngramError, Unauthenticated
 from engram.interfaces.cli.common import (
     JsonOpt,
     StoreOpt,
@@ -200,6 +200,15 @@ def _consolidation_worker(eng: Engram) -> Any:
 def keys_create(
     user: UserOpt,
     label: Annotated[str, typer.Option(help="a note, e.g. which agent uses it")] = "",
+    scope: Annotated[
+        str,
+        typer.Option(
+            help="read: recall and read only; write: also write and forget (admin: the admin key's)"
+        ),
+    ] = "write",
+    expires_in: Annotated[
+        str | None, typer.Option(help="lifetime, e.g. 30d, 12h, 90m (default: never expires)")
+    ] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="print the key alone: KEY=$(engram keys create -u U -q)")
     ] = False,
@@ -207,16 +216,22 @@ def keys_create(
     store: StoreOpt = None,
 ) -> None:
     """Create a key for a user and print it (only once): the key on stdout, its id on stderr."""
-    from engram.auth import ApiKeys
+    from engram.auth import ApiKeys, key_scope, parse_lifetime
 
+    try:
+        lifetime = None if expires_in is None else parse_lifetime(expires_in)
+        checked = key_scope(user, scope)
+    except EngramError as exc:
+        raise _fail(exc) from None
     with _engram(store, rerank=False) as eng:
-        key, record = ApiKeys(eng.store).create(user, label)
+        key, record = ApiKeys(eng.store).create(user, label, scope=checked, expires_in=lifetime)
     if as_json:
         _print_json({"key": key, **record.__dict__})
         return
     sys.stdout.write(key + "\n")
     if not quiet:
-        note = f"id {record.id} for user {record.user_id}; the key is shown once"
+        expiry = f", expires {record.expires_at:%Y-%m-%d %H:%M} UTC" if record.expires_at else ""
+        note = f"id {record.id} for user {record.user_id} ({record.scope}{expiry}); the key is shown once"
         Console(stderr=True).print(note, style="dim", highlight=False, soft_wrap=True)
 
 
@@ -260,16 +275,21 @@ def mcp(store: StoreOpt = None) -> None:
         # A key can only be checked against the store that holds it: never create an empty one for it.
         why = "ENGRAM_API_KEY cannot be checked against it (is --store right?)"
         with Engram.from_settings(settings, _store_url(store, settings, existing=bool(key), why=why)) as eng:
+            may_write = True  # ENGRAM_USER: a trusted local setup
             if key:
-                principal = ApiKeys(eng.store).resolve(key)
-                if principal is None or principal.user_id is None:
+                try:
+                    principal = ApiKeys(eng.store).authenticate(key)
+                except Unauthenticated as exc:  # expired, or missing, unknown or revoked
+                    err.print(f"error: ENGRAM_API_KEY: {exc}")
+                    raise typer.Exit(1) from None
+                if principal.user_id is None:
                     err.print("error: ENGRAM_API_KEY is not a live user key")
                     raise typer.Exit(1)
-                user = principal.user_id
+                user, may_write = principal.user_id, principal.may_write
             if not user:
                 err.print("error: set ENGRAM_API_KEY (a user key) or ENGRAM_USER")
                 raise typer.Exit(1)
-            run_stdio(eng, eng.for_user(user).user_id)
+            run_stdio(eng, eng.for_user(user).user_id, may_write=may_write)
     except EngramError as exc:
         err.print(f"error: {exc}")
         raise typer.Exit(1) from None

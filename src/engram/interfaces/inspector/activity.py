@@ -282,6 +282,11 @@ class ActivityLog:
                             event.superseded = None
             log.version += 1
 
+    def drop_user(self, user_id: str) -> bool:
+        """Forget everything logged of a deleted user; whether anything was logged."""
+        with self._lock:
+            return self._users.pop(user_id, None) is not None
+
     def _log(self, user_id: str) -> _UserLog:
         """The user's log, created if new, marked most recently active; the caller holds the lock."""
         log = self._users.pop(user_id, None) or _UserLog()

@@ -21,6 +21,7 @@ import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from engram.auth import READ_ONLY
 from engram.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.inspector.web import (
@@ -51,6 +52,8 @@ def _own_row(request: Request, user: str | None, memory_id: str) -> tuple[Viewer
     if v.is_admin:
         message = "The admin key reads users' memories and never changes them: sign in with the user's key."
         raise Stop(error_page(request, 403, "Read only", message))
+    if not v.may_write:
+        raise Stop(error_page(request, 403, "Read only", READ_ONLY))
     assert v.reader is not None  # a user key always looks at its own memory
     try:
         row = v.reader.get(memory_id)

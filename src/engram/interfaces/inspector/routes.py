@@ -26,8 +26,8 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from engram.auth import ApiKeys
-from engram.errors import InvalidInput, NotFound
+from engram.auth import KEY_EXPIRED, ApiKeys
+from engram.errors import InvalidInput, NotFound, Unauthenticated
 from engram.interfaces.inspector.activity import ActivityLog, ids_in, without
 from engram.interfaces.inspector.changes import router as changes_router
 from engram.interfaces.inspector.web import (
@@ -95,9 +95,11 @@ async def sign_in(request: Request) -> Response:
     same_origin(request)
     form = await read_form(request)
     key = first(form, "key").strip()
-    principal = await anyio.to_thread.run_sync(request.app.state.keys.resolve, key)
-    if principal is None:
-        error = "That key is unknown or has been revoked."
+    try:
+        principal = await anyio.to_thread.run_sync(request.app.state.keys.authenticate, key)
+    except Unauthenticated as exc:
+        expired = str(exc) == KEY_EXPIRED
+        error = "That key has expired." if expired else "That key is unknown or has been revoked."
         return render("sign_in.html", 401, viewer=None, error=error, ended=None)
     token = await anyio.to_thread.run_sync(request.app.state.keys.open_session, principal, COOKIE_MAX_AGE_S)
     target = f"{ROOT}/semantic" if principal.user_id else f"{ROOT}/catalog"

@@ -83,10 +83,16 @@ class Viewer:
     def is_admin(self) -> bool:
         return self.principal.is_admin
 
+    @property
+    def may_write(self) -> bool:
+        """Whether forms may change what this key sees: the user's own key, unless read-only (the admin
+        looks at users' memories read only). The same rule as REST and MCP (``Principal.require_write``)."""
+        return self.principal.may_write and not self.is_admin
+
     def may_change(self, row: Memory) -> bool:
-        """Whether this page offers forget and correct for ``row``: the user's own key on the user's own
-        row. The admin key reads users' memories and never changes them (as on the REST API)."""
-        return not self.is_admin and row.user_id is not None and row.user_id == self.user_id
+        """Whether this page offers forget and correct for ``row``: the user's own writing key on the
+        user's own row. The admin key reads users' memories and never changes them (as on the REST API)."""
+        return self.may_write and row.user_id is not None and row.user_id == self.user_id
 
     def link(self, path: str = "", **params: Any) -> str:
         """An inspector URL that keeps the admin's chosen user; empty parameters are left out."""

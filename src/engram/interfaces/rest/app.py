@@ -20,7 +20,7 @@ from starlette.routing import Route, compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engram import __version__
-from engram.auth import ApiKeys
+from engram.auth import READ_ONLY, ApiKeys, Principal
 from engram.errors import (
     FAILED,
     Conflict,
@@ -30,12 +30,13 @@ from engram.errors import (
     NotFound,
     PermissionDenied,
     StorageError,
+    Unauthenticated,
     public_message,
 )
 from engram.interfaces.consolidation_runs import ConsolidationRuns
 from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.inspector.routes import mount_inspector
-from engram.interfaces.mcp import build_mcp_server, http_tenant
+from engram.interfaces.mcp import build_mcp_server, http_may_write, http_tenant
 from engram.interfaces.rest.docs import mount_docs
 from engram.interfaces.rest.imports import ImportJobs
 from engram.interfaces.rest.observe import Observe, framework_telemetry_off, mount_metrics
@@ -56,6 +57,7 @@ LOOPBACK_HOSTS = ["127.0.0.1:*", "localhost:*", "[::1]:*"]  # what the MCP SDK a
 ERROR_STATUS: list[tuple[type[EngramError], int]] = [
     (InvalidInput, 422),
     (NotFound, 404),
+    (Unauthenticated, 401),
     (PermissionDenied, 403),
     (Conflict, 409),
     (ModelError, 503),
@@ -91,6 +93,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         http_tenant,
         lambda user: RecordingMemory(engram, validate_user_id(user), app.state.activity),
         runs,
+        http_may_write,
     )
     mcp_app = mcp_server.streamable_http_app(
         stateless_http=True,
@@ -200,12 +203,9 @@ class McpGate:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         auth = headers.get("authorization", "")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else None
-        principal = await anyio.to_thread.run_sync(self.keys.resolve, key)
-        if principal is None:
-            response = _error(
-                401, "unauthorized", "missing, unknown or revoked API key", {"WWW-Authenticate": "Bearer"}
-            )
-            return await response(scope, receive, send)
+        principal = await _authenticate(self.keys, key)
+        if isinstance(principal, JSONResponse):
+            return await principal(scope, receive, send)
         path_user = scope.get("path_params", {}).get("user_id")
         if principal.user_id is None or (path_user is not None and path_user != principal.user_id):
             message = (
@@ -216,6 +216,7 @@ class McpGate:
             return await _error(403, "forbidden", message)(scope, receive, send)
         state = dict(scope.get("state") or {})
         state["engram_user"] = principal.user_id
+        state["engram_may_write"] = principal.may_write  # the write tools refuse a read-only key
         inner = {**scope, "path": "/mcp", "raw_path": b"/mcp", "root_path": "", "state": state}
         await self.app(inner, receive, send)
 
@@ -287,16 +288,24 @@ class BodyLimit:
         reading the body); None: the caller may."""
         auth = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin-1")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else None
-        principal = await anyio.to_thread.run_sync(self.keys.resolve, key)
-        if principal is None:
-            return _error(
-                401, "unauthorized", "missing, unknown or revoked API key", {"WWW-Authenticate": "Bearer"}
-            )
+        principal = await _authenticate(self.keys, key)
+        if isinstance(principal, JSONResponse):
+            return principal
         if route_for == "admin" and not principal.is_admin:
             return _error(403, "forbidden", "this route needs the admin key")
         if route_for == "user" and principal.user_id is None:
             return _error(403, "forbidden", "the admin key manages keys and the catalog; use a user key")
+        if not principal.may_write:
+            return _error(403, "forbidden", READ_ONLY)
         return None
+
+
+async def _authenticate(keys: ApiKeys, key: str | None) -> Principal | JSONResponse:
+    """The key's principal, or the 401 that says why not (expired; missing, unknown or revoked)."""
+    try:
+        return await anyio.to_thread.run_sync(keys.authenticate, key)
+    except Unauthenticated as exc:
+        return _error(401, "unauthorized", str(exc), {"WWW-Authenticate": "Bearer"})
 
 
 def _where(loc: Sequence[str | int]) -> str:

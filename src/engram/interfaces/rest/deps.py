@@ -8,6 +8,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from engram.auth import ApiKeys, Principal
+from engram.errors import Unauthenticated
 from engram.interfaces.consolidation_runs import ConsolidationRuns
 from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.rest.imports import ImportJobs
@@ -36,12 +37,10 @@ def get_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    principal = get_keys(request).resolve(credentials.credentials if credentials else None)
-    if principal is None:
-        raise HTTPException(
-            401, "missing, unknown or revoked API key", headers={"WWW-Authenticate": "Bearer"}
-        )
-    return principal
+    try:
+        return get_keys(request).authenticate(credentials.credentials if credentials else None)
+    except Unauthenticated as exc:  # why: "key expired", or missing, unknown or revoked
+        raise HTTPException(401, str(exc), headers={"WWW-Authenticate": "Bearer"}) from None
 
 
 def get_user_memory(
@@ -54,6 +53,15 @@ def get_user_memory(
     if principal.user_id is None:
         raise HTTPException(403, "the admin key manages keys and the catalog; use a user key for memories")
     return RecordingMemory(engram, validate_user_id(principal.user_id), request.app.state.activity)
+
+
+def get_writer_memory(
+    principal: Annotated[Principal, Depends(get_principal)],
+    mem: Annotated[UserMemory, Depends(get_user_memory)],
+) -> UserMemory:
+    """The caller's own memory, for a route that writes or forgets: a read-only key gets 403."""
+    principal.require_write()  # PermissionDenied: 403 with the reason
+    return mem
 
 
 def get_admin(
@@ -69,5 +77,6 @@ EngramDep = Annotated[Engram, Depends(get_engram)]
 KeysDep = Annotated[ApiKeys, Depends(get_keys)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 UserMemoryDep = Annotated[UserMemory, Depends(get_user_memory)]
+WriterMemoryDep = Annotated[UserMemory, Depends(get_writer_memory)]
 AdminDep = Annotated[CatalogAdmin, Depends(get_admin)]
 ConsolidationRunsDep = Annotated[ConsolidationRuns, Depends(consolidation_runs)]

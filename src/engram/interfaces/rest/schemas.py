@@ -19,6 +19,7 @@ from engram.limits import (
     MAX_BODY_BYTES,
     MAX_IMPORT_BYTES,
     MAX_KEY_LABEL_CHARS,
+    MAX_KEY_LIFETIME_S,
     MAX_LINE_CHARS,
     MAX_METADATA_FILTER_KEYS,
     MAX_NAME_CHARS,
@@ -27,6 +28,7 @@ from engram.limits import (
     MAX_SESSION_ID_CHARS,
     MAX_STEPS,
     MAX_SUPPORTING_IDS,
+    MIN_KEY_LIFETIME_S,
     SETTING_MARK,
 )
 from engram.models import (
@@ -234,10 +236,28 @@ class CatalogCreate(_Request):
 class KeyCreate(_Request):
     user_id: str = Field(pattern=USER_ID_PATTERN, description="the user whose memory the key opens")
     label: str = Field(default="", max_length=MAX_KEY_LABEL_CHARS)
+    scope: Literal["read", "write"] = Field(
+        default="write", description="read: recall, list and read only (writes answer 403); write: also write"
+    )
+    expires_in_s: int | None = Field(
+        default=None,
+        ge=MIN_KEY_LIFETIME_S,
+        le=MAX_KEY_LIFETIME_S,
+        description="seconds until the key stops working (401 key expired); none: it never expires",
+    )
 
 
 class Me(BaseModel):
     user_id: str = Field(description="the user whose memory this key opens")
+    scope: Literal["read", "write"] = Field(default="write", description="what this key may do")
+
+
+class UserDeleted(BaseModel):
+    user_id: str
+    deleted: dict[str, int] = Field(
+        description="how many of each kind were deleted (memories, tombstones, keys, sessions...); "
+        "empty when nothing was left"
+    )
 
 
 _ABSTAINED = Field(description="min_confidence was given and no hit reached it: nothing relevant is stored")
@@ -295,6 +315,8 @@ class KeyPublic(BaseModel):
     label: str
     created_at: datetime
     revoked_at: datetime | None = None
+    scope: Literal["read", "write", "admin"] = "write"
+    expires_at: datetime | None = None
 
 
 class KeyCreated(KeyPublic):
@@ -321,8 +343,9 @@ HTTP_CODES = {
     503: "service_busy",
 }
 _MEANING = {
-    401: "missing, unknown or revoked API key",
-    403: "this key may not use this route (user key on an admin route, admin key on a memory route)",
+    401: "missing, unknown or revoked API key, or key expired",
+    403: "this key may not use this route (user key on an admin route, admin key on a memory route, "
+    "read-only key on a write)",
     404: "no such row in your scope (also for other tenants' ids)",
     409: "the row's state forbids it (e.g. superseding an already superseded fact)",
     413: f"request body over {MAX_BODY_BYTES >> 20} MiB (imports: {MAX_IMPORT_BYTES >> 20} MiB)",

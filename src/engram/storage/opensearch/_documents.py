@@ -89,3 +89,8 @@ def narrowing(where: SearchFilter) -> list[dict[str, Any]]:
         # a checked filter's pair always has a term (its key and value are far below the bound)
         clauses.append({"term": {"metadata_terms": metadata_term(key, value) or ""}})
     return clauses
+
+
+def unpack_tokens(tokens: str) -> bytes:
+    """A row's packed token vectors from the base64 of its ``tokens`` field."""
+    return base64.b64decode(tokens)

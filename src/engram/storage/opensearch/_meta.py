@@ -70,6 +70,8 @@ class OpenSearchMeta:
             "label": record.label,
             "created_at": iso(record.created_at),
             "revoked_at": iso(record.revoked_at) if record.revoked_at else None,
+            "scope": record.scope,
+            "expires_ms": _ms(record.expires_at) if record.expires_at else None,
         }
         with errors():
             self.client.create(index=self.index, id=f"key:{key_hash}", body=doc, refresh=self.refresh)
@@ -110,6 +112,20 @@ class OpenSearchMeta:
             return True
         return False
 
+    def erase_owner(self, owner: str) -> dict[str, int]:
+        """Delete the owner's keys, their sessions and its tenant listing; counts by kind."""
+        counts: dict[str, int] = {}
+        for record, _ in self.select_keys("user_id", owner):
+            counts["sessions"] = counts.get("sessions", 0) + self.delete_sessions("key_id", record.id)
+        for name, kind, column in (("keys", "key", "user_id"), ("tenant", "tenant", "owner")):
+            query = {"bool": {"filter": [{"term": {"kind": kind}}, {"term": {column: owner}}]}}
+            with errors():
+                done = self.client.delete_by_query(
+                    index=self.index, body={"query": query}, refresh=True, conflicts="proceed"
+                )
+            counts[name] = int(done.get("deleted", 0))
+        return {kind: n for kind, n in counts.items() if n}
+
     def note_tenant(self, owner: str) -> None:
         """List a user id (ids only) for the consolidation worker and exports."""
         with errors():
@@ -135,7 +151,7 @@ class OpenSearchMeta:
         if not found.get("found"):
             return None
         source = found["_source"]
-        return source["id"], datetime.fromtimestamp(source["expires_ms"] / 1000, UTC)
+        return source["id"], _time(source["expires_ms"])
 
     def delete_sessions(self, by: SessionLookup, value: str) -> int:
         if by == "token_hash":
@@ -162,6 +178,10 @@ def _ms(at: datetime) -> int:
     return int(at.timestamp() * 1000)
 
 
+def _time(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
 def _record(source: Mapping[str, Any]) -> ApiKeyRecord:
     return ApiKeyRecord(
         id=source["id"],
@@ -169,4 +189,6 @@ def _record(source: Mapping[str, Any]) -> ApiKeyRecord:
         label=source.get("label") or "",
         created_at=datetime.fromisoformat(source["created_at"]),
         revoked_at=datetime.fromisoformat(source["revoked_at"]) if source.get("revoked_at") else None,
+        scope=source.get("scope") or "write",  # a key from before scopes: as it always was
+        expires_at=_time(source["expires_ms"]) if source.get("expires_ms") else None,
     )

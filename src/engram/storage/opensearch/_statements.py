@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from engram.errors import Conflict
 from engram.models import Memory, Tombstone, Vectors
 from engram.storage._statements import WAITING, RowState
-from engram.storage.opensearch._client import errors
 from engram.storage.opensearch._documents import PAGE, ROW_SOURCE, document, iso, memory, tokens_field
 from engram.storage.opensearch._unit import Kept, UnitOfWork
 
@@ -49,8 +48,8 @@ class OpenSearchRows(UnitOfWork):
         while left > 0:
             size = min(PAGE, skip + left)
             page = dict(body, size=size, **({"search_after": after} if after else {}))
-            with errors():
-                hits = self.client.search(index=index, body=page, **self._as)["hits"]["hits"]
+            found = self._send(self.client.search, index=index, body=page)
+            hits = found["hits"]["hits"]
             for hit in hits[skip:]:
                 yield hit
                 left -= 1
@@ -85,8 +84,8 @@ class OpenSearchRows(UnitOfWork):
 
     def count(self, memory_type: str, include_superseded: bool, limit: int) -> int:
         body = {"query": self._typed(memory_type, include_superseded), "size": 0, "track_total_hits": limit}
-        with errors():  # the total is exact up to track_total_hits, that number past it
-            found = self.client.search(index=self.names.memories, body=body, **self._as)
+        # the total is exact up to track_total_hits, that number past it
+        found = self._send(self.client.search, index=self.names.memories, body=body)
         return min(int(found["hits"]["total"]["value"]), limit)
 
     def _typed(self, memory_type: str, include_superseded: bool) -> dict[str, Any]:

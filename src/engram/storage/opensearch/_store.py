@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -55,13 +55,16 @@ from engram.storage.opensearch._client import (
     errors,
     parse_url,
 )
-from engram.storage.opensearch._documents import ROW_SOURCE, iso, memory, narrowing
+from engram.storage.opensearch._documents import ROW_SOURCE, iso, memory, narrowing, unpack_tokens
 from engram.storage.opensearch._layout import (
+    ADDED_STORE_FIELDS,
     KINDS,
     MAPPING_VERSION,
+    STORE_FIELDS,
     Names,
     index_body,
     role_mapping,
+    same_role,
     tenant_role,
     tenant_user,
 )
@@ -69,6 +72,7 @@ from engram.storage.opensearch._lexical import stats_searches, weighted_words
 from engram.storage.opensearch._meta import OpenSearchMeta
 from engram.storage.opensearch._statements import OpenSearchRows
 from engram.text import fts_words
+from engram.validation import validate_user_id
 
 if TYPE_CHECKING:
     from opensearchpy import OpenSearch
@@ -96,6 +100,8 @@ class OpenSearchStore(StoreRules[str]):
             self._check_security()
             for kind in KINDS[1:]:
                 self._ensure_index(kind, 0)
+            added = {name: STORE_FIELDS[name] for name in ADDED_STORE_FIELDS}
+            self._admin("PUT", f"/{self.names.store}/_mapping", {"properties": added})  # idempotent
             memories = self._index_version("memories")
             self._memories_ready = memories is not None
             if memories is not None:
@@ -131,7 +137,7 @@ class OpenSearchStore(StoreRules[str]):
                 "security plugin (tenant isolation) and a service account that may manage its role, its "
                 "tenants' users and impersonate them"
             ) from (found if isinstance(found, StorageError) else None)
-        if not there or not _same_role(found[self.names.role], role):
+        if not there or not same_role(found[self.names.role], role):
             self._admin("PUT", f"{_SECURITY}/roles/{self.names.role}", role)
         mapping = role_mapping()
         try:
@@ -199,6 +205,27 @@ class OpenSearchStore(StoreRules[str]):
             self._users.add(user)
         return user
 
+    def _as_tenant(self, owner: str, call: Callable[..., Any], **kwargs: Any) -> Any:
+        """``call(**kwargs)`` (a search) as the tenant's user, sent once more as a new user if another
+        process deleted that one meanwhile (as ``UnitOfWork._send`` does)."""
+        try:
+            with errors():
+                return call(**kwargs, headers=as_user(self._user(owner)))
+        except StorageError as exc:
+            if f"No such user:{tenant_user(owner)}" not in str(exc):
+                raise
+        user = self._remake_user(owner)
+        with errors():
+            return call(**kwargs, headers=as_user(user))
+
+    def _remake_user(self, owner: str) -> str:
+        """The tenant's user made again: another process of the service deleted it (``delete_user``),
+        and its listing, while this one had both cached."""
+        with self._guard:
+            self._users.discard(tenant_user(owner))
+            self._noted.discard(owner)
+        return self._user(owner)
+
     def _has_user(self, user: str) -> bool:
         found = self._admin("GET", f"{_SECURITY}/internalusers/{user}", params={"ignore": 404})
         return isinstance(found, dict) and user in found
@@ -209,7 +236,14 @@ class OpenSearchStore(StoreRules[str]):
         return self.endpoint.label  # never the credentials
 
     def _rows(self, owner: str) -> OpenSearchRows:
-        return OpenSearchRows(self._client, self.names, owner, self._user(owner), self.options.refresh)
+        return OpenSearchRows(
+            self._client,
+            self.names,
+            owner,
+            self._user(owner),
+            self.options.refresh,
+            remake_user=lambda: self._remake_user(owner),
+        )
 
     @contextlib.contextmanager
     def _tenant_statements(self, tenant: Tenant, *, write: bool) -> Iterator[OpenSearchRows]:
@@ -264,8 +298,7 @@ class OpenSearchStore(StoreRules[str]):
         lines: list[dict[str, Any]] = []
         for body in bodies:
             lines += [{"index": self.names.memories}, body]
-        with errors():
-            found = self._client.msearch(body=lines, headers=as_user(self._user(owner_of(tenant))))
+        found = self._as_tenant(owner_of(tenant), self._client.msearch, body=lines)
         answers: list[dict[str, Any]] = found["responses"]
         for answer in answers:
             if "error" in answer:
@@ -283,11 +316,9 @@ class OpenSearchStore(StoreRules[str]):
         return {"size": limit, "query": {"knn": {"embedding": knn}}}
 
     def _search(self, tenant: Tenant, body: dict[str, Any]) -> list[dict[str, Any]]:
-        user = self._user(owner_of(tenant))
-        with errors():
-            found = self._client.search(
-                index=self.names.memories, body=body, _source=False, headers=as_user(user)
-            )
+        found = self._as_tenant(
+            owner_of(tenant), self._client.search, index=self.names.memories, body=body, _source=False
+        )
         hits: list[dict[str, Any]] = found["hits"]["hits"]
         return hits
 
@@ -326,7 +357,7 @@ class OpenSearchStore(StoreRules[str]):
         rows = [memory(s) for s in sources.values()]
         blobs: dict[str, bytes] | None = None
         if tokens:
-            blobs = {i: _unpack(s["tokens"]) for i, s in sources.items() if s.get("tokens")}
+            blobs = {i: unpack_tokens(s["tokens"]) for i, s in sources.items() if s.get("tokens")}
             context = [c for m in rows if (c := getattr(m, "context_id", None)) and c not in sources]
             if context:
                 blobs |= self._rows(owner).tokens_by_id(context, where.owners(tenant))
@@ -349,6 +380,34 @@ class OpenSearchStore(StoreRules[str]):
             rows.commit()
         return counts
 
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """Under the tenant's lease (no write of it meanwhile): its documents in both memory indices,
+        then its keys, sessions and listing, then its internal user. Lucene keeps a deleted document's
+        terms in its segment until a merge; BM25's per-owner statistics are counted from the live
+        documents at each query (``_lexical``), so nothing of the owner's is stored beside them."""
+        owner = validate_user_id(user_id)
+        counts: dict[str, int] = {}
+        with self._leases.hold(owner, None):
+            for kind, index in (("memories", self.names.memories), ("tombstones", self.names.tombstones)):
+                query = {"query": {"term": {"owner": owner}}}
+                with errors():
+                    done = self._client.delete_by_query(
+                        index=index, body=query, refresh=True, conflicts="proceed", ignore=404
+                    )
+                if done.get("deleted"):
+                    counts[kind] = int(done["deleted"])
+            counts |= self._meta().erase_owner(owner)
+        with errors():
+            self._client.indices.refresh(index=self.names.store)  # the lease just released: gone at once
+        user = tenant_user(owner)
+        found = self._admin("DELETE", f"{_SECURITY}/internalusers/{user}", params={"ignore": 404})
+        if isinstance(found, dict) and found.get("status") == "OK":
+            counts["internal_user"] = 1
+        with self._guard:
+            self._users.discard(user)
+            self._noted.discard(owner)
+        return counts
+
     def stats(self) -> dict[str, Any]:
         with errors():
             found = self._client.search(
@@ -364,22 +423,6 @@ class OpenSearchStore(StoreRules[str]):
         self._client.close()
 
 
-def _same_role(found: Any, wanted: Mapping[str, Any]) -> bool:
-    """Whether the role read back grants what ``tenant_role`` sets (the plugin adds empty fields)."""
-    if not isinstance(found, dict):
-        return False
-    if sorted(found.get("cluster_permissions", [])) != sorted(wanted["cluster_permissions"]):
-        return False
-
-    def grants(perms: Any) -> list[tuple[Any, ...]]:
-        return sorted(
-            (sorted(p.get("index_patterns", [])), p.get("dls"), sorted(p.get("allowed_actions", [])))
-            for p in perms or []
-        )
-
-    return grants(found.get("index_permissions")) == grants(wanted["index_permissions"])
-
-
 def _bm25(score: Any) -> float:
     return float(score) - _DLS_SCORE
 
@@ -387,9 +430,3 @@ def _bm25(score: Any) -> float:
 def _cosine(score: Any) -> float:
     """Lucene's cosinesimil score is (1 + cos) / 2; the other backends report the cosine."""
     return 2.0 * (float(score) - _DLS_SCORE) - 1.0
-
-
-def _unpack(tokens: str) -> bytes:
-    import base64
-
-    return base64.b64decode(tokens)

@@ -32,7 +32,7 @@ still waiting (``consolidated`` 0) and, for supersession, a row whose ``supersed
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -69,18 +69,28 @@ class UnitOfWork:
     lease: Lease | None = None  # the tenant's write lease, held around a unit of work that writes
     kept: dict[str, Kept] = field(default_factory=dict)
     new_tombstones: list[dict[str, Any]] = field(default_factory=list)
+    # Makes the owner's user again when another process deleted it (delete_user) while this one had
+    # it cached: the request it refused (changing nothing) is then sent once more, as the new user.
+    remake_user: Callable[[], str] | None = None
 
-    @property
-    def _as(self) -> dict[str, Any]:
-        return {"headers": as_user(self.user)}
+    def _send(self, call: Callable[..., Any], **kwargs: Any) -> Any:
+        """``call(**kwargs)`` (a client method) as the owner's user."""
+        try:
+            with errors():
+                return call(**kwargs, headers=as_user(self.user))
+        except StorageError as exc:
+            if self.remake_user is None or f"No such user:{self.user}" not in str(exc):
+                raise
+        self.user = self.remake_user()
+        with errors():
+            return call(**kwargs, headers=as_user(self.user))
 
     def _mget(self, ids: Sequence[str], source: Any = True) -> list[dict[str, Any]]:
         """The documents among ``ids`` the tenant may read; ``source``: True, or a _source filter."""
         if not ids:
             return []
         docs = [{"_id": i, "_source": source} for i in ids]
-        with errors():
-            found = self.client.mget(index=self.names.memories, body={"docs": docs}, **self._as)
+        found = self._send(self.client.mget, index=self.names.memories, body={"docs": docs})
         return [d for d in found["docs"] if d.get("found")]
 
     # -- commit ---------------------------------------------------------------------------------------
@@ -218,8 +228,7 @@ class UnitOfWork:
 
     def _bulk(self, lines: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
         """Run a bulk request (refreshing what it wrote); the items that failed, by position."""
-        with errors():
-            done = self.client.bulk(body=lines, refresh=self.refresh, **self._as)
+        done = self._send(self.client.bulk, body=lines, refresh=self.refresh)
         if not done["errors"]:
             return []
         items = [item for entry in done["items"] for item in entry.values()]

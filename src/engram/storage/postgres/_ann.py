@@ -80,6 +80,22 @@ _INDEXES = """SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.inde
               WHERE i.indrelid = 'memories'::regclass AND c.relname LIKE %s AND (i.indisvalid OR %s)"""
 
 
+def drop_index(admin_url: str, owner: str) -> bool:
+    """As the tables' owner: drop the tenant's index (a deleted user's: its definition names them);
+    whether there was one."""
+    import psycopg
+    from psycopg import sql
+
+    name = index_name(owner)
+    try:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            there = conn.execute(_INDEXES, (name, True)).fetchone() is not None
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+    except psycopg.Error as exc:
+        raise StorageError(f"dropping a deleted user's index failed: {exc}") from exc
+    return there
+
+
 def _drop_invalid(conn: Any) -> None:
     from psycopg import sql
 

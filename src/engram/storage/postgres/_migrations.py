@@ -133,6 +133,17 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX inspector_sessions_key ON inspector_sessions (key_id);
         """,
     ),
+    (
+        6,
+        """
+        -- a key's scope (keys made before keep reading and writing) and expiry (NULL: never)
+        ALTER TABLE api_keys ADD COLUMN scope text NOT NULL DEFAULT 'write'
+            CHECK (scope IN ('read', 'write', 'admin'));
+        ALTER TABLE api_keys ADD COLUMN expires_at timestamptz;
+        -- deleting a user (a data-rights request) runs as the runtime role bound to that user
+        CREATE POLICY tombstones_delete ON tombstones FOR DELETE USING (engram_may_write(owner));
+        """,
+    ),
 ]
 
 
@@ -143,10 +154,10 @@ def _grants(role: str) -> str:
         GRANT INSERT ON meta TO {role};
         GRANT SELECT, INSERT, UPDATE, DELETE ON memories TO {role};
         GRANT USAGE, SELECT ON SEQUENCE memories_rid_seq TO {role};
-        GRANT SELECT, INSERT ON tombstones TO {role};
-        GRANT SELECT, INSERT, UPDATE ON api_keys TO {role};
-        GRANT SELECT, INSERT, UPDATE ON consolidation_state TO {role};
-        GRANT SELECT, INSERT ON engram_tenants TO {role};
+        GRANT SELECT, INSERT, DELETE ON tombstones TO {role};
+        GRANT SELECT, INSERT, UPDATE, DELETE ON api_keys TO {role};
+        GRANT SELECT, INSERT, UPDATE, DELETE ON consolidation_state TO {role};
+        GRANT SELECT, INSERT, DELETE ON engram_tenants TO {role};
         GRANT SELECT, INSERT, DELETE ON inspector_sessions TO {role};
     """
 

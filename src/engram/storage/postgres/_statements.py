@@ -224,8 +224,12 @@ class PostgresMeta:
 
     def insert_key(self, record: ApiKeyRecord, key_hash: str) -> None:
         self.conn.execute(
-            "INSERT INTO api_keys VALUES (%s, %s, %s, %s, %s, %s)",
-            (record.id, key_hash, record.user_id, record.label, record.created_at, record.revoked_at),
+            "INSERT INTO api_keys (id, key_hash, user_id, label, created_at, revoked_at, scope, expires_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                *(record.id, key_hash, record.user_id, record.label, record.created_at),
+                *(record.revoked_at, record.scope, record.expires_at),
+            ),
         )
 
     def select_keys(self, by: KeyLookup | None, value: str | None) -> list[tuple[ApiKeyRecord, str]]:

@@ -48,6 +48,7 @@ from engram.storage.postgres._statements import (
     vector_literal,
 )
 from engram.text import fts_words
+from engram.validation import validate_user_id
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -57,6 +58,20 @@ if TYPE_CHECKING:
 # Bound by store-wide transactions (meta, keys): what an unset setting reads as, so the policies let
 # them read only the catalog and write no tenant's rows.
 _NO_TENANT = ""
+
+
+# What deleting a user deletes, in order: sessions before the keys they name.
+_ERASE = [
+    (
+        "sessions",
+        "DELETE FROM inspector_sessions WHERE key_id IN (SELECT id FROM api_keys WHERE user_id = %s)",
+    ),
+    ("keys", "DELETE FROM api_keys WHERE user_id = %s"),
+    ("memories", "DELETE FROM memories WHERE owner = %s"),
+    ("tombstones", "DELETE FROM tombstones WHERE owner = %s"),
+    ("consolidation_state", "DELETE FROM consolidation_state WHERE owner = %s"),
+    ("engram_tenants", "DELETE FROM engram_tenants WHERE owner = %s"),
+]
 
 
 def _sorting_back(conn: Connection, params: Mapping[str, Any]) -> None:
@@ -90,9 +105,9 @@ class PostgresStore(StoreRules[int]):
                 owner = conn.execute(
                     "SELECT tableowner FROM pg_tables WHERE schemaname = 'public' AND tablename = 'memories'"
                 ).fetchone()
-                current = conn.execute(  # the newest migration's table (5: inspector_sessions)
-                    "SELECT 1 FROM information_schema.tables WHERE table_schema = 'public' "
-                    "AND table_name = 'inspector_sessions'"
+                current = conn.execute(  # the newest migration's column (6: api_keys.scope)
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema = 'public' "
+                    "AND table_name = 'api_keys' AND column_name = 'scope'"
                 ).fetchone()
         except psycopg.Error as exc:
             raise StorageError(f"cannot open PostgreSQL store: {exc}") from exc
@@ -308,6 +323,23 @@ class PostgresStore(StoreRules[int]):
                 raise StoreBusy("another writer holds the rows") from exc
             raise
         return {i: n for i, n in rows}
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        """In one transaction bound to the user (the policies let it delete its own rows only), the
+        owner locked as a forget locks it; then, with the admin URL, the user's vector index (its
+        definition names the user). Without it the index, empty now, stays until an admin drops it."""
+        owner = validate_user_id(user_id)
+        counts: dict[str, int] = {}
+        with self._tx(owner) as conn:
+            PostgresRows(conn, owner).lock_owner()
+            for kind, sql in _ERASE:
+                deleted = conn.execute(sql, (owner,)).rowcount
+                if deleted > 0:
+                    counts[kind] = deleted
+        if self._admin_url and _ann.drop_index(self._admin_url, owner):
+            counts["ann_index"] = 1
+        self._ann.forget_cache()
+        return counts
 
     def stats(self) -> dict[str, Any]:
         with self._tx(_NO_TENANT) as conn:

@@ -11,8 +11,9 @@ import sqlite_vec
 from engram.errors import StorageError
 from engram.storage.sqlite._fts import owner_bm25
 
-# 2: memory_tokens, episode context; 3: episodes marked consolidated (older Engrams refuse the file)
-SCHEMA_VERSION = 3
+# 2: memory_tokens, episode context; 3: episodes marked consolidated; 4: keys' scope and expiry (an
+# older Engram would let a read-only key write). Older Engrams refuse a newer file.
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 10_000  # writers queue behind each other rather than fail
 
 _SCHEMA = """
@@ -68,7 +69,9 @@ CREATE TABLE IF NOT EXISTS api_keys (
     user_id     TEXT,                         -- NULL for the admin key
     label       TEXT NOT NULL DEFAULT '',
     created_at  TEXT NOT NULL,
-    revoked_at  TEXT
+    revoked_at  TEXT,
+    scope       TEXT NOT NULL DEFAULT 'write' CHECK (scope IN ('read', 'write', 'admin')),
+    expires_at  TEXT                          -- NULL: never
 );
 CREATE TABLE IF NOT EXISTS inspector_sessions (  -- added without a version: older Engrams ignore it
     token_hash  TEXT PRIMARY KEY,             -- sha256 of the session token; the token is never stored
@@ -119,6 +122,8 @@ def prepare(conn: apsw.Connection, path: Path) -> None:
     elif version < SCHEMA_VERSION:  # 2's changes were additive (CREATE IF NOT EXISTS)
         if version < 3:
             _mark_consolidated_before_the_watermark(conn)
+        if version < 4:
+            _add_key_scope_and_expiry(conn)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
     _count_rows_per_owner(conn)
     conn.execute(
@@ -170,6 +175,18 @@ def _use_wal(conn: apsw.Connection) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def _add_key_scope_and_expiry(conn: apsw.Connection) -> None:
+    """Upgrade to schema 4: a key's scope (existing keys keep reading and writing) and expiry (none)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(api_keys)")}
+    if "scope" not in columns:
+        conn.execute(
+            "ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT 'write' "
+            "CHECK (scope IN ('read', 'write', 'admin'))"
+        )
+    if "expires_at" not in columns:
+        conn.execute("ALTER TABLE api_keys ADD COLUMN expires_at TEXT")
 
 
 def _mark_consolidated_before_the_watermark(conn: apsw.Connection) -> None:

@@ -23,6 +23,7 @@ from engram.storage.sqlite._fts import index_text
 
 SELECT = ", ".join(MEMORY_COLUMNS)
 _STATE = "rid, memory_type, created_at, supersedes, superseded_by"  # a RowState's columns
+_KEY_INSERT = "id, key_hash, user_id, label, created_at, revoked_at, scope, expires_at"
 
 
 class SQLiteRows:
@@ -259,9 +260,13 @@ class SQLiteMeta:
 
     def insert_key(self, record: ApiKeyRecord, key_hash: str) -> None:
         revoked_at = timestamp(record.revoked_at) if record.revoked_at else None
-        values = (record.id, key_hash, record.user_id, record.label, timestamp(record.created_at), revoked_at)
+        expires_at = timestamp(record.expires_at) if record.expires_at else None
+        values = (
+            *(record.id, key_hash, record.user_id, record.label, timestamp(record.created_at)),
+            *(revoked_at, record.scope, expires_at),
+        )
         try:
-            self.conn.execute("INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?)", values)
+            self.conn.execute(f"INSERT INTO api_keys ({_KEY_INSERT}) VALUES ({marks(8)})", values)
         except apsw.ConstraintError as exc:  # as PostgreSQL's unique violation: a Conflict
             raise Conflict(f"API key {record.id} (or its hash) already exists") from exc
 

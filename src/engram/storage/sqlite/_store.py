@@ -46,9 +46,11 @@ from engram.storage._narrowing import narrowing_sql
 from engram.storage._rules import StoreRules
 from engram.storage.ann import MIN_WANTED_SHARE, TenantIndex, TenantIndexes
 from engram.storage.base import LegHit, SearchFilter, Tenant, owner_of
+from engram.storage.sqlite._erase import erase_owner
 from engram.storage.sqlite._fts import fts_query
 from engram.storage.sqlite._schema import BUSY_TIMEOUT_MS, connect, prepare
 from engram.storage.sqlite._statements import SQLiteMeta, SQLiteRows, fetch_all, marks, timestamp
+from engram.validation import validate_user_id
 
 _Nearest = list[tuple[str, float]]  # (id, cosine distance), nearest first
 
@@ -266,6 +268,23 @@ class SQLiteStore(StoreRules[int]):
                 if max_wait_s is None:
                     raise
                 raise StoreBusy(f"another writer holds {self.path}") from exc
+        return counts
+
+    def delete_user(self, user_id: str) -> dict[str, int]:
+        owner = validate_user_id(user_id)
+        with self._errors():
+            conn = self._conn()
+            conn.execute("PRAGMA secure_delete = ON")  # the freed pages are zeroed, not left readable
+            try:
+                with self._write(conn):
+                    counts = erase_owner(conn, owner)
+            finally:
+                conn.execute("PRAGMA secure_delete = OFF")
+            # The write-ahead log still holds earlier images of those pages: copy it back and empty it
+            # (best effort: a reader in another process may keep it until its next checkpoint).
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if self.ann.drop(owner):  # a cache of the rows just deleted, in a file of its own
+            counts["ann_index"] = 1
         return counts
 
     def stats(self) -> dict[str, Any]:

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import StreamingResponse
 
+from engram.data_rights import erase_user
+from engram.errors import Conflict
 from engram.import_records import CatalogRecord
 from engram.importer import import_document
-from engram.interfaces.rest.deps import AdminDep, EngramDep, KeysDep, get_admin, import_jobs
+from engram.interfaces.rest.deps import AdminDep, EngramDep, KeysDep, PrincipalDep, get_admin, import_jobs
 from engram.interfaces.rest.schemas import (
     IMPORT_RESPONSES,
     IMPORT_STATUS_RESPONSES,
@@ -24,10 +30,16 @@ from engram.interfaces.rest.schemas import (
     KeyCreated,
     KeyPublic,
     MemoryList,
+    UserDeleted,
     error_responses,
 )
 from engram.limits import MAX_PAGE
 from engram.models import CatalogItem, Memory
+from engram.transfer import export_user
+from engram.validation import USER_ID_PATTERN
+
+NDJSON = "application/x-ndjson"
+UserId = Annotated[str, Path(pattern=USER_ID_PATTERN, description="the user whose data this is")]
 
 router = APIRouter(
     prefix="/v1",
@@ -39,9 +51,59 @@ router = APIRouter(
 
 @router.post("/keys", status_code=201, response_model=KeyCreated)
 def create_key(body: KeyCreate, keys: KeysDep) -> KeyCreated:
-    """Create an API key for a user; the key is in this response only."""
-    key, record = keys.create(body.user_id, body.label)
+    """Create an API key for a user, read-only (``scope: read``) or not, expiring after
+    ``expires_in_s`` seconds or never; the key is in this response only."""
+    expires_in = None if body.expires_in_s is None else timedelta(seconds=body.expires_in_s)
+    key, record = keys.create(body.user_id, body.label, scope=body.scope, expires_in=expires_in)
     return KeyCreated(key=key, **record.__dict__)
+
+
+@router.get(
+    "/admin/users/{user_id}/export",
+    response_class=StreamingResponse,
+    responses={200: {"content": {NDJSON: {}}}, **error_responses(404)},
+)
+def export_user_data(user_id: UserId, engram: EngramDep) -> StreamingResponse:
+    """Everything of one user (a data-rights access request) as JSON Lines in the format of ``engram
+    export``: their memories of every type, tombstones and API keys (hashes only), and a trailer that
+    counts and checksums them. 404 when the store holds nothing of that user."""
+    spool = tempfile.TemporaryFile(mode="w+", encoding="utf-8")  # noqa: SIM115 - closed by the stream
+    try:
+        export_user(engram, user_id, spool)  # NotFound: 404
+    except BaseException:
+        spool.close()
+        raise
+    spool.seek(0)
+
+    def lines() -> Iterator[str]:
+        with spool:
+            yield from spool
+
+    filename = f"engram-user-{hashlib.sha256(user_id.encode()).hexdigest()[:12]}.jsonl"
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    return StreamingResponse(lines(), media_type=NDJSON, headers=headers)
+
+
+@router.delete("/admin/users/{user_id}", response_model=UserDeleted, responses=error_responses(409))
+def delete_user_data(
+    request: Request,
+    user_id: UserId,
+    engram: EngramDep,
+    principal: PrincipalDep,
+    confirm: Annotated[str, Query(description="the user id again: a guard against deleting the wrong one")],
+) -> UserDeleted:
+    """Delete everything of one user for good (a data-rights erasure request): their memories of every
+    type, tombstones, consolidation state, API keys and sign-in sessions, on every table and index of
+    the store. Their keys stop working at once. Idempotent: a user with nothing left answers 200 with
+    nothing deleted. ``confirm`` must repeat the user id (else 409, nothing deleted). Audited in the
+    server log (engram.audit), without content."""
+    if confirm != user_id:  # 409: each value is valid alone, they disagree with each other
+        raise Conflict(
+            "confirm must repeat the user id of the path (?confirm=<user_id>); nothing was deleted"
+        )
+    deleted = erase_user(engram.store, user_id, by=f"admin key {principal.key_id}")
+    request.app.state.activity.drop_user(user_id)  # the inspector's log of their recent turns
+    return UserDeleted(user_id=user_id, deleted=deleted)
 
 
 @router.get("/keys", response_model=list[KeyPublic])

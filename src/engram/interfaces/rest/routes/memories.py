@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from engram.import_records import UserDocument
 from engram.importer import import_document
-from engram.interfaces.rest.deps import EngramDep, UserMemoryDep, import_jobs
+from engram.interfaces.rest.deps import EngramDep, PrincipalDep, UserMemoryDep, WriterMemoryDep, import_jobs
 from engram.interfaces.rest.schemas import (
     IMPORT_RESPONSES,
     IMPORT_STATUS_RESPONSES,
@@ -36,13 +36,13 @@ router = APIRouter(prefix="/v1", tags=["memories"], responses=error_responses(40
 
 
 @router.get("/me", response_model=Me)
-def me(mem: UserMemoryDep) -> Me:
-    """Whose memory this key opens."""
-    return Me(user_id=mem.user_id)
+def me(mem: UserMemoryDep, principal: PrincipalDep) -> Me:
+    """Whose memory this key opens, and whether it may write."""
+    return Me(user_id=mem.user_id, scope="write" if principal.may_write else "read")
 
 
 @router.post("/turns", status_code=201, response_model=EpisodicMemory)
-def remember_turn(body: TurnCreate, mem: UserMemoryDep) -> EpisodicMemory:
+def remember_turn(body: TurnCreate, mem: WriterMemoryDep) -> EpisodicMemory:
     """Store one user turn verbatim (episodic memory); visible to the very next recall."""
     return mem.remember_turn(body.text, at=body.at, session_id=body.session_id, metadata=body.metadata)
 
@@ -53,7 +53,7 @@ def remember_turn(body: TurnCreate, mem: UserMemoryDep) -> EpisodicMemory:
     response_model=SemanticMemory | ProceduralMemory,
     responses=error_responses(404, 409),
 )
-def write(body: MemoryCreate, mem: UserMemoryDep) -> SemanticMemory | ProceduralMemory:
+def write(body: MemoryCreate, mem: WriterMemoryDep) -> SemanticMemory | ProceduralMemory:
     """Write a fact or a playbook; with ``supersedes_id`` it replaces that live row atomically."""
     return mem.write(
         body.text,
@@ -150,7 +150,7 @@ def history(memory_id: str, mem: UserMemoryDep) -> MemoryList:
 @router.delete("/memories/{memory_id}", response_model=ForgetResponse, responses=error_responses(404))
 def forget(
     memory_id: str,
-    mem: UserMemoryDep,
+    mem: WriterMemoryDep,
     revive_retracted: Annotated[
         bool,
         Query(
@@ -167,7 +167,7 @@ def forget(
 def import_memories(
     request: Request,
     engram: EngramDep,
-    mem: UserMemoryDep,
+    mem: WriterMemoryDep,
     document: UserDocument,
     idempotency_key: IdempotencyKey = None,
     wait: ImportWait = None,

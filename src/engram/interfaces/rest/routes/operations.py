@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 
-from engram.interfaces.rest.deps import ConsolidationRunsDep, UserMemoryDep
+from engram.interfaces.rest.deps import ConsolidationRunsDep, UserMemoryDep, WriterMemoryDep
 from engram.interfaces.rest.schemas import ConsolidationRunResponse, PlaybookOutcome, error_responses
 from engram.models import ProceduralMemory
 
@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1", tags=["memories"], responses=error_responses(40
 @router.post(
     "/playbooks/{playbook_id}/outcome", response_model=ProceduralMemory, responses=error_responses(404)
 )
-def record_outcome(playbook_id: str, body: PlaybookOutcome, mem: UserMemoryDep) -> ProceduralMemory:
+def record_outcome(playbook_id: str, body: PlaybookOutcome, mem: WriterMemoryDep) -> ProceduralMemory:
     """Count one use of one of your playbooks as a success or a failure (no LLM involved): its
     ``success_count`` or ``failure_count`` goes up by one at once, and with it the prior recall ranks
     it by. Another user's playbook is 404; an id that is not a playbook's is 422."""
@@ -31,7 +31,7 @@ def record_outcome(playbook_id: str, body: PlaybookOutcome, mem: UserMemoryDep) 
     response_model=ConsolidationRunResponse,
     responses=error_responses(409),
 )
-def consolidate(mem: UserMemoryDep, runs: ConsolidationRunsDep) -> JSONResponse:
+def consolidate(mem: WriterMemoryDep, runs: ConsolidationRunsDep) -> JSONResponse:
     """Turn your waiting turns into facts and playbooks now, on the server's threads: 202 with the run's
     id at once; ``GET /v1/consolidate/{run_id}`` says how it went. While a run of yours is queued or
     running, this answers that run. 409 when the server has no LLM configured."""

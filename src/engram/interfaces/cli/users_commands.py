@@ -1,0 +1,72 @@
+"""Data-rights commands on one user (admin, on the store directly): `engram users export USER` and
+`engram users delete USER --yes` (as GET and DELETE /v1/admin/users/{user} over REST)."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from engram.interfaces.cli.common import JsonOpt, StoreOpt, _engram, _fail, _print_json, app, console
+
+users_app = typer.Typer(
+    help="Export or delete everything of one user (data-rights requests).", no_args_is_help=True
+)
+app.add_typer(users_app, name="users")
+
+UserArg = Annotated[str, typer.Argument(help="the user id")]
+
+
+@users_app.command("export")
+def users_export(
+    user: UserArg,
+    file: Annotated[str, typer.Option("--file", "-f", help="JSON Lines file to write; - for stdout")] = "-",
+    store: StoreOpt = None,
+) -> None:
+    """Write everything of one user (memories of every type, tombstones, API keys as hashes) as JSON
+    Lines in the format of `engram export` (`engram import --all` reads it back)."""
+    from engram.transfer import export_user
+
+    with _engram(store, existing=True, rerank=False, late_interaction=False) as eng:
+        if file == "-":
+            counts = export_user(eng, user, sys.stdout)
+        else:
+            # Written beside, then renamed: a user the store does not hold (NotFound) or a failure
+            # midway leaves FILE as it was.
+            partial = Path(file + ".partial")
+            try:
+                with partial.open("w", encoding="utf-8") as out:
+                    counts = export_user(eng, user, out)
+                partial.replace(file)
+            finally:
+                partial.unlink(missing_ok=True)
+    summary = f"exported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'} of user {user}"
+    Console(stderr=True).print(summary, highlight=False, markup=False)
+
+
+@users_app.command("delete")
+def users_delete(
+    user: UserArg,
+    yes: Annotated[bool, typer.Option("--yes", help="really delete: without it nothing is deleted")] = False,
+    as_json: JsonOpt = False,
+    store: StoreOpt = None,
+) -> None:
+    """Delete everything of one user for good: memories of every type, tombstones, consolidation state,
+    API keys and sign-in sessions, on every table and index of the store; their keys stop working at
+    once. Run again, it deletes nothing. Audited in the engram.audit log, without content."""
+    from engram.data_rights import erase_user
+
+    if not yes:
+        raise _fail(f"this deletes everything of user {user!r} for good; add --yes to do it")
+    with _engram(store, existing=True, rerank=False, late_interaction=False) as eng:
+        deleted = erase_user(eng.store, user, by=f"the CLI ({getpass.getuser()}@{socket.gethostname()})")
+    if as_json:
+        _print_json({"user_id": user, "deleted": deleted})
+        return
+    summary = ", ".join(f"{n} {kind}" for kind, n in sorted(deleted.items())) or "nothing was left"
+    console.print(f"deleted user {user}: {summary}", highlight=False, markup=False)
