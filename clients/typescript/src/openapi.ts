@@ -13,7 +13,7 @@ export interface paths {
         };
         /**
          * Me
-         * @description Whose memory this key opens.
+         * @description Whose memory this key opens, and whether it may write.
          */
         get: operations["me_v1_me_get"];
         put?: never;
@@ -255,10 +255,57 @@ export interface paths {
         put?: never;
         /**
          * Create Key
-         * @description Create an API key for a user; the key is in this response only.
+         * @description Create an API key for a user, read-only (``scope: read``) or not, expiring after
+         *     ``expires_in_s`` seconds or never; the key is in this response only.
          */
         post: operations["create_key_v1_keys_post"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/users/{user_id}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export User Data
+         * @description Everything of one user (a data-rights access request) as JSON Lines in the format of ``engram
+         *     export``: their memories of every type, tombstones and API keys (hashes only), and a trailer that
+         *     counts and checksums them. 404 when the store holds nothing of that user.
+         */
+        get: operations["export_user_data_v1_admin_users__user_id__export_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/users/{user_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete User Data
+         * @description Delete everything of one user for good (a data-rights erasure request): their memories of every
+         *     type, tombstones, consolidation state, API keys and sign-in sessions, on every table and index of
+         *     the store. Their keys stop working at once. Idempotent: a user with nothing left answers 200 with
+         *     nothing deleted. ``confirm`` must repeat the user id (else 409, nothing deleted). Audited in the
+         *     server log (engram.audit), without content.
+         */
+        delete: operations["delete_user_data_v1_admin_users__user_id__delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -727,6 +774,18 @@ export interface components {
              * @default
              */
             label: string;
+            /**
+             * Scope
+             * @description read: recall, list and read only (writes answer 403); write: also write
+             * @default write
+             * @enum {string}
+             */
+            scope: "read" | "write";
+            /**
+             * Expires In S
+             * @description seconds until the key stops working (401 key expired); none: it never expires
+             */
+            expires_in_s?: number | null;
         };
         /** KeyCreated */
         KeyCreated: {
@@ -743,6 +802,14 @@ export interface components {
             created_at: string;
             /** Revoked At */
             revoked_at?: string | null;
+            /**
+             * Scope
+             * @default write
+             * @enum {string}
+             */
+            scope: "read" | "write" | "admin";
+            /** Expires At */
+            expires_at?: string | null;
             /**
              * Key
              * @description shown once; only its hash is stored
@@ -764,6 +831,14 @@ export interface components {
             created_at: string;
             /** Revoked At */
             revoked_at?: string | null;
+            /**
+             * Scope
+             * @default write
+             * @enum {string}
+             */
+            scope: "read" | "write" | "admin";
+            /** Expires At */
+            expires_at?: string | null;
         };
         /** Me */
         Me: {
@@ -772,6 +847,13 @@ export interface components {
              * @description the user whose memory this key opens
              */
             user_id: string;
+            /**
+             * Scope
+             * @description what this key may do
+             * @default write
+             * @enum {string}
+             */
+            scope: "read" | "write";
         };
         /** MemoryCreate */
         MemoryCreate: {
@@ -1201,6 +1283,18 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /** UserDeleted */
+        UserDeleted: {
+            /** User Id */
+            user_id: string;
+            /**
+             * Deleted
+             * @description how many of each kind were deleted (memories, tombstones, keys, sessions...); empty when nothing was left
+             */
+            deleted: {
+                [key: string]: number;
+            };
+        };
         /** UserDocument */
         UserDocument: {
             /** User Id */
@@ -1239,7 +1333,7 @@ export interface operations {
                     "application/json": components["schemas"]["Me"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1248,7 +1342,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1308,7 +1402,7 @@ export interface operations {
                     "application/json": components["schemas"]["EpisodicMemory"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1317,7 +1411,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1379,7 +1473,7 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryList"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1388,7 +1482,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1448,7 +1542,7 @@ export interface operations {
                     "application/json": components["schemas"]["SemanticMemory"] | components["schemas"]["ProceduralMemory"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1457,7 +1551,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1537,7 +1631,7 @@ export interface operations {
                     "application/json": components["schemas"]["RecallResponse"] | components["schemas"]["CompactRecallResponse"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1546,7 +1640,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1604,7 +1698,7 @@ export interface operations {
                     "application/json": components["schemas"]["EpisodicMemory"] | components["schemas"]["SemanticMemory"] | components["schemas"]["ProceduralMemory"] | components["schemas"]["CatalogItem"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1613,7 +1707,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1683,7 +1777,7 @@ export interface operations {
                     "application/json": components["schemas"]["ForgetResponse"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1692,7 +1786,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1759,7 +1853,7 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryList"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1768,7 +1862,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1854,7 +1948,7 @@ export interface operations {
                     "application/json": components["schemas"]["ImportRunning"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1863,7 +1957,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -1945,7 +2039,7 @@ export interface operations {
                     "application/json": components["schemas"]["ImportRunning"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -1954,7 +2048,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2034,7 +2128,7 @@ export interface operations {
                     "application/json": components["schemas"]["ProceduralMemory"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2043,7 +2137,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2108,7 +2202,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConsolidationRunResponse"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2117,7 +2211,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2184,7 +2278,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConsolidationRunResponse"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2193,7 +2287,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2260,7 +2354,7 @@ export interface operations {
                     "application/json": components["schemas"]["KeyPublic"][];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2269,7 +2363,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2329,7 +2423,7 @@ export interface operations {
                     "application/json": components["schemas"]["KeyCreated"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2338,8 +2432,165 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body over 1 MiB (imports: 64 MiB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input (malformed JSON, a wrong type, empty or invisible text...): nothing was changed */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the store or a model failed (the server log has the details), or the server is busy */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    export_user_data_v1_admin_users__user_id__export_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the user whose data this is */
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": unknown;
+                };
+            };
+            /** @description missing, unknown or revoked API key, or key expired */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description no such row in your scope (also for other tenants' ids) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body over 1 MiB (imports: 64 MiB) */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input (malformed JSON, a wrong type, empty or invisible text...): nothing was changed */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the store or a model failed (the server log has the details), or the server is busy */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_user_data_v1_admin_users__user_id__delete: {
+        parameters: {
+            query: {
+                /** @description the user id again: a guard against deleting the wrong one */
+                confirm: string;
+            };
+            header?: never;
+            path: {
+                /** @description the user whose data this is */
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UserDeleted"];
+                };
+            };
+            /** @description missing, unknown or revoked API key, or key expired */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the row's state forbids it (e.g. superseding an already superseded fact) */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2394,7 +2645,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2403,7 +2654,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2480,7 +2731,7 @@ export interface operations {
                     "application/json": components["schemas"]["MemoryList"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2489,7 +2740,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2549,7 +2800,7 @@ export interface operations {
                     "application/json": components["schemas"]["CatalogItem"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2558,7 +2809,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2616,7 +2867,7 @@ export interface operations {
                     "application/json": components["schemas"]["CatalogItem"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2625,7 +2876,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2692,7 +2943,7 @@ export interface operations {
                     "application/json": components["schemas"]["ForgetResponse"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2701,7 +2952,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2787,7 +3038,7 @@ export interface operations {
                     "application/json": components["schemas"]["ImportRunning"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2796,7 +3047,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -2878,7 +3129,7 @@ export interface operations {
                     "application/json": components["schemas"]["ImportRunning"];
                 };
             };
-            /** @description missing, unknown or revoked API key */
+            /** @description missing, unknown or revoked API key, or key expired */
             401: {
                 headers: {
                     [name: string]: unknown;
@@ -2887,7 +3138,7 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
-            /** @description this key may not use this route (user key on an admin route, admin key on a memory route) */
+            /** @description this key may not use this route (user key on an admin route, admin key on a memory route, read-only key on a write) */
             403: {
                 headers: {
                     [name: string]: unknown;
