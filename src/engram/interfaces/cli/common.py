@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
+from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.text import Text
 
@@ -95,7 +96,9 @@ def _engram(
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    """Times as REST writes them (ISO 8601, ``2026-12-01T21:11:07.5Z``): str() gave keys' and reports'
+    ``2026-12-01 21:11:07.5+00:00`` beside the memories' ISO form."""
+    sys.stdout.write(json.dumps(to_jsonable_python(value, fallback=str), indent=2) + "\n")
 
 
 def print_hits(hits: list[Hit], explain: bool, min_confidence: float | None = None) -> None:
