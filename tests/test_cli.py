@@ -111,6 +111,23 @@ def test_every_command_has_help():
         assert result.exit_code == 0 and "Usage" in result.output, (command, result.output)
 
 
+def test_help_lists_each_command_on_one_line():
+    """`engram --help` broke each summary where its docstring's lines broke ("into the store `engram",
+    then " serve` uses"), also on a wide terminal: each command's first paragraph is one line there."""
+    import inspect
+
+    import typer
+
+    group = typer.main.get_command(app)
+    shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "400"}).output
+    rows = {line.strip("│ ").split(" ", 1)[0]: line for line in shown.splitlines() if line.startswith("│ ")}
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        if command.hidden:
+            continue
+        summary = " ".join(inspect.cleandoc(command.help).split("\n\n", 1)[0].split())
+        assert summary in rows[name], (name, rows.get(name))
+
+
 def test_remember_turn_and_its_old_name_store_turns(tmp_path):
     """`engram remember-turn` takes the facade's verb; `engram remember` (its old name, with the old
     --session) keeps working for existing scripts, hidden from --help (in process)."""

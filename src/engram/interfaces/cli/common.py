@@ -3,6 +3,7 @@ one line and exit code 1, and printing hits."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from collections.abc import Iterator
@@ -93,6 +94,20 @@ def _engram(
             yield eng
     except EngramError as exc:
         raise _fail(exc) from None
+
+
+def one_line_summaries(typer_app: typer.Typer) -> None:
+    """`engram --help` lists each command by its docstring's first paragraph, and Typer's rich mode
+    keeps that paragraph's line breaks there: the table broke mid-sentence ("into the store `engram",
+    then " serve` uses"). Each command gets that paragraph as its one-line summary; its own --help is
+    unchanged."""
+    for info in typer_app.registered_commands:
+        doc = info.help or inspect.getdoc(info.callback) or ""
+        if info.short_help is None and doc:
+            info.short_help = " ".join(doc.split("\n\n", 1)[0].split())
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            one_line_summaries(group.typer_instance)
 
 
 def _print_json(value: Any) -> None:
