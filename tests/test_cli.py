@@ -169,6 +169,9 @@ def test_demo_loads_into_the_store_serve_uses_once(tmp_path):
     assert not (tmp_path / "demo.db").exists() and (tmp_path / "engram.db").is_file()
     key = re.search(r"a key for sarah .*: (egk_\S+)", out).group(1)
     assert "engram serve" in out and "http://127.0.0.1:8765/inspector" in out
+    # the cross-tenant question says why its hits are marco's own, and none of sarah's is among them
+    crossed = out.split("marco asks: where does sarah live?")[1].split("\n\n")[0]
+    assert "never sarah's" in crossed and "Sarah lives" not in crossed and "epi_" in crossed
     tried = out.split("Try it yourself")[1]
     suggested = [shlex.split(line) for line in tried.splitlines() if line.startswith("  engram ")]
     assert suggested and not any("--store" in args for args in suggested)
