@@ -111,6 +111,23 @@ def test_every_command_has_help():
         assert result.exit_code == 0 and "Usage" in result.output, (command, result.output)
 
 
+def test_help_lists_each_command_on_one_line():
+    """`engram --help` broke each summary where its docstring's lines broke ("into the store `engram",
+    then " serve` uses"), also on a wide terminal: each command's first paragraph is one line there."""
+    import inspect
+
+    import typer
+
+    group = typer.main.get_command(app)
+    shown = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "400"}).output
+    rows = {line.strip("│ ").split(" ", 1)[0]: line for line in shown.splitlines() if line.startswith("│ ")}
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        if command.hidden:
+            continue
+        summary = " ".join(inspect.cleandoc(command.help).split("\n\n", 1)[0].split())
+        assert summary in rows[name], (name, rows.get(name))
+
+
 def test_remember_turn_and_its_old_name_store_turns(tmp_path):
     """`engram remember-turn` takes the facade's verb; `engram remember` (its old name, with the old
     --session) keeps working for existing scripts, hidden from --help (in process)."""
@@ -152,6 +169,9 @@ def test_demo_loads_into_the_store_serve_uses_once(tmp_path):
     assert not (tmp_path / "demo.db").exists() and (tmp_path / "engram.db").is_file()
     key = re.search(r"a key for sarah .*: (egk_\S+)", out).group(1)
     assert "engram serve" in out and "http://127.0.0.1:8765/inspector" in out
+    # the cross-tenant question says why its hits are marco's own, and none of sarah's is among them
+    crossed = out.split("marco asks: where does sarah live?")[1].split("\n\n")[0]
+    assert "never sarah's" in crossed and "Sarah lives" not in crossed and "epi_" in crossed
     tried = out.split("Try it yourself")[1]
     suggested = [shlex.split(line) for line in tried.splitlines() if line.startswith("  engram ")]
     assert suggested and not any("--store" in args for args in suggested)

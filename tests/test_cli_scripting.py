@@ -49,6 +49,10 @@ def test_keys_create_quiet_prints_the_key_alone(tmp_path):
     assert re.fullmatch(r"egk_\S+\n", loud.stdout) and "id key_" in loud.stderr
     record = json.loads(run("keys", "create", "--user", "u", "--json", env_home=tmp_path).stdout)
     assert record["key"].startswith("egk_") and record["user_id"] == "u" and record["id"].startswith("key_")
+    # times as REST and the memories' JSON write them (str() gave "2026-12-01 21:11:07.5+00:00")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", record["created_at"]), record
+    listed = json.loads(run("keys", "list", "--json", env_home=tmp_path).stdout)
+    assert record["created_at"] in [key["created_at"] for key in listed]
 
 
 def test_keys_create_quiet_in_a_shell_substitution(tmp_path):

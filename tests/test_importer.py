@@ -66,6 +66,27 @@ def test_user_document_imports_everything(eng):
     assert [h.memory.id for h in mem.recall("where does sarah live", memory_types=["semantic"])] == [new.id]
 
 
+def test_a_backdated_fact_is_replaced_when_its_successor_was_said(eng):
+    """The demo's Bristol fact (400 days old) read "replaced today by" a fact dated last month: an
+    import marked each supersession with the time of the import, not of the record that replaced it."""
+    doc = {
+        "user_id": "ana",
+        "semantic": [
+            {"key": "old", "text": "Ana lives in Porto", "days_ago": 400},
+            {"key": "new", "text": "Ana lives in Braga", "days_ago": 30, "supersedes": "old"},
+            {"key": "now", "text": "Ana lives in Faro", "supersedes": "new"},  # no time: the import's
+            {"key": "a", "text": "Ana drives a van", "days_ago": 5},
+            {"key": "b", "text": "Ana drives a bike", "days_ago": 50, "supersedes": "a"},  # dated earlier
+        ],
+    }
+    ids = eng.import_json(doc)["ids"]
+    mem = eng.for_user("ana")
+    old, new, now, a, b = (mem.get(ids[k]) for k in ("old", "new", "now", "a", "b"))
+    assert old.superseded_at == new.created_at and new.superseded_at == now.created_at
+    assert 29 <= (now.created_at - new.created_at).days <= 30  # the undated one is the import's time
+    assert a.superseded_at == a.created_at and a.superseded_by == b.id  # never before a was stored
+
+
 def test_catalog_file_imports(eng):
     result = eng.import_json(
         [{"title": "Hub", "text": "Hub v2 speaks Zigbee", "key": "hub"}, {"text": "Thread is a mesh"}]

@@ -28,6 +28,7 @@ class DemoQuery:
     user: str
     query: str
     include_superseded: bool = False
+    note: str = ""  # printed under the question: what its hits show
 
     @property
     def options(self) -> dict[str, bool]:
@@ -41,7 +42,12 @@ QUERIES = (
     DemoQuery("sarah", "my kitchen sensor went offline"),
     DemoQuery("sarah", "will the signal get through thick walls?"),
     DemoQuery("marco", "which pgvector version is prod on?"),
-    DemoQuery("marco", "where does sarah live?"),  # another tenant: Sarah's rows never show up
+    DemoQuery(
+        "marco",
+        "where does sarah live?",
+        # without it, marco's unrelated hits read as a recall that failed
+        note="another user's memory: only marco's own rows and the catalog can answer, never sarah's",
+    ),
 )
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -170,6 +171,7 @@ def import_document(
     in_time_order: list[EpisodicMemory] = sorted(episodes, key=lambda ep: ep.timestamp)
     rows.extend(in_time_order)
     superseded: set[str] = set()
+    fact_times: dict[str, datetime] = {}  # each fact's time, for the time the next one replaced it
     for i, fact in enumerate(doc.semantic):
         where = f"semantic[{i}]"
         _check_metadata(fact, where)
@@ -195,12 +197,17 @@ def import_document(
                 )
             superseded.add(supersedes)
             harsh = fact.contradiction == "harsh"
-            supersede[row_id] = Supersession(old_id=supersedes, retract=harsh, at=now)
+            # replaced when its successor was said (not at the import: a fact of last year then read
+            # "replaced today" by one dated last month), never before it was itself stored
+            said = fact.at(now) or now
+            at = max(said, fact_times.get(supersedes, said))
+            supersede[row_id] = Supersession(old_id=supersedes, retract=harsh, at=at)
             if harsh:
                 confidence = max(0.0, confidence - engram.settings.supersede_penalty)
         elif fact.contradiction is not None:
             raise ImportFileError(f"invalid import file: {where}.contradiction needs supersedes")
         remember_key(fact.key, row_id, where)
+        fact_times[row_id] = fact.at(now) or now
         rows.append(
             SemanticMemory(
                 id=row_id,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from html import unescape
 
 import httpx
 
@@ -122,7 +123,7 @@ def test_replacements_show_their_text_and_a_memory_page_its_provenance(service):
         "Sarah's hub runs firmware 4.2",
         supporting_episode_ids=[rows["question"]["id"]],
         valid_from=start,
-        metadata={"source": "agent"},
+        metadata={"source": "agent", "note": "Sarah's <b>hub</b>"},
     )
     sarah = sign_in(service, service.user_keys["sarah"])
     listed = sarah.get("/inspector/semantic").text
@@ -131,6 +132,9 @@ def test_replacements_show_their_text_and_a_memory_page_its_provenance(service):
     page = sarah.get(f"/inspector/memory/{fact.id}").text
     assert "“is my Zigbee hub supported where I live?”" in page  # the turn it came from, by its text
     assert "agent" in page.split('id="provenance"')[1]
+    # metadata reads as written (tojson showed "Sarah\u0027s"), and stays text, never markup
+    shown = page.split("<dt>metadata</dt>")[1].split("</dd>")[0]
+    assert '"note": "Sarah\'s <b>hub</b>"' in unescape(shown) and "<b>" not in shown
     validity = page.split('id="validity"')[1]
     assert start.strftime("%Y-%m-%d %H:%M") in validity and "open-ended" in validity
     assert "0× by the agent" in validity and "live" in validity

@@ -58,7 +58,8 @@ def test_readme_quickstart_runs_as_written(tmp_path):
     try:
         url = f"http://127.0.0.1:{port}"
         me = httpx.get(f"{url}/v1/me", headers={"Authorization": f"Bearer {demo_key}"})
-        assert me.json() == {"user_id": "sarah", "scope": "write"}  # the demo's key opens its data in the served store
+        # the demo's key opens its data in the served store
+        assert me.json() == {"user_id": "sarah", "scope": "write"}
         demo_facts = httpx.get(f"{url}/v1/memories", headers={"Authorization": f"Bearer {demo_key}"})
         assert any("Edinburgh" in m["text"] for m in demo_facts.json()["data"])
         assert httpx.get(url, follow_redirects=True).url.path.startswith("/inspector")

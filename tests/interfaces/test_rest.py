@@ -268,6 +268,23 @@ def test_bad_input_gets_4xx_json_and_changes_nothing(service):
     )
 
 
+def test_body_mistakes_say_what_to_fix(service):
+    """A newcomer's curl without `-H "Content-Type: application/json"` got "body: Input should be a valid
+    dictionary or object to extract fields from", and a cut body "[13]: JSON decode error"."""
+    bob = service.client("bob")
+    form = {"Content-Type": "application/x-www-form-urlencoded"}  # what curl -d sends by default
+    as_form = bob.post("/v1/turns", content=b'{"text": "hi"}', headers=form)
+    assert as_form.status_code == 422 and as_form.json()["error"] == "invalid_input"
+    assert "send JSON with Content-Type: application/json" in as_form.json()["message"]
+    assert "this request's is application/x-www-form-urlencoded" in as_form.json()["message"]
+    untyped = bob.post("/v1/recall", content=b'{"query": "hi"}')
+    assert untyped.status_code == 422 and "this request has none" in untyped.json()["message"]
+    cut = bob.post("/v1/turns", content=b'{"text": "hi",', headers=JSON)
+    assert cut.status_code == 422
+    assert cut.json()["message"].startswith("body: malformed JSON at character 14 ("), cut.json()
+    assert bob.get("/v1/memories", params={"type": "episodic"}).json()["data"] == []
+
+
 def test_oversized_chunked_bodies_get_413_and_change_nothing(service):
     """A body without Content-Length is counted as it arrives; over the limit it is a 413 with the
     error body, on the REST routes and on /mcp alike (issue 12, item 12)."""

@@ -115,6 +115,15 @@ def test_mcp_config_is_pasteable_json(tmp_path):
     assert stdio["args"] == ["mcp", "--store", store] and stdio["env"] == {"ENGRAM_API_KEY": key}
     assert http["url"] == "http://127.0.0.1:8765/mcp" and http["headers"]["Authorization"] == f"Bearer {key}"
     assert "Application Support/Claude" in out and "%APPDATA%" in out and ".cursor/mcp.json" in out
+    # a service on another port (ENGRAM_PORT, as `engram serve` reads it) is the one the config names
+    moved = subprocess.run(
+        [sys.executable, "-m", "engram", "mcp-config", "--key", key],
+        env=env | {"ENGRAM_PORT": "8931"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert '"url": "http://127.0.0.1:8931/mcp"' in moved and "127.0.0.1:8765" not in moved
 
 
 def test_mcp_config_takes_the_user_from_the_key(tmp_path):

@@ -6,9 +6,10 @@ from engram.interfaces.cli import memory_commands
 from engram.interfaces.cli import service_commands
 from engram.interfaces.cli import maintenance_commands
 from engram.interfaces.cli import users_commands
-from engram.interfaces.cli.common import app, print_hits
+from engram.interfaces.cli.common import app, one_line_summaries, print_hits
 
 # isort: on
+one_line_summaries(app)
 
 __all__ = [
     "app",

@@ -3,6 +3,7 @@ one line and exit code 1, and printing hits."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
+from pydantic_core import to_jsonable_python
 from rich.console import Console
 from rich.text import Text
 
@@ -94,8 +96,24 @@ def _engram(
         raise _fail(exc) from None
 
 
+def one_line_summaries(typer_app: typer.Typer) -> None:
+    """`engram --help` lists each command by its docstring's first paragraph, and Typer's rich mode
+    keeps that paragraph's line breaks there: the table broke mid-sentence ("into the store `engram",
+    then " serve` uses"). Each command gets that paragraph as its one-line summary; its own --help is
+    unchanged."""
+    for info in typer_app.registered_commands:
+        doc = info.help or inspect.getdoc(info.callback) or ""
+        if info.short_help is None and doc:
+            info.short_help = " ".join(doc.split("\n\n", 1)[0].split())
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            one_line_summaries(group.typer_instance)
+
+
 def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    """Times as REST writes them (ISO 8601, ``2026-12-01T21:11:07.5Z``): str() gave keys' and reports'
+    ``2026-12-01 21:11:07.5+00:00`` beside the memories' ISO form."""
+    sys.stdout.write(json.dumps(to_jsonable_python(value, fallback=str), indent=2) + "\n")
 
 
 def print_hits(hits: list[Hit], explain: bool, min_confidence: float | None = None) -> None:

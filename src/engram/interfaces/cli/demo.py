@@ -56,6 +56,8 @@ def run_demo(store: str | None, console: Console) -> None:
         for question in QUERIES:
             opts = f" {question.options}" if question.options else ""
             console.print(f"\n[bold]{question.user}[/bold] asks: [italic]{question.query}[/italic]{opts}")
+            if question.note:
+                console.print(f"  ({question.note})", style="dim", soft_wrap=True, highlight=False)
             print_hits(ask(eng, question), explain=True)
         key, _ = ApiKeys(eng.store).create(KEY_USER, label="engram demo")
     serve = "engram serve" + (f" --store {shlex.quote(store)}" if store else "")

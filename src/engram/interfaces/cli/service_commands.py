@@ -23,7 +23,7 @@ from engram.interfaces.cli.common import (
     console,
     keys_app,
 )
-from engram.interfaces.cli.urls import serve_banner
+from engram.interfaces.cli.urls import base_url, serve_banner
 from engram.memory import Engram, sqlite_path
 from engram.observability.request_log import LogFormat, log_config
 from engram.settings import EngramSettings, load_settings
@@ -304,7 +304,13 @@ def mcp_config(
         str | None,
         typer.Option("--user", "-u", help="the key's user, to check (the key decides whose memory opens)"),
     ] = None,
-    url: Annotated[str, typer.Option(help="where `engram serve` listens")] = "http://127.0.0.1:8765",
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="where `engram serve` listens (default: ENGRAM_HOST and ENGRAM_PORT, as serve reads them, "
+            "else http://127.0.0.1:8765)"
+        ),
+    ] = None,
     key: Annotated[str, typer.Option(help="the user's API key (default: a placeholder)")] = PLACEHOLDER_KEY,
     store: StoreOpt = None,
 ) -> None:
@@ -315,6 +321,7 @@ def mcp_config(
     owner = user if key == PLACEHOLDER_KEY else _key_user(key, user, store)
     command = shutil.which("engram") or "engram"
     stdio = {"command": command, "args": ["mcp", *_pinned_store(store)], "env": {"ENGRAM_API_KEY": key}}
+    url = url or base_url()  # a serve on ENGRAM_PORT=8931 is not reached at 8765
     http = {"url": f"{url.rstrip('/')}/mcp", "headers": {"Authorization": f"Bearer {key}"}}
     whose = f"user {owner}" if owner else f"the user of the key you put in place of {PLACEHOLDER_KEY}"
     console.print(f"[bold]MCP config for {whose}[/bold]\n", highlight=False, soft_wrap=True)

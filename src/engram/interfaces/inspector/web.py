@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,8 @@ ENDED = {  # ?ended= on the sign-in page: why the last session stopped working
 templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True)
 templates.filters["num"] = num
 templates.filters["when"] = when
+# JSON for reading: tojson's HTML escapes showed as text ("Sarah\u0027s"); autoescape makes this safe.
+templates.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
 templates.globals["is_superseded"] = is_superseded
 templates.globals["explain"] = explain_parts
 templates.globals["legend"] = LEGEND

@@ -157,8 +157,9 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), headers)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [f"{_where(err.get('loc', ()))}: {err.get('msg')}" for err in exc.errors()[:5]]
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        content_type = request.headers.get("content-type", "")
+        problems = [_problem(err, content_type) for err in exc.errors()[:5]]
         return _error(422, "invalid_input", "; ".join(problems))
 
     @app.exception_handler(Exception)
@@ -306,6 +307,21 @@ async def _authenticate(keys: ApiKeys, key: str | None) -> Principal | JSONRespo
         return await anyio.to_thread.run_sync(keys.authenticate, key)
     except Unauthenticated as exc:
         return _error(401, "unauthorized", str(exc), {"WWW-Authenticate": "Bearer"})
+
+
+def _problem(err: Any, content_type: str) -> str:
+    """One validation error in our words. FastAPI's own were "[13]: JSON decode error" for malformed
+    JSON, and "body: Input should be a valid dictionary ..." for JSON sent without its Content-Type
+    (curl -d sends a form's): both now say what to fix."""
+    loc, msg = tuple(err.get("loc", ())), err.get("msg")
+    if err.get("type") == "json_invalid":
+        at = next((f" at character {part}" for part in loc if isinstance(part, int)), "")
+        why = (err.get("ctx") or {}).get("error")
+        return f"body: malformed JSON{at}" + (f" ({why})" if why else "")
+    if loc == ("body",) and "json" not in content_type.lower():
+        sent = f"this request's is {content_type}" if content_type else "this request has none"
+        return f"body: {msg} (send JSON with Content-Type: application/json; {sent})"
+    return f"{_where(loc)}: {msg}"
 
 
 def _where(loc: Sequence[str | int]) -> str:
