@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engram.models import Memory, Vectors
-from engram.storage._rows import keyword_text_of, memory_from_row, memory_to_row
+from engram.storage._rows import keyword_text_of, memory_from_row, memory_to_row, without_context
 from engram.storage._statements import WAITING
 
 ROW_SOURCE: dict[str, Any] = {
@@ -68,4 +68,14 @@ def tokens_field(blob: bytes | None) -> dict[str, Any]:
     return {
         "tokens": base64.b64encode(blob).decode() if blob is not None else None,
         "has_tokens": blob is not None,
+    }
+
+
+def bare_fields(row: Memory) -> dict[str, Any]:
+    """A new row's fields once the turn it quotes is gone: no context, nor its words."""
+    bare = without_context(row)
+    return {
+        "attrs": json.loads(memory_to_row(bare)["attrs"]),
+        "context_id": None,
+        "search_text": keyword_text_of(bare),
     }

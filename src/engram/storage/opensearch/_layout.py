@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from engram.storage.opensearch._lexical import SIMILARITY, similarity
@@ -173,3 +174,19 @@ def tenant_role(names: Names) -> dict[str, Any]:
 
 def role_mapping() -> dict[str, Any]:
     return {"users": [f"{p}*" for p in TENANT_USER_PREFIXES] + [CATALOG_USER]}
+
+
+def same_role(found: Any, wanted: Mapping[str, Any]) -> bool:
+    """Whether the role read back grants what ``tenant_role`` sets (the plugin adds empty fields)."""
+    if not isinstance(found, dict):
+        return False
+    if sorted(found.get("cluster_permissions", [])) != sorted(wanted["cluster_permissions"]):
+        return False
+
+    def grants(perms: Any) -> list[tuple[Any, ...]]:
+        return sorted(
+            (sorted(p.get("index_patterns", [])), p.get("dls"), sorted(p.get("allowed_actions", [])))
+            for p in perms or []
+        )
+
+    return grants(found.get("index_permissions")) == grants(wanted["index_permissions"])

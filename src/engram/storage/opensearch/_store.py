@@ -30,19 +30,21 @@ from __future__ import annotations
 import contextlib
 import secrets
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from engram.errors import StorageError
-from engram.models import Vectors
-from engram.storage._rules import StoreRules
+from engram.errors import Conflict, StorageError
+from engram.models import Memory, Tombstone, Vectors
+from engram.storage._rules import StoreRules, drop_quotes
 from engram.storage.base import (
     CATALOG_OWNER,
     Candidates,
     LegHit,
     SearchFilter,
+    Supersession,
     Tenant,
+    check_insert,
     check_model,
     model_keys,
     owner_of,
@@ -55,13 +57,14 @@ from engram.storage.opensearch._client import (
     errors,
     parse_url,
 )
-from engram.storage.opensearch._documents import ROW_SOURCE, iso, memory
+from engram.storage.opensearch._documents import ROW_SOURCE, bare_fields, document, iso, memory
 from engram.storage.opensearch._layout import (
     KINDS,
     MAPPING_VERSION,
     Names,
     index_body,
     role_mapping,
+    same_role,
     tenant_role,
     tenant_user,
 )
@@ -92,6 +95,7 @@ class OpenSearchStore(StoreRules[str]):
         self._users: set[str] = set()
         self._noted: set[str] = set()
         self._guard = threading.Lock()
+        self._one_shard = False  # an appended row is one bulk, without a lease (``insert``)
         try:
             self._check_security()
             for kind in KINDS[1:]:
@@ -100,6 +104,7 @@ class OpenSearchStore(StoreRules[str]):
             self._memories_ready = memories is not None
             if memories is not None:
                 self._check_version("memories", memories)
+                self._one_shard = self._shards() == 1
         except BaseException:
             self._client.close()
             raise
@@ -131,7 +136,7 @@ class OpenSearchStore(StoreRules[str]):
                 "security plugin (tenant isolation) and a service account that may manage its role, its "
                 "tenants' users and impersonate them"
             ) from (found if isinstance(found, StorageError) else None)
-        if not there or not _same_role(found[self.names.role], role):
+        if not there or not same_role(found[self.names.role], role):
             self._admin("PUT", f"{_SECURITY}/roles/{self.names.role}", role)
         mapping = role_mapping()
         try:
@@ -186,6 +191,56 @@ class OpenSearchStore(StoreRules[str]):
         if kind == "embedding" and not self._memories_ready:
             self._ensure_index("memories", dim)  # the k-NN field needs the dimension
             self._memories_ready = True
+            self._one_shard = self._shards() == 1
+
+    def _shards(self) -> int:
+        """The memories index's shards: its bulks apply their items in order only on one shard."""
+        with errors():
+            found = self._client.indices.get_settings(
+                index=self.names.alias("memories"), name="index.number_of_shards"
+            )
+        return int(next(iter(found.values()))["settings"]["index"]["number_of_shards"])
+
+    # -- writes that need no lease ---------------------------------------------------------------
+    def insert(
+        self,
+        tenant: Tenant,
+        rows: Sequence[Memory],
+        vectors: Vectors,
+        supersede: Mapping[str, Supersession] | None = None,
+        tokens: Sequence[bytes] | None = None,
+    ) -> None:
+        """New rows that supersede nothing (an appended turn, a new fact) are one bulk request without
+        the lease: they read nothing and change no other row, and the turn a row quotes is checked in
+        that same bulk (``UnitOfWork.append``). Supersession reads and then changes: the shared rule."""
+        if supersede or not self._one_shard:
+            super().insert(tenant, rows, vectors, supersede, tokens)
+            return
+        owner = owner_of(tenant)
+        check_insert(owner, rows, vectors, supersede, tokens)
+        if not rows:
+            return
+        if len({row.id for row in rows}) != len(rows):
+            raise Conflict("duplicate: a memory is written twice in one insert")
+        blobs: Sequence[bytes | None] = tokens if tokens is not None else [None] * len(rows)
+        docs = [document(r, owner, v, b) for r, v, b in zip(rows, vectors, blobs, strict=True)]
+        quoting = zip(rows, docs, strict=True)
+        bare = {r.id: dict(d, **bare_fields(r)) for r, d in quoting if getattr(r, "context_id", None)}
+        if owner and owner not in self._noted:
+            self._meta().note_tenant(owner)  # before the rows: a listed tenant may have no rows
+            self._noted.add(owner)
+        self._rows(owner).append(docs, bare)
+
+    def forget(
+        self, tenant: Tenant, memory_id: str, at: datetime, *, revive_retracted: bool = False
+    ) -> Tombstone:
+        """The shared rule, then a second look for turns that quote a forgotten turn: an appended turn
+        takes no lease, and one whose check passed just before the delete is seen only now."""
+        tombstone = super().forget(tenant, memory_id, at, revive_retracted=revive_retracted)
+        if tombstone.memory_type == "episodic":
+            with self._tenant_statements(tenant, write=True) as rows:
+                drop_quotes(rows, memory_id)
+        return tombstone
 
     def _user(self, owner: str) -> str:
         """The tenant's internal user, created on its first request (impersonated, never logged in as)."""
@@ -361,22 +416,6 @@ class OpenSearchStore(StoreRules[str]):
 
     def close(self) -> None:
         self._client.close()
-
-
-def _same_role(found: Any, wanted: Mapping[str, Any]) -> bool:
-    """Whether the role read back grants what ``tenant_role`` sets (the plugin adds empty fields)."""
-    if not isinstance(found, dict):
-        return False
-    if sorted(found.get("cluster_permissions", [])) != sorted(wanted["cluster_permissions"]):
-        return False
-
-    def grants(perms: Any) -> list[tuple[Any, ...]]:
-        return sorted(
-            (sorted(p.get("index_patterns", [])), p.get("dls"), sorted(p.get("allowed_actions", [])))
-            for p in perms or []
-        )
-
-    return grants(found.get("index_permissions")) == grants(wanted["index_permissions"])
 
 
 def _bm25(score: Any) -> float:

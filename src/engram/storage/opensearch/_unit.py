@@ -154,6 +154,56 @@ class UnitOfWork:
                 "changed meanwhile by another writer",
             )
 
+    def append(self, docs: Sequence[dict[str, Any]], rewrite: Mapping[str, dict[str, Any]]) -> list[str]:
+        """New rows in one bulk and no lease (an appended turn: nothing is read, nothing else changes).
+
+        A row that quotes a turn outside the batch (``context_id``) is followed by an empty update of
+        that turn, which the node answers 404 if the turn is gone (forgotten meanwhile). The index has
+        one shard, whose bulk applies its items in order: a check that passed was applied after the
+        row, and so before any forget's delete of the turn, whose refresh then shows the row to that
+        forget's second look for quotes (``OpenSearchStore.forget``). A row whose check failed is
+        written again as ``rewrite`` gives it (without the context), at the version its create made;
+        the ids of those rows are returned. The bulk runs as the service account (the security plugin
+        refuses a DLS user an update, even an empty one); it creates only the owner's new documents,
+        as the tenant's user could, and the empty update changes nothing (the turn's id is one the
+        tenant read)."""
+        index = self.names.memories
+        created = [(index, d["id"], dict(d)) for d in docs]
+        batch = {d["id"] for d in docs}
+        checks = [(d["id"], c) for d in docs if (c := d.get("context_id")) and c not in batch]
+        lines = [line for _, i, d in created for line in ({"create": {"_index": index, "_id": i}}, d)]
+        for _, context_id in checks:
+            lines += [{"update": {"_index": index, "_id": context_id}}, {"doc": {}}]
+        try:
+            with errors():  # as the service account: the plugin refuses a DLS user any update
+                done = self.client.bulk(body=lines, refresh=self.refresh)
+        except Exception:
+            self._take_back(self._as_sent(created))  # whatever of it landed
+            raise
+        items = [item for entry in done["items"] for item in entry.values()]
+        made = {i: item for (_, i, _), item in zip(created, items, strict=False)}
+        answers = items[len(created) :]
+        refused = [(i, item) for i, item in made.items() if "error" in item]
+        unsure = [item for item in answers if "error" in item and item.get("status") != 404]
+        if refused or unsure:
+            self._take_back([(index, i) for i, item in made.items() if "error" not in item])
+            if refused:
+                _raise_failed([i for i, _ in refused], [item for _, item in refused], "already there")
+            _raise_failed([c for _, c in checks], unsure, "changed meanwhile by another writer")
+        gone = [row for (row, _), item in zip(checks, answers, strict=True) if item.get("status") == 404]
+        lines = []
+        for row in gone:
+            at = {"if_seq_no": made[row]["_seq_no"], "if_primary_term": made[row]["_primary_term"]}
+            lines += [{"index": {"_index": index, "_id": row, **at}}, rewrite[row]]
+        failed = self._bulk(lines) if lines else []
+        # 409: the forget's second look already cleared the row; anything else: the row may still quote
+        # a forgotten turn, so the rows are taken back and the write fails.
+        bad = [(n, item) for n, item in failed if item.get("status") != 409]
+        if bad:
+            self._take_back([(index, i) for i in made])
+            _raise_failed([gone[n] for n, _ in bad], [item for _, item in bad], "changed meanwhile")
+        return gone
+
     def _create(self, created: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str]]:
         """Create the new documents, all or none; the ones this unit made (to take back)."""
         lines = [
