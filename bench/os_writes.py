@@ -74,7 +74,11 @@ def child(url: str, prefix: str, users: int, rows: int, samples: int) -> dict:
     for user in names:  # the users' history, and their first turn in the session measured below
         batch = [
             EpisodicMemory(
-                id=new_id("episodic"), text=f"turn {n} of {user}", user_id=user, timestamp=utcnow()
+                id=new_id("episodic"),
+                text=f"turn {n} of {user}",
+                user_id=user,
+                created_at=utcnow(),
+                timestamp=utcnow(),
             )
             for n in range(rows)
         ]
@@ -99,6 +103,7 @@ def child(url: str, prefix: str, users: int, rows: int, samples: int) -> dict:
             id=new_id("episodic"),
             text=f"and a cabin {n}",
             user_id=user,
+            created_at=utcnow(),
             timestamp=utcnow(),
             session_id="chat",
             context=previous[user].text,

@@ -101,8 +101,8 @@ def test_every_command_has_help():
     group = typer.main.get_command(app)
     expected = {
         "demo", "import", "export", "recall", "remember-turn", "write", "get", "history", "forget", "list",
-        "info", "reindex", "serve", "mcp", "mcp-config", "consolidate", "eval", "chat", "catalog", "keys",
-        "remember",  # the old name of remember-turn, hidden
+        "info", "reindex", "repair", "serve", "mcp", "mcp-config", "consolidate", "eval", "chat", "catalog",
+        "keys", "remember",  # the old name of remember-turn, hidden
     }  # fmt: skip
     assert expected <= set(group.commands), expected - set(group.commands)  # type: ignore[attr-defined]
     runner = CliRunner()

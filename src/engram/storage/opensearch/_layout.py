@@ -73,6 +73,8 @@ TOMBSTONE_FIELDS: dict[str, Any] = {
     "created_at": _TIME,
     "forgotten_at": _TIME,
 }
+# A lease's journal (``_journal``): kept in _source, never searched. Added to a store index made before it.
+UNIT_FIELD: dict[str, Any] = {"type": "object", "enabled": False}
 STORE_FIELDS: dict[str, Any] = {
     "kind": {"type": "keyword"},
     "key": {"type": "keyword"},
@@ -85,6 +87,7 @@ STORE_FIELDS: dict[str, Any] = {
     "revoked_at": _TIME,
     "owner": {"type": "keyword"},
     "expires_ms": {"type": "long"},
+    "unit": UNIT_FIELD,
 }
 
 

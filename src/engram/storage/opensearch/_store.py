@@ -28,6 +28,7 @@ documents than it would visit, which is the case for most tenants.
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -58,9 +59,11 @@ from engram.storage.opensearch._client import (
     parse_url,
 )
 from engram.storage.opensearch._documents import ROW_SOURCE, bare_fields, document, iso, memory
+from engram.storage.opensearch._journal import settle
 from engram.storage.opensearch._layout import (
     KINDS,
     MAPPING_VERSION,
+    UNIT_FIELD,
     Names,
     index_body,
     role_mapping,
@@ -68,7 +71,7 @@ from engram.storage.opensearch._layout import (
     tenant_role,
     tenant_user,
 )
-from engram.storage.opensearch._lexical import stats_searches, weighted_words
+from engram.storage.opensearch._lexical import bm25_score, cosine_score, stats_searches, weighted_words
 from engram.storage.opensearch._meta import OpenSearchMeta
 from engram.storage.opensearch._statements import OpenSearchRows
 from engram.text import fts_words
@@ -77,10 +80,7 @@ if TYPE_CHECKING:
     from opensearchpy import OpenSearch
 
 _SECURITY = "/_plugins/_security/api"
-# The security plugin adds a tenant's DLS query to its searches as a must clause scored ConstantScore 1.0
-# (explain: "sum of: 1.0 ConstantScore(owner:(sarah)), 0.85 within top k"): taken off both legs' scores.
-# The conformance suite's exact-cosine assertion would catch a plugin that stopped adding it.
-_DLS_SCORE = 1.0
+_log = logging.getLogger(__name__)
 
 
 class OpenSearchStore(StoreRules[str]):
@@ -91,7 +91,7 @@ class OpenSearchStore(StoreRules[str]):
         self.endpoint = parse_url(url, self.options)
         self.names = Names(self.options.index_prefix)
         self._client: OpenSearch = connect(self.endpoint, self.options)
-        self._leases = Leases(self._client, self.names.store)
+        self._leases = Leases(self._client, self.names.store, self._settle)
         self._users: set[str] = set()
         self._noted: set[str] = set()
         self._guard = threading.Lock()
@@ -105,6 +105,7 @@ class OpenSearchStore(StoreRules[str]):
             if memories is not None:
                 self._check_version("memories", memories)
                 self._one_shard = self._shards() == 1
+                self._leases.settle_left()  # units a dead writer left (their lease expired)
         except BaseException:
             self._client.close()
             raise
@@ -168,6 +169,11 @@ class OpenSearchStore(StoreRules[str]):
                 if "resource_already_exists_exception" not in str(getattr(exc.__cause__, "error", "")):
                     raise
             version = self._index_version(kind)
+        elif kind == "store":  # made before units were journaled: the lease's journal field, added
+            with errors():
+                self._client.indices.put_mapping(
+                    index=self.names.alias(kind), body={"properties": {"unit": UNIT_FIELD}}
+                )
         self._check_version(kind, version)
 
     def _check_version(self, kind: str, version: int | None) -> None:
@@ -192,6 +198,18 @@ class OpenSearchStore(StoreRules[str]):
             self._ensure_index("memories", dim)  # the k-NN field needs the dimension
             self._memories_ready = True
             self._one_shard = self._shards() == 1
+
+    def _settle(self, owner: str, unit: dict[str, Any]) -> None:
+        outcome = settle(self._client, self.names.memories, unit, self.options.refresh)
+        _log.warning("settled a write of %r left unfinished (%s)", owner, outcome)
+
+    def repair(self) -> dict[str, Any]:
+        """Settle every unit a dead writer left (``_journal``), as the next open does: completed or
+        rolled back. The tenants whose unit was settled, and how many leases are still held."""
+        settled = self._leases.settle_left() if self._memories_ready else []
+        with errors():
+            held = self._client.count(index=self.names.store, body={"query": {"term": {"kind": "lock"}}})
+        return {"settled": settled, "held": int(held["count"])}
 
     def _shards(self) -> int:
         """The memories index's shards: its bulks apply their items in order only on one shard."""
@@ -350,14 +368,16 @@ class OpenSearchStore(StoreRules[str]):
         stats = self._stats(tenant, words, where)
         body = self._text_body(tenant, words, self._msearch(tenant, stats), where, limit) if stats else None
         return (
-            [] if body is None else [LegHit(h["_id"], _bm25(h["_score"])) for h in self._search(tenant, body)]
+            []
+            if body is None
+            else [LegHit(h["_id"], bm25_score(h["_score"])) for h in self._search(tenant, body)]
         )
 
     def search_vector(self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int) -> list[LegHit]:
         if not where.memory_types:
             return []
         hits = self._search(tenant, self._vector_body(tenant, vector, where, limit))
-        return [LegHit(h["_id"], _cosine(h["_score"])) for h in hits]
+        return [LegHit(h["_id"], cosine_score(h["_score"])) for h in hits]
 
     def search_candidates(
         self, tenant: Tenant, query: str, vector: Vectors, where: SearchFilter, limit: int, tokens: bool
@@ -385,8 +405,8 @@ class OpenSearchStore(StoreRules[str]):
             if context:
                 blobs |= self._rows(owner).tokens_by_id(context, where.owners(tenant))
         return Candidates(
-            [LegHit(h["_id"], _bm25(h["_score"])) for h in text_hits],
-            [LegHit(h["_id"], _cosine(h["_score"])) for h in dense_hits],
+            [LegHit(h["_id"], bm25_score(h["_score"])) for h in text_hits],
+            [LegHit(h["_id"], cosine_score(h["_score"])) for h in dense_hits],
             rows,
             blobs,
         )
@@ -416,15 +436,6 @@ class OpenSearchStore(StoreRules[str]):
 
     def close(self) -> None:
         self._client.close()
-
-
-def _bm25(score: Any) -> float:
-    return float(score) - _DLS_SCORE
-
-
-def _cosine(score: Any) -> float:
-    """Lucene's cosinesimil score is (1 + cos) / 2; the other backends report the cosine."""
-    return 2.0 * (float(score) - _DLS_SCORE) - 1.0
 
 
 def _unpack(tokens: str) -> bytes:

@@ -8,25 +8,22 @@ which stands in for the SQL backends' row locks.
 
 ``commit`` sends new documents (rows, tombstones) first, then the updates and deletes (two bulks):
 
+* a unit that sends both first writes its journal into its lease, in the write that confirms the
+  lease is still ours (``_journal``): a process that dies between the bulks leaves a unit the next
+  writer of the tenant, the next open or ``engram repair`` completes or rolls back;
 * a refused or failed first bulk takes back what of it landed (nothing is left);
-* before the second bulk the lease is confirmed still ours (``Lease.confirm``: re-stamped at its
-  version); a unit that outlived it (another writer took the tenant over) takes its new documents back
-  and fails with Conflict. A unit older than half the lease's TTL re-stamps it before its first bulk;
+* before the second bulk the lease is confirmed again if a quarter of its TTL has gone since (a unit
+  that outlived it, another writer having taken the tenant over, takes its new documents back and
+  fails with Conflict); a unit older than half the TTL re-stamps it before its first bulk;
 * a refused second bulk (409: a document changed under a writer that holds no lease) takes the new
   documents back and fails with Conflict; a second bulk whose answer was lost (a 502, a reset) is read
   back: all of it landed is success, none of it takes the new documents back and raises;
-* a forget interrupted between its bulks leaves its tombstone and the row; forgetting it again accepts
-  that tombstone (same owner and type, the row still there) and completes.
+* a take-back that fails keeps the journal (the lease is not released): the unit is settled by the
+  tenant's next write from this process, or by another's once the lease expires;
+* appended rows (``append``) are one bulk and take no lease.
 
-What can still be left partial, since nothing journals a unit: a process that dies (or a take-back
-that fails) between the two bulks leaves the first bulk's documents without the second's changes
-(a consolidation's new facts with its episodes still waiting, so the next run applies the batch again:
-duplicate facts; a supersession's new row with the old one not marked, so both are live); and a second
-bulk whose items are refused in part (a writer without the lease changed one of them, or a 429 on some
-shards) leaves the items that were applied. The store logs a warning naming the ids when a take-back
-fails. An operator finds the first case as a semantic/procedural row whose ``attrs`` cite episodes
-still waiting (``consolidated`` 0) and, for supersession, a row whose ``supersedes`` names a row with no
-``superseded_by``; tombstones whose id is still a live row are an interrupted forget (forget it again).
+What can still be left partial: a second bulk whose items are refused in part (a 429 on some shards)
+leaves the items that were applied; the store logs a warning naming the ids when a take-back fails.
 """
 
 from __future__ import annotations
@@ -38,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from engram.errors import Conflict, StorageError, StoreBusy
 from engram.storage.opensearch._client import Lease, Refresh, as_user, errors
+from engram.storage.opensearch._journal import journal
 from engram.storage.opensearch._layout import Names
 
 if TYPE_CHECKING:
@@ -45,6 +43,9 @@ if TYPE_CHECKING:
 
 
 _log = logging.getLogger(__name__)
+# Before a unit's second bulk its lease is confirmed again only once this fraction of its TTL has gone
+# since the confirm that journaled the unit: fresher, no other writer can have taken it over.
+JOURNAL_FRESH = 0.25
 
 
 @dataclass
@@ -119,7 +120,9 @@ class UnitOfWork:
         changed = [(i, k) for i, k in self.kept.items() if k.seq is not None and (k.changed or k.deleted)]
         if not created and not changed:
             return
-        if self.lease is not None:
+        if self.lease is not None and created and changed:  # two bulks: journaled, in the lease's confirm
+            self.lease.confirm(journal(created, changed))
+        elif self.lease is not None:
             self.lease.renew_if_old()
         made = self._create(created) if created else []
         if not changed:
@@ -135,8 +138,8 @@ class UnitOfWork:
             }
             lines += [{"delete": at}] if kept.deleted else [{"index": at}, kept.source]
         try:
-            if made and self.lease is not None:
-                self.lease.confirm()  # still ours: nobody wrote the tenant since the first bulk
+            if made and self.lease is not None:  # still ours: stamped just before the first bulk, or now
+                self.lease.renew_if_old(JOURNAL_FRESH)
             failed = self._bulk(lines)
         except Conflict:
             self._take_back(made)
@@ -283,6 +286,8 @@ class UnitOfWork:
             self._bulk([{"delete": {"_index": index, "_id": i}} for index, i in docs])
         except Exception as exc:
             _log.warning("could not take back %s after a failed write: %s", [i for _, i in docs], exc)
+            if self.lease is not None and self.lease.unit is not None:
+                self.lease.keep = True  # its journal stays: the tenant's next write settles the unit
 
 
 def _same(stored: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
