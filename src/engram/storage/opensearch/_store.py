@@ -96,6 +96,7 @@ class OpenSearchStore(StoreRules[str]):
         self._noted: set[str] = set()
         self._guard = threading.Lock()
         self._one_shard = False  # an appended row is one bulk, without a lease (``insert``)
+        self._settled: list[str] = []  # the tenants whose unfinished unit this open settled
         try:
             self._check_security()
             for kind in KINDS[1:]:
@@ -105,7 +106,7 @@ class OpenSearchStore(StoreRules[str]):
             if memories is not None:
                 self._check_version("memories", memories)
                 self._one_shard = self._shards() == 1
-                self._leases.settle_left()  # units a dead writer left (their lease expired)
+                self._settled = self._leases.settle_left()  # units dead writers left (lease expired)
         except BaseException:
             self._client.close()
             raise
@@ -204,9 +205,13 @@ class OpenSearchStore(StoreRules[str]):
         _log.warning("settled a write of %r left unfinished (%s)", owner, outcome)
 
     def repair(self) -> dict[str, Any]:
-        """Settle every unit a dead writer left (``_journal``), as the next open does: completed or
-        rolled back. The tenants whose unit was settled, and how many leases are still held."""
-        settled = self._leases.settle_left() if self._memories_ready else []
+        """Settle every unit a dead writer left (``_journal``), as every open does: completed or rolled
+        back. The tenants whose unit was settled (by this call, or by this store's open), and how many
+        leases are still held."""
+        settled, self._settled = (
+            self._settled + (self._leases.settle_left() if self._memories_ready else []),
+            [],
+        )
         with errors():
             held = self._client.count(index=self.names.store, body={"query": {"term": {"kind": "lock"}}})
         return {"settled": settled, "held": int(held["count"])}
