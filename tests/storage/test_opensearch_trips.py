@@ -69,9 +69,13 @@ def put(store, embedder, user, row):
 
 def test_an_appended_turn_is_one_request(store, embedder):
     first = put(store, embedder, "sarah", turn("sarah", "I booked the ferry to Oban"))  # the tenant's setup
+    before = store._client.get(index=store.names.memories, id=first.id)["_seq_no"]
     with requests(store) as sent:
         second = put(store, embedder, "sarah", turn("sarah", "yes, the early one", first))
     assert [m for m, _ in sent] == ["POST"] and sent[0][1].endswith("/_bulk")
+    # the check of the quoted turn changed nothing: a unit that read it (a consolidation marking it)
+    # still writes it at the version it read, and a journal still tells whether that unit completed
+    assert store._client.get(index=store.names.memories, id=first.id)["_seq_no"] == before
     [stored] = store.fetch("sarah", [second.id])
     assert stored.context_id == first.id
     # indexed with the turn it quotes: found by that turn's words
