@@ -46,7 +46,8 @@ def run(eng, label: str, total: int, users: int, samples: int) -> None:
             out.append((time.perf_counter() - t) * 1000)
             if config is eng.config and hits:
                 said = {k: v for k, v in hits[0].explain.items() if k != "relevance"}  # a stage's name
-                notes[tuple(sorted(k for k, v in said.items() if k.endswith("_error") or isinstance(v, str)))] += 1
+                noted = (k for k, v in said.items() if k.endswith("_error") or isinstance(v, str))
+                notes[tuple(sorted(noted))] += 1
                 scored.append(sum(isinstance(h.explain.get("rerank"), float) for h in hits))
     print(
         f"{label}: p50 without {statistics.median(plain):.1f} ms, with {statistics.median(reranked):.1f} ms, "
