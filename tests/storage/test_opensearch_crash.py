@@ -21,9 +21,10 @@ from typer.testing import CliRunner
 
 from engram.interfaces.cli import app
 from engram.models import EpisodicMemory, SemanticMemory, new_id, search_text_of
-from engram.storage.base import ConsolidationWrite, Supersession
+from engram.storage.base import ConsolidationWrite, SearchFilter, Supersession
 from engram.storage.opensearch import OpenSearchStore
 from engram.storage.opensearch import _client as os_client
+from engram.storage.opensearch._statements import OpenSearchRows
 from tests.conftest import make_store
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -245,9 +246,29 @@ def test_engram_repair_settles_a_unit_left_by_a_dead_writer(store, embedder, tmp
     url = f"opensearchs://{store.endpoint.host}:{store.endpoint.port}"
     ran = CliRunner().invoke(app, ["repair", "--store", url, "--json"], env=env)
     assert ran.exit_code == 0, ran.output
-    assert json.loads(ran.stdout) == {"settled": ["sarah"], "held": 0}
+    assert json.loads(ran.stdout) == {"settled": ["sarah"], "quotes_cleared": 0, "held": 0}
     assert [m.id for m in store.list_memories("sarah", "semantic")] == [old.id]  # rolled back
-    assert store.repair() == {"settled": [], "held": 0}
+    assert store.repair() == {"settled": [], "quotes_cleared": 0, "held": 0}
+
+
+def test_repair_clears_a_forgotten_turns_words_from_a_reply_its_forget_missed(store, embedder, monkeypatch):
+    """What a forget killed between its commit and its second look for quotes can leave: a reply
+    appended in that instant, still quoting the forgotten turn (made here by hiding the reply from
+    both looks)."""
+    quoted = put(store, embedder, "sarah", _turn("sarah", "my locker code is zanzibar"))[0]
+    reply = put(store, embedder, "sarah", _turn("sarah", "keep it safe", quoted))[0]
+    real = OpenSearchRows.quoting
+    monkeypatch.setattr(OpenSearchRows, "quoting", lambda self, episode_id: [])
+    store.forget("sarah", quoted.id, T0)
+    monkeypatch.setattr(OpenSearchRows, "quoting", real)
+    assert store.fetch("sarah", [reply.id])[0].context_id == quoted.id  # left quoting it
+    assert store.repair() == {"settled": [], "quotes_cleared": 1, "held": 0}
+    [stored] = store.fetch("sarah", [reply.id])
+    assert stored.context is None and stored.context_id is None
+    episodes = SearchFilter(memory_types=frozenset({"episodic"}))
+    assert store.search_text("sarah", "zanzibar", episodes, 5) == []
+    assert [h.id for h in store.search_text("sarah", "safe", episodes, 5)] == [reply.id]
+    assert store.repair()["quotes_cleared"] == 0
 
 
 def _turn(user, text, quoted=None):

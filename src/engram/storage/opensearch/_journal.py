@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from engram.errors import StorageError
 from engram.storage.opensearch._client import Refresh, errors
+from engram.storage.opensearch._documents import bare_fields, memory
 
 if TYPE_CHECKING:
     from opensearchpy import OpenSearch
 
+    from engram.storage.opensearch._layout import Names
     from engram.storage.opensearch._unit import Kept
 
 
@@ -95,3 +97,45 @@ def _second_bulk_landed(client: OpenSearch, memories: str, changed: list[dict[st
         ):
             return True
     return False
+
+
+def clear_forgotten_quotes(client: OpenSearch, names: Names, refresh: Refresh) -> int:
+    """Drop the quoted words of forgotten turns from the turns that still quote them; how many were
+    cleared. What a forget leaves only if its process died between its commit and its second look for
+    quotes (a reply appended in that instant, see ``OpenSearchStore.forget``): ``engram repair`` runs it."""
+    cleared, after = 0, None
+    while True:
+        page: dict[str, Any] = {
+            "size": 500,
+            "query": {"term": {"memory_type": "episodic"}},
+            "sort": [{"id": "asc"}],
+            "_source": ["owner"],
+        }
+        with errors():
+            stones = client.search(
+                index=names.tombstones, body=page | ({"search_after": after} if after else {})
+            )
+        hits = stones["hits"]["hits"]
+        if not hits:
+            return cleared
+        after = hits[-1]["sort"]
+        owners = {h["_id"]: h["_source"]["owner"] for h in hits}
+        query = {"bool": {"filter": [{"terms": {"context_id": list(owners)}}]}}
+        with errors():
+            quoting = client.search(
+                index=names.memories,
+                body={"size": 10_000, "query": query, "seq_no_primary_term": True},
+                preference="_primary",
+            )["hits"]["hits"]
+        lines: list[dict[str, Any]] = []
+        for hit in quoting:
+            source = hit["_source"]
+            if owners.get(source.get("context_id")) != source["owner"]:
+                continue
+            at = {"if_seq_no": hit["_seq_no"], "if_primary_term": hit["_primary_term"]}
+            lines += [{"index": {"_index": hit["_index"], "_id": hit["_id"], **at}}]
+            lines += [dict(source, **bare_fields(memory(source)))]
+        if lines:
+            with errors():
+                done = client.bulk(body=lines, refresh=refresh)
+            cleared += sum(1 for entry in done["items"] for item in entry.values() if "error" not in item)

@@ -59,7 +59,7 @@ from engram.storage.opensearch._client import (
     parse_url,
 )
 from engram.storage.opensearch._documents import ROW_SOURCE, bare_fields, document, iso, memory
-from engram.storage.opensearch._journal import settle
+from engram.storage.opensearch._journal import clear_forgotten_quotes, settle
 from engram.storage.opensearch._layout import (
     KINDS,
     MAPPING_VERSION,
@@ -206,15 +206,15 @@ class OpenSearchStore(StoreRules[str]):
 
     def repair(self) -> dict[str, Any]:
         """Settle every unit a dead writer left (``_journal``), as every open does: completed or rolled
-        back. The tenants whose unit was settled (by this call, or by this store's open), and how many
+        back; and clear forgotten turns' words from replies that still quote them. The tenants whose
+        unit was settled (by this call, or by this store's open), the replies cleared, and how many
         leases are still held."""
-        settled, self._settled = (
-            self._settled + (self._leases.settle_left() if self._memories_ready else []),
-            [],
-        )
+        settled = self._settled + (self._leases.settle_left() if self._memories_ready else [])
+        self._settled = []
+        quotes = clear_forgotten_quotes(self._client, self.names, self.options.refresh)
         with errors():
             held = self._client.count(index=self.names.store, body={"query": {"term": {"kind": "lock"}}})
-        return {"settled": settled, "held": int(held["count"])}
+        return {"settled": settled, "quotes_cleared": quotes, "held": int(held["count"])}
 
     def _shards(self) -> int:
         """The memories index's shards: its bulks apply their items in order only on one shard."""
