@@ -101,8 +101,8 @@ def test_every_command_has_help():
     group = typer.main.get_command(app)
     expected = {
         "demo", "import", "export", "recall", "remember-turn", "write", "get", "history", "forget", "list",
-        "info", "reindex", "serve", "mcp", "mcp-config", "consolidate", "eval", "chat", "catalog", "keys",
-        "remember",  # the old name of remember-turn, hidden
+        "info", "reindex", "repair", "serve", "mcp", "mcp-config", "consolidate", "eval", "chat", "catalog",
+        "keys", "remember",  # the old name of remember-turn, hidden
     }  # fmt: skip
     assert expected <= set(group.commands), expected - set(group.commands)  # type: ignore[attr-defined]
     runner = CliRunner()
@@ -371,3 +371,14 @@ def test_eval_corpus_ships_inside_the_package():
     ).is_file()
     assert len(list((DEFAULT_EVAL_DIR / "corpus").glob("*.json"))) >= 5
     assert not (package.parents[1] / "eval").exists()
+
+
+def test_repair_on_sqlite_has_nothing_to_do(tmp_path):
+    """SQLite writes in transactions: `engram repair` opens the store and reports nothing half done."""
+    from engram.storage.sqlite import SQLiteStore
+
+    SQLiteStore(tmp_path / "engram.db").close()
+    ran = run("repair", "--json", "--store", f"sqlite:///{tmp_path / 'engram.db'}", env_home=tmp_path)
+    assert json.loads(ran.stdout) == {"settled": [], "quotes_cleared": 0, "held": 0}
+    missing = run("repair", "--store", f"sqlite:///{tmp_path / 'none.db'}", env_home=tmp_path, check=False)
+    assert missing.returncode == 1 and "no store at" in missing.stderr + missing.stdout

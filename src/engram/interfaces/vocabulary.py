@@ -137,6 +137,7 @@ CLI_ONLY: Final[Mapping[str, str]] = {
     "demo": "engram.demo: a sample store to try the other commands on",
     "export": "engram.transfer: the whole store as JSON Lines (`import --all` loads it)",
     "info": "the store's location, model and row counts",
+    "repair": "the store's repair: writes a crashed process left half done (OpenSearch), completed or undone",
     "serve": "runs the REST API, MCP over HTTP and the inspector",
     "mcp": "runs MCP over stdio for one user",
     "mcp-config": "prints MCP client configuration",

@@ -7,6 +7,8 @@ handles (engram.memory.handles) are given the Engine, so they never import the f
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 from engram.errors import InvalidInput
 from engram.import_records import UserDocument
 from engram.importer import import_document
-from engram.models import Memory, Vectors, check_text, search_text_of
+from engram.models import EpisodicMemory, Memory, Vectors, check_text, search_text_of
 from engram.observability import Telemetry, Tracing
 from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.providers.timed import timed_embedder, timed_reranker, timed_token_encoder
@@ -27,6 +29,41 @@ from engram.use_counts import UseRecorder
 from engram.validation import check_metadata_size
 
 _ENCODE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="engram-encode")
+SESSION_TAILS = 10_000  # sessions whose latest turn this process remembers (~1 KB each), least recent out
+
+
+class SessionTails:
+    """The latest turn this process wrote to each recent session, so that appending a turn need not
+    search for it (what a new turn is indexed with). Another process's turn to the same session is
+    missed (the turn before it is used: a ranking detail, not a correctness one); a turn forgotten
+    anywhere is never quoted, since every store checks the quoted turn in the write itself."""
+
+    def __init__(self, size: int = SESSION_TAILS) -> None:
+        self._size = size
+        self._turns: OrderedDict[tuple[str, str], EpisodicMemory] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, user_id: str, session_id: str) -> EpisodicMemory | None:
+        with self._lock:
+            turn = self._turns.get((user_id, session_id))
+            if turn is not None:
+                self._turns.move_to_end((user_id, session_id))
+            return turn
+
+    def put(self, turn: EpisodicMemory) -> None:
+        if turn.session_id is None or turn.user_id is None:
+            return
+        with self._lock:
+            self._turns[(turn.user_id, turn.session_id)] = turn
+            self._turns.move_to_end((turn.user_id, turn.session_id))
+            while len(self._turns) > self._size:
+                self._turns.popitem(last=False)
+
+    def drop(self, user_id: str, memory_id: str) -> None:
+        """Forget a forgotten turn here too (the search then finds the one before it)."""
+        with self._lock:
+            for key in [k for k, t in self._turns.items() if k[0] == user_id and t.id == memory_id]:
+                del self._turns[key]
 
 
 def close_all(resources: Sequence[object]) -> None:
@@ -73,6 +110,7 @@ class Engine:
         self.telemetry.metrics.watch_queue(self.recall_gate.queue_depth)
         # The bound when the gate has no slots (recall_concurrency 0): recalls in the cross-encoder at once.
         self.rerank_admission = Admission(self.settings.rerank_queue if gated else 0)
+        self.session_tails = SessionTails()
         self._made: list[object] = []  # providers Engram.from_settings made: close() closes them too
         store.ensure_model(embedder.name, embedder.dim)
         if token_encoder is not None:

@@ -40,7 +40,12 @@ class TenantHandle:
         the newest fact of a chain makes the one before it live again, unless a harsh correction had
         retracted it (it was never true); ``revive_retracted=True`` makes even that one live again."""
         self._deny_catalog_write(memory_id)
-        return self._engram.store.forget(self._tenant, memory_id, utcnow(), revive_retracted=revive_retracted)
+        tombstone = self._engram.store.forget(
+            self._tenant, memory_id, utcnow(), revive_retracted=revive_retracted
+        )
+        if self._tenant is not None:
+            self._engram.session_tails.drop(self._tenant, memory_id)
+        return tombstone
 
     def _deny_catalog_write(self, memory_id: str) -> None:
         pass

@@ -94,13 +94,17 @@ class UserMemory(TenantHandle):
             context_id=context_id,
         )
         self._engram._store_row(self.user_id, row)
+        self._engram.session_tails.put(row)
         return row
 
     def _previous_turn(self, session_id: str | None) -> EpisodicMemory | None:
-        """The latest turn of the session among the user's most recent turns (sessions interleave
-        little: a turn continues one of the last few), or None."""
+        """The latest turn of the session this process wrote, else the latest among the user's most
+        recent turns (sessions interleave little: a turn continues one of the last few), or None."""
         if session_id is None:
             return None
+        known = self._engram.session_tails.get(self.user_id, session_id)
+        if known is not None:
+            return known
         recent = self._engram.store.list_memories(self.user_id, "episodic", limit=SESSION_LOOKBACK)
         return next((m for m in recent if isinstance(m, EpisodicMemory) and m.session_id == session_id), None)
 

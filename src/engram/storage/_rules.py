@@ -141,7 +141,7 @@ class StoreRules(abc.ABC, Generic[K]):
             if gone is None:
                 raise NotFound(memory_id)
             if gone.memory_type == "episodic":
-                _drop_quotes(statements, memory_id)
+                drop_quotes(statements, memory_id)
             if gone.supersedes:
                 _mend_chain(statements, memory_id, gone.supersedes, gone.superseded_by, revive_retracted)
             tombstone = Tombstone(
@@ -297,7 +297,7 @@ def _with_live_context(statements: TenantStatements[K], row: Memory, batch: set[
     return without_context(row)
 
 
-def _drop_quotes(statements: TenantStatements[K], episode_id: str) -> None:
+def drop_quotes(statements: TenantStatements[K], episode_id: str) -> None:
     """Forgetting a turn also removes its words from the turns that were indexed with it as context."""
     for key, quoting in statements.quoting(episode_id):
         cleared = without_context(quoting)

@@ -45,6 +45,43 @@ def reindex(store: StoreOpt = None) -> None:
 
 
 @app.command()
+def repair(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Complete or roll back the writes a crashed process left half done (OpenSearch).
+
+    Only OpenSearch needs it: a write of several requests journals itself in the tenant's lease (the
+    next write of that tenant and the next open settle it too, once the lease has expired); repair
+    also drops forgotten turns' words from replies that still quote them. SQLite and PostgreSQL write
+    in transactions: nothing to repair."""
+    from engram.memory.stores import open_store
+
+    try:
+        settings = _settings(rerank=False)
+        url = _store_url(store, settings, existing=True)
+        opened = open_store(url, settings.pg_admin_url, settings.ann_min_rows, settings)
+        try:
+            fix = getattr(opened, "repair", None)
+            nothing = {"settled": [], "quotes_cleared": 0, "held": 0}  # transactions: never half done
+            report: dict[str, Any] = fix() if callable(fix) else nothing
+        finally:
+            opened.close()
+    except EngramError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        console.print_json(json.dumps(report))
+        return
+    settled = report["settled"]
+    console.print(
+        f"{len(settled)} unfinished writes settled" + (f" ({', '.join(settled)})" if settled else "")
+    )
+    if report["quotes_cleared"]:
+        console.print(f"{report['quotes_cleared']} replies no longer quote a forgotten turn")
+    if report["held"]:
+        console.print(
+            f"{report['held']} tenants are being written now (or by a writer dead < 60 s): run again later"
+        )
+
+
+@app.command()
 def consolidate(
     user: Annotated[str | None, typer.Option("--user", "-u", help="the user to consolidate")] = None,
     all_users: Annotated[bool, typer.Option("--all", help="every user with memories")] = False,

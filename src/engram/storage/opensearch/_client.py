@@ -21,7 +21,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -44,6 +44,7 @@ LEASE_TTL_MS = 60_000  # a writer that died holding a tenant's lease blocks its 
 DEFAULT_LEASE_WAIT_S = 30.0  # how long a write waits for another writer of the same tenant
 IMPERSONATE = "opendistro_security_impersonate_as"
 MAX_RETRIES = 3  # reads only: another node per retry, a cluster that lost one node of three still answers
+Settle = Callable[[str, dict[str, Any]], None]  # (owner, journal): complete or roll back a unit left
 _READS = ("/_search", "/_msearch", "/_mget", "/_count")  # POSTed, yet safe to send again
 _log = logging.getLogger(__name__)
 
@@ -213,17 +214,28 @@ class Lease:
         self.seq = seq
         self.owner = owner
         self.stamped = time.monotonic()
+        self.unit: dict[str, Any] | None = None  # the journal of the unit in progress (``_journal``)
+        self.keep = False  # a unit that could not take back its writes: its journal stays for recovery
 
     @property
     def age_ms(self) -> float:
         return (time.monotonic() - self.stamped) * 1000
 
-    def confirm(self) -> None:
+    def confirm(self, unit: dict[str, Any] | None = None) -> None:
         """Check the lease is still ours and stamp it again (a new ``expires_ms``), in one write at its
-        version; Conflict if it expired and another writer took it (or dropped it) meanwhile."""
+        version; Conflict if it expired and another writer took it (or dropped it) meanwhile. With
+        ``unit``, the lease document also becomes that unit's journal (``_journal``) until released."""
         from opensearchpy import exceptions
 
-        body = {"kind": "lock", "owner": self.owner, "expires_ms": int(time.time() * 1000) + LEASE_TTL_MS}
+        if unit is not None:
+            self.unit = unit
+        body: dict[str, Any] = {
+            "kind": "lock",
+            "owner": self.owner,
+            "expires_ms": int(time.time() * 1000) + LEASE_TTL_MS,
+        }
+        if self.unit is not None:
+            body["unit"] = self.unit
         try:
             with errors():
                 done = self.leases.client.index(
@@ -241,9 +253,9 @@ class Lease:
         self.seq = int(done["_seq_no"]), int(done["_primary_term"])
         self.stamped = time.monotonic()
 
-    def renew_if_old(self) -> None:
-        """``confirm`` once half the lease's time has gone (a unit of work that runs long)."""
-        if self.age_ms > LEASE_TTL_MS / 2:
+    def renew_if_old(self, fraction: float = 0.5) -> None:
+        """``confirm`` once ``fraction`` of the lease's time has gone (a unit of work that runs long)."""
+        if self.age_ms > LEASE_TTL_MS * fraction:
             self.confirm()
 
 
@@ -260,9 +272,10 @@ class Leases:
     lease back at its next write of the tenant rather than wait for it to expire.
     """
 
-    def __init__(self, client: OpenSearch, index: str) -> None:
+    def __init__(self, client: OpenSearch, index: str, settle: Settle) -> None:
         self.client = client
         self.index = index
+        self.settle = settle  # completes or rolls back the unit a lease's journal names
         self._unreleased: dict[str, tuple[int, int]] = {}  # lease id -> version this store left behind
         self._lock = threading.Lock()
 
@@ -274,7 +287,40 @@ class Leases:
         try:
             yield lease
         finally:
-            self._release(lease)
+            if lease.keep:  # left for the next write of the tenant (or the next open) to settle
+                with self._lock:
+                    self._unreleased[lease.doc_id] = lease.seq
+            else:
+                self._release(lease)
+
+    def settle_left(self) -> list[str]:
+        """Settle the journals of units whose writer died (their lease expired) and drop those leases;
+        the tenants whose unit was settled."""
+        from opensearchpy import exceptions
+
+        with errors():  # leases are written without a refresh: a search sees them after one
+            self.client.indices.refresh(index=self.index)
+            found = self.client.search(
+                index=self.index,
+                body={"size": 1000, "query": {"term": {"kind": "lock"}}, "seq_no_primary_term": True},
+            )
+        settled = []
+        now_ms = int(time.time() * 1000)
+        for hit in found["hits"]["hits"]:
+            held = hit["_source"]
+            if held.get("unit") is None or held["expires_ms"] >= now_ms:
+                continue
+            self.settle(held["owner"], held["unit"])
+            with errors(), contextlib.suppress(exceptions.ConflictError, exceptions.NotFoundError):
+                self.client.delete(
+                    index=self.index,
+                    id=hit["_id"],
+                    if_seq_no=hit["_seq_no"],
+                    if_primary_term=hit["_primary_term"],
+                    refresh="true",
+                )
+            settled.append(held["owner"])
+        return settled
 
     def _release(self, lease: Lease) -> None:
         for attempt in (1, 2):
@@ -318,6 +364,8 @@ class Leases:
             with self._lock:
                 ours = self._unreleased.get(doc_id) == version  # a release of ours that failed
             if ours or held["_source"]["expires_ms"] < now_ms:  # its writer died or it is ours: take over
+                if held["_source"].get("unit") is not None:  # after settling the unit it left
+                    self.settle(owner, held["_source"]["unit"])
                 with errors(), contextlib.suppress(exceptions.ConflictError, exceptions.NotFoundError):
                     self.client.delete(
                         index=self.index,

@@ -12,7 +12,7 @@ from typing import Any
 
 from engram.models import Memory, Vectors, event_time
 from engram.recall_filter import metadata_term, metadata_terms
-from engram.storage._rows import keyword_text_of, memory_from_row, memory_to_row
+from engram.storage._rows import keyword_text_of, memory_from_row, memory_to_row, without_context
 from engram.storage._statements import WAITING
 from engram.storage.base import SearchFilter
 
@@ -94,3 +94,13 @@ def narrowing(where: SearchFilter) -> list[dict[str, Any]]:
 def unpack_tokens(tokens: str) -> bytes:
     """A row's packed token vectors from the base64 of its ``tokens`` field."""
     return base64.b64decode(tokens)
+
+
+def bare_fields(row: Memory) -> dict[str, Any]:
+    """A new row's fields once the turn it quotes is gone: no context, nor its words."""
+    bare = without_context(row)
+    return {
+        "attrs": json.loads(memory_to_row(bare)["attrs"]),
+        "context_id": None,
+        "search_text": keyword_text_of(bare),
+    }

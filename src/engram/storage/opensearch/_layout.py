@@ -81,6 +81,8 @@ TOMBSTONE_FIELDS: dict[str, Any] = {
     "created_at": _TIME,
     "forgotten_at": _TIME,
 }
+# A lease's journal (``_journal``): kept in _source, never searched. Added to a store index made before it.
+UNIT_FIELD: dict[str, Any] = {"type": "object", "enabled": False}
 STORE_FIELDS: dict[str, Any] = {
     "kind": {"type": "keyword"},
     "key": {"type": "keyword"},
@@ -94,8 +96,9 @@ STORE_FIELDS: dict[str, Any] = {
     "owner": {"type": "keyword"},
     "expires_ms": {"type": "long"},  # a session's expiry, or a key's
     "scope": {"type": "keyword"},  # a key's: added in place to stores made before (ADDED_STORE_FIELDS)
+    "unit": UNIT_FIELD,  # a lease's journal (_journal): added in place as well
 }
-ADDED_STORE_FIELDS = ("scope",)  # fields added to the store index's mapping without a new version
+ADDED_STORE_FIELDS = ("scope", "unit")  # fields added to the store index's mapping without a new version
 
 
 class Names:

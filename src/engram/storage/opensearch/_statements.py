@@ -39,7 +39,7 @@ class OpenSearchRows(UnitOfWork):
 
     # -- reads ---------------------------------------------------------------------------------
     def search(
-        self, index: str, body: dict[str, Any], limit: int, offset: int = 0
+        self, index: str, body: dict[str, Any], limit: int, offset: int = 0, preference: str | None = None
     ) -> Iterator[dict[str, Any]]:
         """Hits of a sorted search, ``offset`` skipped, at most ``limit``, page by page (search_after)."""
         body = dict(body, track_total_hits=False)
@@ -48,7 +48,8 @@ class OpenSearchRows(UnitOfWork):
         while left > 0:
             size = min(PAGE, skip + left)
             page = dict(body, size=size, **({"search_after": after} if after else {}))
-            found = self._send(self.client.search, index=index, body=page)
+            preferred = {"preference": preference} if preference else {}
+            found = self._send(self.client.search, index=index, body=page, **preferred)
             hits = found["hits"]["hits"]
             for hit in hits[skip:]:
                 yield hit
@@ -163,7 +164,9 @@ class OpenSearchRows(UnitOfWork):
     def quoting(self, episode_id: str) -> list[tuple[str, Memory]]:
         query = self._mine({"term": {"memory_type": "episodic"}}, {"term": {"context_id": episode_id}})
         body = {"query": query, "sort": [{"rid": "asc"}], "_source": False}
-        ids = [h["_id"] for h in self.search(self.names.memories, body, 10**9)]
+        # On the primary: it has every row whose bulk was applied before this forget's (a replica may
+        # not yet), which the second look for quotes relies on (``OpenSearchStore.forget``).
+        ids = [h["_id"] for h in self.search(self.names.memories, body, 10**9, preference="_primary")]
         ids += [i for i, k in self.kept.items() if k.source.get("context_id") == episode_id and i not in ids]
         self._load(ids)
         found = ((i, self._get(i)) for i in ids)

@@ -28,21 +28,22 @@ documents than it would visit, which is the case for most tenants.
 from __future__ import annotations
 
 import contextlib
-import secrets
-import threading
-from collections.abc import Callable, Iterator, Mapping
+import logging
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from engram.errors import StorageError
-from engram.models import Vectors
-from engram.storage._rules import StoreRules
+from engram.errors import Conflict, StorageError
+from engram.models import Memory, Tombstone, Vectors
+from engram.storage._rules import StoreRules, drop_quotes
 from engram.storage.base import (
     CATALOG_OWNER,
     Candidates,
     LegHit,
     SearchFilter,
+    Supersession,
     Tenant,
+    check_insert,
     check_model,
     model_keys,
     owner_of,
@@ -50,12 +51,20 @@ from engram.storage.base import (
 from engram.storage.opensearch._client import (
     Leases,
     OpenSearchOptions,
-    as_user,
     connect,
     errors,
     parse_url,
 )
-from engram.storage.opensearch._documents import ROW_SOURCE, iso, memory, narrowing, unpack_tokens
+from engram.storage.opensearch._documents import (
+    ROW_SOURCE,
+    bare_fields,
+    document,
+    iso,
+    memory,
+    narrowing,
+    unpack_tokens,
+)
+from engram.storage.opensearch._journal import clear_forgotten_quotes, settle
 from engram.storage.opensearch._layout import (
     ADDED_STORE_FIELDS,
     KINDS,
@@ -63,25 +72,18 @@ from engram.storage.opensearch._layout import (
     STORE_FIELDS,
     Names,
     index_body,
-    role_mapping,
-    same_role,
-    tenant_role,
-    tenant_user,
 )
-from engram.storage.opensearch._lexical import stats_searches, weighted_words
+from engram.storage.opensearch._lexical import bm25_score, cosine_score, stats_searches, weighted_words
 from engram.storage.opensearch._meta import OpenSearchMeta
 from engram.storage.opensearch._statements import OpenSearchRows
+from engram.storage.opensearch._tenant_users import TenantUsers
 from engram.text import fts_words
 from engram.validation import validate_user_id
 
 if TYPE_CHECKING:
     from opensearchpy import OpenSearch
 
-_SECURITY = "/_plugins/_security/api"
-# The security plugin adds a tenant's DLS query to its searches as a must clause scored ConstantScore 1.0
-# (explain: "sum of: 1.0 ConstantScore(owner:(sarah)), 0.85 within top k"): taken off both legs' scores.
-# The conformance suite's exact-cosine assertion would catch a plugin that stopped adding it.
-_DLS_SCORE = 1.0
+_log = logging.getLogger(__name__)
 
 
 class OpenSearchStore(StoreRules[str]):
@@ -92,12 +94,12 @@ class OpenSearchStore(StoreRules[str]):
         self.endpoint = parse_url(url, self.options)
         self.names = Names(self.options.index_prefix)
         self._client: OpenSearch = connect(self.endpoint, self.options)
-        self._leases = Leases(self._client, self.names.store)
-        self._users: set[str] = set()
-        self._noted: set[str] = set()
-        self._guard = threading.Lock()
+        self._leases = Leases(self._client, self.names.store, self._settle)
+        self._tenants = TenantUsers(self._admin)
+        self._one_shard = False  # an appended row is one bulk, without a lease (``insert``)
+        self._settled: list[str] = []  # the tenants whose unfinished unit this open settled
         try:
-            self._check_security()
+            self._tenants.ensure_role(self.names, self._label)
             for kind in KINDS[1:]:
                 self._ensure_index(kind, 0)
             added = {name: STORE_FIELDS[name] for name in ADDED_STORE_FIELDS}
@@ -106,6 +108,8 @@ class OpenSearchStore(StoreRules[str]):
             self._memories_ready = memories is not None
             if memories is not None:
                 self._check_version("memories", memories)
+                self._one_shard = self._shards() == 1
+                self._settled = self._leases.settle_left()  # units dead writers left (lease expired)
         except BaseException:
             self._client.close()
             raise
@@ -114,41 +118,6 @@ class OpenSearchStore(StoreRules[str]):
     def _admin(self, method: str, path: str, body: Any = None, params: Any = None) -> Any:
         with errors():
             return self._client.transport.perform_request(method, path, body=body, params=params)
-
-    def _check_security(self) -> None:
-        """Refuse a cluster without the security plugin (nothing would isolate tenants), and make the
-        tenants' DLS role and its mapping what this Engram sets (put again where missing or different:
-        a role without its mapping, after a crash between the two or an admin's cleanup, would answer
-        every tenant's request with 403)."""
-        from opensearchpy import exceptions
-
-        role = tenant_role(self.names)
-        try:
-            with errors():
-                found = self._client.transport.perform_request(
-                    "GET", f"{_SECURITY}/roles/{self.names.role}", params={"ignore": 404}
-                )
-        except StorageError as exc:
-            found = exc
-        there = isinstance(found, dict) and self.names.role in found
-        if not there and not (isinstance(found, dict) and found.get("status") == "NOT_FOUND"):
-            raise StorageError(
-                f"{self._label}: cannot read the security plugin's roles ({found}); Engram needs the "
-                "security plugin (tenant isolation) and a service account that may manage its role, its "
-                "tenants' users and impersonate them"
-            ) from (found if isinstance(found, StorageError) else None)
-        if not there or not same_role(found[self.names.role], role):
-            self._admin("PUT", f"{_SECURITY}/roles/{self.names.role}", role)
-        mapping = role_mapping()
-        try:
-            found = self._admin("GET", f"{_SECURITY}/rolesmapping/{self.names.role}")
-        except StorageError as exc:
-            if not isinstance(exc.__cause__, exceptions.NotFoundError):
-                raise
-            found = {}
-        mapped = found.get(self.names.role) if isinstance(found, dict) else None
-        if not isinstance(mapped, dict) or sorted(mapped.get("users", [])) != sorted(mapping["users"]):
-            self._admin("PUT", f"{_SECURITY}/rolesmapping/{self.names.role}", mapping)
 
     def _index_version(self, kind: str) -> int | None:
         """The mapping version behind a kind's alias, or None if the store has no such index yet."""
@@ -192,43 +161,72 @@ class OpenSearchStore(StoreRules[str]):
         if kind == "embedding" and not self._memories_ready:
             self._ensure_index("memories", dim)  # the k-NN field needs the dimension
             self._memories_ready = True
+            self._one_shard = self._shards() == 1
 
-    def _user(self, owner: str) -> str:
-        """The tenant's internal user, created on its first request (impersonated, never logged in as)."""
-        user = tenant_user(owner)
-        if user in self._users:
-            return user
-        with self._guard:
-            if not self._has_user(user):
-                body = {"password": secrets.token_urlsafe(32) + "-A1", "attributes": {"owner": owner}}
-                self._admin("PUT", f"{_SECURITY}/internalusers/{user}", body)
-            self._users.add(user)
-        return user
+    def _settle(self, owner: str, unit: dict[str, Any]) -> None:
+        outcome = settle(self._client, self.names.memories, unit, self.options.refresh)
+        _log.warning("settled a write of %r left unfinished (%s)", owner, outcome)
 
-    def _as_tenant(self, owner: str, call: Callable[..., Any], **kwargs: Any) -> Any:
-        """``call(**kwargs)`` (a search) as the tenant's user, sent once more as a new user if another
-        process deleted that one meanwhile (as ``UnitOfWork._send`` does)."""
-        try:
-            with errors():
-                return call(**kwargs, headers=as_user(self._user(owner)))
-        except StorageError as exc:
-            if f"No such user:{tenant_user(owner)}" not in str(exc):
-                raise
-        user = self._remake_user(owner)
+    def repair(self) -> dict[str, Any]:
+        """Settle every unit a dead writer left (``_journal``), as every open does: completed or rolled
+        back; and clear forgotten turns' words from replies that still quote them. The tenants whose
+        unit was settled (by this call, or by this store's open), the replies cleared, and how many
+        leases are still held."""
+        settled = self._settled + (self._leases.settle_left() if self._memories_ready else [])
+        self._settled = []
+        quotes = clear_forgotten_quotes(self._client, self.names, self.options.refresh)
         with errors():
-            return call(**kwargs, headers=as_user(user))
+            held = self._client.count(index=self.names.store, body={"query": {"term": {"kind": "lock"}}})
+        return {"settled": settled, "quotes_cleared": quotes, "held": int(held["count"])}
 
-    def _remake_user(self, owner: str) -> str:
-        """The tenant's user made again: another process of the service deleted it (``delete_user``),
-        and its listing, while this one had both cached."""
-        with self._guard:
-            self._users.discard(tenant_user(owner))
-            self._noted.discard(owner)
-        return self._user(owner)
+    def _shards(self) -> int:
+        """The memories index's shards: its bulks apply their items in order only on one shard."""
+        with errors():
+            found = self._client.indices.get_settings(
+                index=self.names.alias("memories"), name="index.number_of_shards"
+            )
+        return int(next(iter(found.values()))["settings"]["index"]["number_of_shards"])
 
-    def _has_user(self, user: str) -> bool:
-        found = self._admin("GET", f"{_SECURITY}/internalusers/{user}", params={"ignore": 404})
-        return isinstance(found, dict) and user in found
+    # -- writes that need no lease ---------------------------------------------------------------
+    def insert(
+        self,
+        tenant: Tenant,
+        rows: Sequence[Memory],
+        vectors: Vectors,
+        supersede: Mapping[str, Supersession] | None = None,
+        tokens: Sequence[bytes] | None = None,
+    ) -> None:
+        """New rows that supersede nothing (an appended turn, a new fact) are one bulk request without
+        the lease: they read nothing and change no other row, and the turn a row quotes is checked in
+        that same bulk (``UnitOfWork.append``). Supersession reads and then changes: the shared rule."""
+        if supersede or not self._one_shard:
+            super().insert(tenant, rows, vectors, supersede, tokens)
+            return
+        owner = owner_of(tenant)
+        check_insert(owner, rows, vectors, supersede, tokens)
+        if not rows:
+            return
+        if len({row.id for row in rows}) != len(rows):
+            raise Conflict("duplicate: a memory is written twice in one insert")
+        blobs: Sequence[bytes | None] = tokens if tokens is not None else [None] * len(rows)
+        docs = [document(r, owner, v, b) for r, v, b in zip(rows, vectors, blobs, strict=True)]
+        quoting = zip(rows, docs, strict=True)
+        bare = {r.id: dict(d, **bare_fields(r)) for r, d in quoting if getattr(r, "context_id", None)}
+        if owner and owner not in self._tenants.noted:
+            self._meta().note_tenant(owner)  # before the rows: a listed tenant may have no rows
+            self._tenants.noted.add(owner)
+        self._rows(owner).append(docs, bare)
+
+    def forget(
+        self, tenant: Tenant, memory_id: str, at: datetime, *, revive_retracted: bool = False
+    ) -> Tombstone:
+        """The shared rule, then a second look for turns that quote a forgotten turn: an appended turn
+        takes no lease, and one whose check passed just before the delete is seen only now."""
+        tombstone = super().forget(tenant, memory_id, at, revive_retracted=revive_retracted)
+        if tombstone.memory_type == "episodic":
+            with self._tenant_statements(tenant, write=True) as rows:
+                drop_quotes(rows, memory_id)
+        return tombstone
 
     # -- transactions ---------------------------------------------------------------------------
     @property
@@ -240,9 +238,9 @@ class OpenSearchStore(StoreRules[str]):
             self._client,
             self.names,
             owner,
-            self._user(owner),
+            self._tenants.user(owner),
             self.options.refresh,
-            remake_user=lambda: self._remake_user(owner),
+            remake_user=lambda: self._tenants.remake(owner),
         )
 
     @contextlib.contextmanager
@@ -255,9 +253,9 @@ class OpenSearchStore(StoreRules[str]):
         with self._leases.hold(owner, None) as lease:
             rows.lease = lease
             yield rows
-            if owner and owner not in self._noted and rows.pending():
+            if owner and owner not in self._tenants.noted and rows.pending():
                 self._meta().note_tenant(owner)  # before the commit: a listed tenant may have no rows
-                self._noted.add(owner)
+                self._tenants.noted.add(owner)
             rows.commit()
 
     def _meta(self) -> OpenSearchMeta:
@@ -298,7 +296,7 @@ class OpenSearchStore(StoreRules[str]):
         lines: list[dict[str, Any]] = []
         for body in bodies:
             lines += [{"index": self.names.memories}, body]
-        found = self._as_tenant(owner_of(tenant), self._client.msearch, body=lines)
+        found = self._tenants.send_as(owner_of(tenant), self._client.msearch, body=lines)
         answers: list[dict[str, Any]] = found["responses"]
         for answer in answers:
             if "error" in answer:
@@ -316,7 +314,7 @@ class OpenSearchStore(StoreRules[str]):
         return {"size": limit, "query": {"knn": {"embedding": knn}}}
 
     def _search(self, tenant: Tenant, body: dict[str, Any]) -> list[dict[str, Any]]:
-        found = self._as_tenant(
+        found = self._tenants.send_as(
             owner_of(tenant), self._client.search, index=self.names.memories, body=body, _source=False
         )
         hits: list[dict[str, Any]] = found["hits"]["hits"]
@@ -327,14 +325,16 @@ class OpenSearchStore(StoreRules[str]):
         stats = self._stats(tenant, words, where)
         body = self._text_body(tenant, words, self._msearch(tenant, stats), where, limit) if stats else None
         return (
-            [] if body is None else [LegHit(h["_id"], _bm25(h["_score"])) for h in self._search(tenant, body)]
+            []
+            if body is None
+            else [LegHit(h["_id"], bm25_score(h["_score"])) for h in self._search(tenant, body)]
         )
 
     def search_vector(self, tenant: Tenant, vector: Vectors, where: SearchFilter, limit: int) -> list[LegHit]:
         if not where.memory_types:
             return []
         hits = self._search(tenant, self._vector_body(tenant, vector, where, limit))
-        return [LegHit(h["_id"], _cosine(h["_score"])) for h in hits]
+        return [LegHit(h["_id"], cosine_score(h["_score"])) for h in hits]
 
     def search_candidates(
         self, tenant: Tenant, query: str, vector: Vectors, where: SearchFilter, limit: int, tokens: bool
@@ -362,8 +362,8 @@ class OpenSearchStore(StoreRules[str]):
             if context:
                 blobs |= self._rows(owner).tokens_by_id(context, where.owners(tenant))
         return Candidates(
-            [LegHit(h["_id"], _bm25(h["_score"])) for h in text_hits],
-            [LegHit(h["_id"], _cosine(h["_score"])) for h in dense_hits],
+            [LegHit(h["_id"], bm25_score(h["_score"])) for h in text_hits],
+            [LegHit(h["_id"], cosine_score(h["_score"])) for h in dense_hits],
             rows,
             blobs,
         )
@@ -399,13 +399,8 @@ class OpenSearchStore(StoreRules[str]):
             counts |= self._meta().erase_owner(owner)
         with errors():
             self._client.indices.refresh(index=self.names.store)  # the lease just released: gone at once
-        user = tenant_user(owner)
-        found = self._admin("DELETE", f"{_SECURITY}/internalusers/{user}", params={"ignore": 404})
-        if isinstance(found, dict) and found.get("status") == "OK":
+        if self._tenants.delete(owner):
             counts["internal_user"] = 1
-        with self._guard:
-            self._users.discard(user)
-            self._noted.discard(owner)
         return counts
 
     def stats(self) -> dict[str, Any]:
@@ -421,12 +416,3 @@ class OpenSearchStore(StoreRules[str]):
 
     def close(self) -> None:
         self._client.close()
-
-
-def _bm25(score: Any) -> float:
-    return float(score) - _DLS_SCORE
-
-
-def _cosine(score: Any) -> float:
-    """Lucene's cosinesimil score is (1 + cos) / 2; the other backends report the cosine."""
-    return 2.0 * (float(score) - _DLS_SCORE) - 1.0

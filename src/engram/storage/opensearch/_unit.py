@@ -8,25 +8,22 @@ which stands in for the SQL backends' row locks.
 
 ``commit`` sends new documents (rows, tombstones) first, then the updates and deletes (two bulks):
 
+* a unit that sends both first writes its journal into its lease, in the write that confirms the
+  lease is still ours (``_journal``): a process that dies between the bulks leaves a unit the next
+  writer of the tenant, the next open or ``engram repair`` completes or rolls back;
 * a refused or failed first bulk takes back what of it landed (nothing is left);
-* before the second bulk the lease is confirmed still ours (``Lease.confirm``: re-stamped at its
-  version); a unit that outlived it (another writer took the tenant over) takes its new documents back
-  and fails with Conflict. A unit older than half the lease's TTL re-stamps it before its first bulk;
+* before the second bulk the lease is confirmed again if a quarter of its TTL has gone since (a unit
+  that outlived it, another writer having taken the tenant over, takes its new documents back and
+  fails with Conflict); a unit older than half the TTL re-stamps it before its first bulk;
 * a refused second bulk (409: a document changed under a writer that holds no lease) takes the new
   documents back and fails with Conflict; a second bulk whose answer was lost (a 502, a reset) is read
   back: all of it landed is success, none of it takes the new documents back and raises;
-* a forget interrupted between its bulks leaves its tombstone and the row; forgetting it again accepts
-  that tombstone (same owner and type, the row still there) and completes.
+* a take-back that fails keeps the journal (the lease is not released): the unit is settled by the
+  tenant's next write from this process, or by another's once the lease expires;
+* appended rows (``append``) are one bulk and take no lease.
 
-What can still be left partial, since nothing journals a unit: a process that dies (or a take-back
-that fails) between the two bulks leaves the first bulk's documents without the second's changes
-(a consolidation's new facts with its episodes still waiting, so the next run applies the batch again:
-duplicate facts; a supersession's new row with the old one not marked, so both are live); and a second
-bulk whose items are refused in part (a writer without the lease changed one of them, or a 429 on some
-shards) leaves the items that were applied. The store logs a warning naming the ids when a take-back
-fails. An operator finds the first case as a semantic/procedural row whose ``attrs`` cite episodes
-still waiting (``consolidated`` 0) and, for supersession, a row whose ``supersedes`` names a row with no
-``superseded_by``; tombstones whose id is still a live row are an interrupted forget (forget it again).
+What can still be left partial: a second bulk whose items are refused in part (a 429 on some shards)
+leaves the items that were applied; the store logs a warning naming the ids when a take-back fails.
 """
 
 from __future__ import annotations
@@ -38,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from engram.errors import Conflict, StorageError, StoreBusy
 from engram.storage.opensearch._client import Lease, Refresh, as_user, errors
+from engram.storage.opensearch._journal import journal
 from engram.storage.opensearch._layout import Names
 
 if TYPE_CHECKING:
@@ -45,6 +43,9 @@ if TYPE_CHECKING:
 
 
 _log = logging.getLogger(__name__)
+# Before a unit's second bulk its lease is confirmed again only once this fraction of its TTL has gone
+# since the confirm that journaled the unit: fresher, no other writer can have taken it over.
+JOURNAL_FRESH = 0.25
 
 
 @dataclass
@@ -129,7 +130,9 @@ class UnitOfWork:
         changed = [(i, k) for i, k in self.kept.items() if k.seq is not None and (k.changed or k.deleted)]
         if not created and not changed:
             return
-        if self.lease is not None:
+        if self.lease is not None and created and changed:  # two bulks: journaled, in the lease's confirm
+            self.lease.confirm(journal(created, changed))
+        elif self.lease is not None:
             self.lease.renew_if_old()
         made = self._create(created) if created else []
         if not changed:
@@ -145,8 +148,8 @@ class UnitOfWork:
             }
             lines += [{"delete": at}] if kept.deleted else [{"index": at}, kept.source]
         try:
-            if made and self.lease is not None:
-                self.lease.confirm()  # still ours: nobody wrote the tenant since the first bulk
+            if made and self.lease is not None:  # still ours: stamped just before the first bulk, or now
+                self.lease.renew_if_old(JOURNAL_FRESH)
             failed = self._bulk(lines)
         except Conflict:
             self._take_back(made)
@@ -163,6 +166,56 @@ class UnitOfWork:
                 [item for _, item in failed],
                 "changed meanwhile by another writer",
             )
+
+    def append(self, docs: Sequence[dict[str, Any]], rewrite: Mapping[str, dict[str, Any]]) -> list[str]:
+        """New rows in one bulk and no lease (an appended turn: nothing is read, nothing else changes).
+
+        A row that quotes a turn outside the batch (``context_id``) is followed by an empty update of
+        that turn, which the node answers 404 if the turn is gone (forgotten meanwhile). The index has
+        one shard, whose bulk applies its items in order: a check that passed was applied after the
+        row, and so before any forget's delete of the turn, whose refresh then shows the row to that
+        forget's second look for quotes (``OpenSearchStore.forget``). A row whose check failed is
+        written again as ``rewrite`` gives it (without the context), at the version its create made;
+        the ids of those rows are returned. The bulk runs as the service account (the security plugin
+        refuses a DLS user an update, even an empty one); it creates only the owner's new documents,
+        as the tenant's user could, and the empty update changes nothing (the turn's id is one the
+        tenant read)."""
+        index = self.names.memories
+        created = [(index, d["id"], dict(d)) for d in docs]
+        batch = {d["id"] for d in docs}
+        checks = [(d["id"], c) for d in docs if (c := d.get("context_id")) and c not in batch]
+        lines = [line for _, i, d in created for line in ({"create": {"_index": index, "_id": i}}, d)]
+        for _, context_id in checks:
+            lines += [{"update": {"_index": index, "_id": context_id}}, {"doc": {}}]
+        try:
+            with errors():  # as the service account: the plugin refuses a DLS user any update
+                done = self.client.bulk(body=lines, refresh=self.refresh)
+        except Exception:
+            self._take_back(self._as_sent(created))  # whatever of it landed
+            raise
+        items = [item for entry in done["items"] for item in entry.values()]
+        made = {i: item for (_, i, _), item in zip(created, items, strict=False)}
+        answers = items[len(created) :]
+        refused = [(i, item) for i, item in made.items() if "error" in item]
+        unsure = [item for item in answers if "error" in item and item.get("status") != 404]
+        if refused or unsure:
+            self._take_back([(index, i) for i, item in made.items() if "error" not in item])
+            if refused:
+                _raise_failed([i for i, _ in refused], [item for _, item in refused], "already there")
+            _raise_failed([c for _, c in checks], unsure, "changed meanwhile by another writer")
+        gone = [row for (row, _), item in zip(checks, answers, strict=True) if item.get("status") == 404]
+        lines = []
+        for row in gone:
+            at = {"if_seq_no": made[row]["_seq_no"], "if_primary_term": made[row]["_primary_term"]}
+            lines += [{"index": {"_index": index, "_id": row, **at}}, rewrite[row]]
+        failed = self._bulk(lines) if lines else []
+        # 409: the forget's second look already cleared the row; anything else: the row may still quote
+        # a forgotten turn, so the rows are taken back and the write fails.
+        bad = [(n, item) for n, item in failed if item.get("status") != 409]
+        if bad:
+            self._take_back([(index, i) for i in made])
+            _raise_failed([gone[n] for n, _ in bad], [item for _, item in bad], "changed meanwhile")
+        return gone
 
     def _create(self, created: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str]]:
         """Create the new documents, all or none; the ones this unit made (to take back)."""
@@ -242,6 +295,8 @@ class UnitOfWork:
             self._bulk([{"delete": {"_index": index, "_id": i}} for index, i in docs])
         except Exception as exc:
             _log.warning("could not take back %s after a failed write: %s", [i for _, i in docs], exc)
+            if self.lease is not None and self.lease.unit is not None:
+                self.lease.keep = True  # its journal stays: the tenant's next write settles the unit
 
 
 def _same(stored: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
