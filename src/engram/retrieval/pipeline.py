@@ -226,7 +226,7 @@ def apply_late_interaction(
             )
         if missing:
             encoded = encoder.encode_documents([search_text_of(m) for m in missing])
-            blobs.update({m.id: pack(tokens) for m, tokens in zip(missing, encoded, strict=True)})
+            blobs.update({m.id: pack(t, encoder.name) for m, t in zip(missing, encoded, strict=True)})
         order = list(blobs)
         maxima = dict(
             zip(order, token_maxima(query.result(), [blobs[i] for i in order], encoder.dim), strict=True)
