@@ -33,12 +33,31 @@ def chat_texts() -> list[str]:
     return texts
 
 
-def fit_rows(encode: Callable[[str], np.ndarray]) -> np.ndarray:
-    return np.concatenate([encode(t) for t in chat_texts()]).astype(np.float64)
+def eval_corpus_texts() -> list[str]:
+    """The packaged evaluation corpus's rows as the token encoder reads them (``search_text_of``)."""
+    texts = []
+    for path in sorted((ROOT / "src/engram/eval/data/corpus").glob("*.json")):
+        data = json.loads(path.read_text())
+        records = (
+            data
+            if isinstance(data, list)
+            else [r for k in ("episodic", "semantic", "procedural") for r in data.get(k, [])]
+        )
+        for r in records:
+            parts = [r.get(k) for k in ("title", "name", "trigger_text", "description", "text")]
+            texts.append("\n".join(p for p in parts if isinstance(p, str) and p))
+    return texts
 
 
-def principal_directions(encode: Callable[[str], np.ndarray], dims: int) -> np.ndarray:
-    rows = fit_rows(encode)
+def fit_rows(encode: Callable[[str], np.ndarray], with_eval_corpus: bool = False) -> np.ndarray:
+    texts = chat_texts() + (eval_corpus_texts() if with_eval_corpus else [])
+    return np.concatenate([encode(t) for t in texts]).astype(np.float64)
+
+
+def principal_directions(
+    encode: Callable[[str], np.ndarray], dims: int, with_eval_corpus: bool = False
+) -> np.ndarray:
+    rows = fit_rows(encode, with_eval_corpus)
     _, vectors = np.linalg.eigh(rows.T @ rows)
     top = vectors[:, ::-1][:, :dims]
     signs = np.sign(top[np.abs(top).argmax(axis=0), np.arange(dims)])

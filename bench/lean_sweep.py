@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from fit_token_projection import chat_texts, principal_directions
+from fit_token_projection import chat_texts, fit_rows, principal_directions
 
 from engram import Engram
 from engram.eval.runner import DEFAULT_EVAL_DIR, import_eval_corpus, read_questions, run_questions
@@ -204,11 +204,13 @@ class FormatTokenEncoder:
 def fit_projections(encoder: FormatTokenEncoder) -> dict[str, Matrix]:
     """Uncentred PCA of bench/data's chat turns' token vectors (bench/fit_token_projection.py), and a
     seeded random orthogonal projection; with their codebooks (``fit_codebooks``)."""
-    full = principal_directions(encoder.raw_document, 192)
+    full = principal_directions(encoder.raw_document, 384)
     encoder.cache.save()
     rand, _ = np.linalg.qr(np.random.default_rng(23).standard_normal((384, 384)))
     projections = {
-        "pca192": full,
+        "id384": full,  # a rotation: every direction kept
+        "pca256": np.ascontiguousarray(full[:, :256]),
+        "pca192": np.ascontiguousarray(full[:, :192]),
         "pca160": np.ascontiguousarray(full[:, :160]),
         "pca128": np.ascontiguousarray(full[:, :128]),
         "pca96": np.ascontiguousarray(full[:, :96]),
@@ -216,6 +218,9 @@ def fit_projections(encoder: FormatTokenEncoder) -> dict[str, Matrix]:
         "rand128": rand[:, :128].astype(np.float32),
     }
     fit_codebooks(projections, np.concatenate([encoder.raw_document(t) for t in chat_texts()]))
+    mixed = {"mix128": principal_directions(encoder.raw_document, 128, with_eval_corpus=True)}
+    fit_codebooks(mixed, fit_rows(encoder.raw_document, with_eval_corpus=True).astype(np.float32))
+    projections |= mixed
     return projections
 
 

@@ -351,3 +351,28 @@ def test_eval_corpus_ships_inside_the_package():
     ).is_file()
     assert len(list((DEFAULT_EVAL_DIR / "corpus").glob("*.json"))) >= 5
     assert not (package.parents[1] / "eval").exists()
+
+
+def test_reindex_rewrites_a_legacy_store_s_token_vectors(tmp_path, token_encoder):
+    from engram.retrieval.late_interaction import pack
+    from engram.retrieval.token_format import is_lean
+    from engram.storage.sqlite import SQLiteStore
+
+    doc = {"user_id": "sarah", "semantic": [{"text": "Sarah's router is a FRITZ!Box 7590"}]}
+    (tmp_path / "sarah.json").write_text(json.dumps(doc))
+    run("import", str(tmp_path / "sarah.json"), env_home=tmp_path)
+    store = SQLiteStore(tmp_path / "engram.db")
+    try:
+        (row,) = store.list_memories("sarah", "semantic")
+        assert is_lean(store.token_vectors("sarah", [row.id])[row.id])  # new writes: the lean format
+        legacy = pack(token_encoder.encode_documents([row.text])[0])  # as Engram 0.1 stored it
+        store.set_tokens("sarah", {row.id: legacy})
+    finally:
+        store.close()
+    assert "computed or rewritten for 1 rows" in run("reindex", env_home=tmp_path).stdout
+    assert "computed or rewritten for 0 rows" in run("reindex", env_home=tmp_path).stdout
+    store = SQLiteStore(tmp_path / "engram.db")
+    try:
+        assert is_lean(store.token_vectors("sarah", [row.id])[row.id])
+    finally:
+        store.close()
