@@ -35,6 +35,12 @@ def test_token_maxima_equals_the_per_document_maxsim():
         exact = (query @ doc.T).max(axis=1)
         np.testing.assert_allclose(row, exact, atol=0.02)
     assert token_maxima(query, [], 64).shape == (0, 9)
+    # Another model's odd dim gives odd-length legacy blobs: only the packaged model's dim reads lean.
+    odd = unit_rows(rng, 3, 63)
+    assert len(pack(odd)) % 2 == 1
+    np.testing.assert_allclose(
+        token_maxima(query[:, :63], [pack(odd)], 63)[0], (query[:, :63] @ odd.T).max(axis=1), atol=0.02
+    )
     with pytest.raises(ValueError):
         token_maxima(query, [b""], 64)
 

@@ -7,10 +7,11 @@ cross-encoder (~5-11 ms per pair on 2 cores) can afford only the top few.
 
 Two blob formats, told apart by length alone (so a store may hold both, and one recall may score both):
 
-* legacy int8 (Engram <= 0.1): n float32 scales, then n x dim int8 values; no header, so its length
-  ``n (4 + dim)`` is always even (every token model's dim is even).
-* lean, version 1 (``engram.retrieval.token_format``): one version byte, then fixed-size tokens of an even
-  byte count: its length is always odd.
+* legacy int8 (Engram 0.2, and any token model but the packaged one): n float32 scales, then n x dim
+  int8 values; no header, so at dim 384 its length ``n (4 + dim)`` is always even.
+* lean, version 1 (``engram.retrieval.token_format``, the packaged model only): one version byte, then
+  fixed-size tokens of an even byte count: its length is always odd. Lean blobs exist only at the
+  packaged model's dim (384), so at any other dim every blob is read as legacy.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def is_current(blob: bytes, model: str) -> bool:
     return is_lean(blob) == (model == LEAN.model)
 
 
+def _lean(blob: bytes, dim: int) -> bool:
+    return dim == LEAN.input_dim and is_lean(blob)
+
+
 def pack_int8(tokens: Matrix) -> bytes:
     """The legacy format: int8 with one scale per token, ``q = round(127 x / max|x|)``; n float32 scales,
     then n x dim int8 values (~15 KB for a 40-token turn at dim 384)."""
@@ -73,7 +78,7 @@ def _int8_parts(blob: bytes, dim: int) -> tuple[Matrix, npt.NDArray[np.int8]]:
 def unpack(blob: bytes, dim: int) -> Matrix:
     """The float32 matrix a blob of either format holds (up to its quantisation error): (n, dim) for a
     legacy blob, (n, LEAN.dim) in the projected space for a lean one."""
-    if is_lean(blob):
+    if _lean(blob, dim):
         return decode_lean_matrix(blob)
     scales, values = _int8_parts(blob, dim)
     matrix: Matrix = values.astype(np.float32) * scales[:, None]
@@ -126,8 +131,8 @@ def token_maxima(query: Matrix, packed: Sequence[bytes], dim: int) -> Matrix:
     if not packed:
         return result
     query = np.asarray(query, dtype=np.float32)
-    lean = [i for i, b in enumerate(packed) if is_lean(b)]
-    legacy = [i for i, b in enumerate(packed) if not is_lean(b)]
+    lean = [i for i, b in enumerate(packed) if _lean(b, dim)]
+    legacy = [i for i, b in enumerate(packed) if not _lean(b, dim)]
     with _one_blas_thread():
         if lean:
             weights, offsets = lean_query(query)

@@ -1,11 +1,14 @@
-"""The lean token-vector format (version 1): projected to fewer dimensions, then 4-bit.
+"""The lean token-vector format (version 1): 128 projected dimensions, 4 bits each.
 
 Chosen by measurement on the development sets (docs/benchmarks.md, "Lean token vectors"): each token
-vector of the packaged ColBERT backbone (384 dims) is projected onto the top principal directions of
-generic chat text's token vectors (``engram/data/colbert_projection_v1.npy``, made by
-``bench/fit_token_projection.py`` from bench/data), then quantised per token to signed 4-bit levels
--7..7 with one float16 scale. An orthonormal projection keeps dot products (up to what the dropped
-directions held), so the query is projected the same way and MaxSim runs in the small space.
+vector of the packaged ColBERT backbone (384 dims) is projected onto the top 128 principal directions of
+generic chat text's token vectors, and each projected dimension is stored as its distance from those
+vectors' mean in units of that dimension's spread, quantised per token to signed 4-bit levels -7..7 with
+one float16 scale (``engram/data/colbert_codebook_v1.npz``: projection, mean, spread, made by
+``bench/fit_token_projection.py`` from bench/data). Centring matters: the backbone's vectors share one
+large direction, which a per-token scale would otherwise spend the 15 levels on. An orthonormal
+projection keeps dot products (up to what the dropped directions held), so MaxSim runs in the small
+space against the query projected the same way (``lean_query``).
 
 Layout: ``[version: 1 byte][n float16 scales][n x dim/2 bytes, two 4-bit values a byte, low nibble
 first, each value + 8]``. A token costs ``2 + dim/2`` bytes, an even number, so a lean blob's length is
