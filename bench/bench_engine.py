@@ -40,7 +40,7 @@ import numpy as np
 from engram import Engram
 from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, new_id, search_text_of, utcnow
 from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.late_interaction import pack
+from engram.retrieval.late_interaction import pack_all
 from engram.storage.base import Store, TenantIndexing
 
 
@@ -132,12 +132,12 @@ def random_tokens(eng: Engram, rows: list, legacy: bool = False) -> list[bytes]:
     assert eng.token_encoder is not None
     dim = eng.token_encoder.dim
     gen = np.random.default_rng(len(rows))
-    blobs = []
+    matrices = []
     for row in rows:
         n = 3 + int(1.3 * len(search_text_of(row).split()))
         m = gen.standard_normal((n, dim)).astype(np.float32)
-        model = None if legacy else eng.token_encoder.name
-        blobs.append(pack(m / np.linalg.norm(m, axis=1, keepdims=True), model))
+        matrices.append(m / np.linalg.norm(m, axis=1, keepdims=True))
+    blobs = pack_all(matrices, None if legacy else eng.token_encoder.name)
     return blobs
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from engram.retrieval.late_interaction import is_current, late_score, pack, token_maxima, unpack
+from engram.retrieval.late_interaction import is_current, late_score, pack, pack_all, token_maxima, unpack
 from engram.retrieval.pipeline import normalised
 from engram.retrieval.token_format import LEAN, decode_lean, is_lean
 
@@ -65,6 +65,21 @@ def test_lean_blobs_round_trip_in_the_projected_space_with_a_version_byte():
     for broken in (blob[:-2], b"\x02" + blob[1:]):  # a torn blob, an unknown version
         with pytest.raises(ValueError):
             unpack(broken, 384)
+
+
+def test_a_batch_packs_to_the_same_bytes_as_its_rows_one_by_one():
+    rng = np.random.default_rng(5)
+    rows = [unit_rows(rng, n, 384) for n in (1, 7, 30)]
+    assert pack_all(rows) == [pack(r) for r in rows]
+    # Lean: the same blobs, up to one 4-bit level where the batch's product rounded differently.
+    for batch, one in zip(pack_all(rows, LEAN.model), [pack(r, LEAN.model) for r in rows], strict=True):
+        assert len(batch) == len(one) and batch[0] == one[0] == LEAN.version
+        (scales_b, values_b), (scales_o, values_o) = decode_lean(batch), decode_lean(one)
+        np.testing.assert_allclose(scales_b, scales_o, rtol=1e-3)
+        assert np.abs(values_b.astype(int) - values_o.astype(int)).max() <= 1
+    assert pack_all([], LEAN.model) == []
+    with pytest.raises(ValueError, match="no token vectors"):
+        pack_all([rows[0], rows[0][:0]], LEAN.model)
 
 
 def test_legacy_and_lean_blobs_are_told_apart_by_length_and_score_alike():

@@ -19,7 +19,7 @@ from engram.models import Memory, Vectors, check_text, search_text_of
 from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.retrieval.admission import Admission, RecallGate
 from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.late_interaction import pack
+from engram.retrieval.late_interaction import pack_all
 from engram.settings import EngramSettings
 from engram.storage.base import Store, Supersession, Tenant, TenantIndexing
 from engram.use_counts import UseRecorder
@@ -91,7 +91,7 @@ class Engine:
         # Both models release the GIL: the token vectors are computed while the embedding is.
         tokens = _ENCODE_POOL.submit(self.token_encoder.encode_documents, texts)
         vectors = self.embedder.embed_documents(texts)
-        return vectors, [pack(m, self.token_encoder.name) for m in tokens.result()]
+        return vectors, pack_all(tokens.result(), self.token_encoder.name)
 
     def reindex(self, batch: int = 256, progress: bool = False) -> int:
         """Give every row, of every user and the catalog, token vectors in the format new writes use:

@@ -17,7 +17,7 @@ from rich.progress import Progress
 
 from engram.models import Memory, search_text_of
 from engram.providers.base import TokenEncoder
-from engram.retrieval.late_interaction import is_current, pack
+from engram.retrieval.late_interaction import is_current, pack_all
 from engram.storage.base import CATALOG, MemoryStore, Tenant, TransferStore
 
 
@@ -51,5 +51,6 @@ def reindex_tokens(
 
 def _encode(store: MemoryStore, encoder: TokenEncoder, tenant: Tenant, rows: Sequence[Memory]) -> int:
     encoded = encoder.encode_documents([search_text_of(r) for r in rows])
-    store.set_tokens(tenant, {r.id: pack(m, encoder.name) for r, m in zip(rows, encoded, strict=True)})
+    blobs = pack_all(encoded, encoder.name)
+    store.set_tokens(tenant, {r.id: blob for r, blob in zip(rows, blobs, strict=True)})
     return len(rows)

@@ -29,7 +29,7 @@ from engram.retrieval.token_format import (
     LEAN,
     decode_lean_many,
     decode_lean_matrix,
-    encode_lean,
+    encode_lean_many,
     is_lean,
     lean_query,
 )
@@ -39,13 +39,18 @@ _SCALE_BYTES = 4  # one float32 scale per token (legacy int8)
 
 
 def pack(tokens: Matrix, model: str | None = None) -> bytes:
-    """Store a (n, dim) token matrix: the lean format when ``model`` is the one its projection was
+    """Store a (n, dim) token matrix: the lean format when ``model`` is the one its codebook was
     fitted for (``token_format.LEAN.model``), else the legacy int8 one."""
-    matrix = np.asarray(tokens, dtype=np.float32)
-    if model == LEAN.model and matrix.shape[1] == LEAN.input_dim:
+    return pack_all([tokens], model)[0]
+
+
+def pack_all(matrices: Sequence[Matrix], model: str | None = None) -> list[bytes]:
+    """``pack`` for many rows at once (a write batch): lean rows are projected in one product."""
+    arrays = [np.asarray(m, dtype=np.float32) for m in matrices]
+    if model == LEAN.model and all(a.ndim == 2 and a.shape[1] == LEAN.input_dim for a in arrays):
         with _one_blas_thread():
-            return encode_lean(matrix)
-    return pack_int8(matrix)
+            return encode_lean_many(arrays)
+    return [pack_int8(a) for a in arrays]
 
 
 def is_current(blob: bytes, model: str) -> bool:

@@ -86,17 +86,34 @@ def is_lean(blob: bytes) -> bool:
 
 def encode_lean(tokens: Matrix) -> bytes:
     """A (n, LEAN.input_dim) token matrix as a lean blob."""
-    if len(tokens) == 0:
+    return encode_lean_many([tokens])[0]
+
+
+def encode_lean_many(matrices: Sequence[Matrix]) -> list[bytes]:
+    """Many token matrices as lean blobs, projected and quantised together (one product for a whole
+    import batch, not one per row)."""
+    counts = [len(m) for m in matrices]
+    if 0 in counts:
         raise ValueError("no token vectors to store")
+    if not matrices:
+        return []
     book = LEAN.codebook()
-    centred = (np.asarray(tokens, dtype=np.float32) @ book.projection - book.mean) / book.spread
+    rows = np.concatenate([np.asarray(m, dtype=np.float32) for m in matrices])
+    centred = (rows @ book.projection - book.mean) / book.spread
     scales = (np.abs(centred).max(axis=1) / _LEVELS).astype(np.float16)
     scales[scales == 0] = 1.0
     codes = np.clip(np.round(centred / scales.astype(np.float32)[:, None]), -_LEVELS, _LEVELS)
-    nibbles = (codes + 8).astype(np.uint8).reshape(len(tokens), LEAN.dim // 2, 2)
+    nibbles = (codes + 8).astype(np.uint8).reshape(len(rows), LEAN.dim // 2, 2)
     packed = (nibbles[:, :, 0] | (nibbles[:, :, 1] << 4)).astype(np.uint8)
-    body: bytes = scales.astype("<f2").tobytes() + packed.tobytes()
-    return bytes([LEAN.version]) + body
+    scale_bytes: bytes = scales.astype("<f2").tobytes()
+    value_bytes: bytes = packed.tobytes()
+    blobs, start, width = [], 0, LEAN.dim // 2
+    header = bytes([LEAN.version])
+    for n in counts:
+        end = start + n
+        blobs.append(header + scale_bytes[2 * start : 2 * end] + value_bytes[width * start : width * end])
+        start = end
+    return blobs
 
 
 def _token_count(blob: bytes) -> int:
