@@ -40,7 +40,7 @@ import numpy as np
 from engram import Engram
 from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, new_id, search_text_of, utcnow
 from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.late_interaction import pack
+from engram.retrieval.late_interaction import pack_all
 from engram.storage.base import Store, TenantIndexing
 
 
@@ -75,7 +75,9 @@ def user_sizes(rng: random.Random, users: int, total: int) -> list[int]:
     return sizes
 
 
-def bulk_load(eng: Engram, gen: TextGen, rng: random.Random, total: int, users: int) -> float:
+def bulk_load(
+    eng: Engram, gen: TextGen, rng: random.Random, total: int, users: int, legacy_tokens: bool = False
+) -> float:
     dim = eng.embedder.dim
     now = utcnow()
     start = time.perf_counter()
@@ -116,24 +118,26 @@ def bulk_load(eng: Engram, gen: TextGen, rng: random.Random, total: int, users: 
         vectors = np.asarray([rng.gauss(0, 1) for _ in range(len(rows) * dim)], dtype=np.float32)
         vectors = vectors.reshape(len(rows), dim)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        tokens = random_tokens(eng, rows) if eng.token_encoder is not None else None
+        tokens = random_tokens(eng, rows, legacy_tokens) if eng.token_encoder is not None else None
         for i in range(0, len(rows), 2000):
             chunk = tokens[i : i + 2000] if tokens is not None else None
             eng.store.insert(user, rows[i : i + 2000], vectors[i : i + 2000], None, chunk)
     return time.perf_counter() - start
 
 
-def random_tokens(eng: Engram, rows: list) -> list[bytes]:
+def random_tokens(eng: Engram, rows: list, legacy: bool = False) -> list[bytes]:
     """Packed random token vectors, one per text token plus [CLS], marker and [SEP]: scoring costs the
-    same whatever the values, and encoding 100k texts would take ~6 minutes here."""
+    same whatever the values, and encoding 100k texts would take ~6 minutes here. In the format new
+    writes use, or (``legacy``) Engram 0.1's int8 one, for a before/after disk figure."""
     assert eng.token_encoder is not None
     dim = eng.token_encoder.dim
     gen = np.random.default_rng(len(rows))
-    blobs = []
+    matrices = []
     for row in rows:
         n = 3 + int(1.3 * len(search_text_of(row).split()))
         m = gen.standard_normal((n, dim)).astype(np.float32)
-        blobs.append(pack(m / np.linalg.norm(m, axis=1, keepdims=True)))
+        matrices.append(m / np.linalg.norm(m, axis=1, keepdims=True))
+    blobs = pack_all(matrices, None if legacy else eng.token_encoder.name)
     return blobs
 
 
@@ -334,6 +338,8 @@ def run_size(
     pg_url: str | None,
     os_url: str | None = None,
     os_heap: str = "1g",
+    disk_only: bool = False,
+    legacy_tokens: bool = False,
 ) -> dict:
     gen = TextGen(random.Random(total))
     rng = random.Random(total + 1)
@@ -341,8 +347,17 @@ def run_size(
         eng.import_json([{"title": gen.sentence(2, 4), "text": gen.sentence(8, 20)} for _ in range(200)])
         if backend == "opensearch":
             result_users_s = create_tenant_users(eng, users)
-        load_s = bulk_load(eng, gen, random.Random(total), total, users)
+        load_s = bulk_load(eng, gen, random.Random(total), total, users, legacy_tokens)
         print(f"{total} rows loaded in {load_s:.1f} s", flush=True)
+        if disk_only:
+            mb = disk_mb(eng, tmp)
+            return {
+                "backend": backend,
+                "rows": total,
+                "legacy_tokens": legacy_tokens,
+                "disk_mb": mb,
+                "bytes_per_memory": round(mb * 2**20 / total),
+            }
         sizes = {f"user{u:04d}": n for u, n in enumerate(user_sizes(random.Random(total), users, total))}
         heavy, light = max(sizes, key=sizes.__getitem__), min(sizes, key=sizes.__getitem__)
         pick = [f"user{rng.randrange(users):04d}" for _ in range(samples)]
@@ -405,12 +420,26 @@ def main() -> None:
     parser.add_argument("--os-url", help="an OpenSearch cluster (default: start a test node)")
     parser.add_argument("--os-heap", default="1g", help="the test node's heap (default 1g)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--disk-only", action="store_true", help="bulk load and measure the disk, no latency")
+    parser.add_argument("--legacy-tokens", action="store_true", help="token vectors in Engram 0.1's int8")
     args = parser.parse_args()
     results = []
     for size in args.sizes:
-        r = run_size(size, args.users, args.samples, args.store, args.pg_url, args.os_url, args.os_heap)
+        r = run_size(
+            size,
+            args.users,
+            args.samples,
+            args.store,
+            args.pg_url,
+            args.os_url,
+            args.os_heap,
+            args.disk_only,
+            args.legacy_tokens,
+        )
         results.append(r)
         print(json.dumps(r))
+    if args.disk_only:
+        return
     keys = [
         "rows",
         "write_p50_ms",

@@ -382,3 +382,29 @@ def test_repair_on_sqlite_has_nothing_to_do(tmp_path):
     assert json.loads(ran.stdout) == {"settled": [], "quotes_cleared": 0, "held": 0}
     missing = run("repair", "--store", f"sqlite:///{tmp_path / 'none.db'}", env_home=tmp_path, check=False)
     assert missing.returncode == 1 and "no store at" in missing.stderr + missing.stdout
+
+
+def test_reindex_rewrites_a_legacy_store_s_token_vectors(tmp_path, token_encoder):
+    from engram.retrieval.late_interaction import pack
+    from engram.retrieval.token_format import is_lean
+    from engram.storage.sqlite import SQLiteStore
+
+    doc = {"user_id": "sarah", "semantic": [{"text": "Sarah's router is a FRITZ!Box 7590"}]}
+    (tmp_path / "sarah.json").write_text(json.dumps(doc))
+    lean = {"ENGRAM_LEAN_TOKEN_VECTORS": "true"}
+    run("import", str(tmp_path / "sarah.json"), env_home=tmp_path, env=lean)
+    store = SQLiteStore(tmp_path / "engram.db")
+    try:
+        (row,) = store.list_memories("sarah", "semantic")
+        assert is_lean(store.token_vectors("sarah", [row.id])[row.id])  # new writes: the lean format
+        legacy = pack(token_encoder.encode_documents([row.text])[0])  # as Engram 0.1 stored it
+        store.set_tokens("sarah", {row.id: legacy})
+    finally:
+        store.close()
+    assert "computed or rewritten for 1 rows" in run("reindex", env_home=tmp_path, env=lean).stdout
+    assert "computed or rewritten for 0 rows" in run("reindex", env_home=tmp_path, env=lean).stdout
+    store = SQLiteStore(tmp_path / "engram.db")
+    try:
+        assert is_lean(store.token_vectors("sarah", [row.id])[row.id])
+    finally:
+        store.close()

@@ -151,6 +151,12 @@ class EngramSettings(BaseSettings):
         description="store token vectors (ColBERT) and re-order the fused candidates by MaxSim before the "
         "cross-encoder: LoCoMo dev R@10 +0.06 for ~15 KB and ~3 ms per written row (docs/benchmarks.md)",
     )
+    lean_token_vectors: bool = Field(
+        default=False,
+        description="store the packaged model's token vectors lean (128 dims, 4 bits: 66 bytes a token, "
+        "not 388; SQLite 3.8 KB a memory at 100k, not 12.5); off by default: the own held-out eval R@10 "
+        "0.943 -> 0.933 (docs/benchmarks.md, 'Lean token vectors'); `engram reindex` converts either way",
+    )
     late_window: int = Field(default=DEFAULT_LATE_WINDOW, ge=0, le=2000)
     rerank: bool = Field(default=True, description="use the cross-encoder at all")
     rerank_window: int = Field(default=DEFAULT_RERANK_WINDOW, ge=0, le=1000)

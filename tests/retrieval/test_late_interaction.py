@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from engram.retrieval.late_interaction import late_score, pack, token_maxima, unpack
+from engram.retrieval.late_interaction import is_current, late_score, pack, pack_all, token_maxima, unpack
 from engram.retrieval.pipeline import normalised
+from engram.retrieval.token_format import LEAN, decode_lean, is_lean
 
 
 def unit_rows(rng, n, dim):
@@ -21,7 +22,7 @@ def test_pack_round_trips_within_int8_error():
     assert back.shape == tokens.shape
     assert np.max(np.abs(back - tokens)) <= np.abs(tokens).max(axis=1).max() / 254 + 1e-6
     with pytest.raises(ValueError, match="384-dim"):
-        unpack(blob[:-1], 384)
+        unpack(blob[:-2], 384)  # (an odd length would read as a lean blob: see the next test)
 
 
 def test_token_maxima_equals_the_per_document_maxsim():
@@ -34,8 +35,74 @@ def test_token_maxima_equals_the_per_document_maxsim():
         exact = (query @ doc.T).max(axis=1)
         np.testing.assert_allclose(row, exact, atol=0.02)
     assert token_maxima(query, [], 64).shape == (0, 9)
+    # Another model's odd dim gives odd-length legacy blobs: only the packaged model's dim reads lean.
+    odd = unit_rows(rng, 3, 63)
+    assert len(pack(odd)) % 2 == 1
+    np.testing.assert_allclose(
+        token_maxima(query[:, :63], [pack(odd)], 63)[0], (query[:, :63] @ odd.T).max(axis=1), atol=0.02
+    )
     with pytest.raises(ValueError):
         token_maxima(query, [b""], 64)
+
+
+def test_lean_blobs_round_trip_in_the_projected_space_with_a_version_byte():
+    rng = np.random.default_rng(3)
+    tokens = unit_rows(rng, 21, 384)
+    blob = pack(tokens, LEAN.model)
+    assert blob[0] == LEAN.version and len(blob) == 1 + 21 * (2 + LEAN.dim // 2)
+    assert is_lean(blob) and is_current(blob, LEAN.model) and not is_current(blob, "another-model")
+    book = LEAN.codebook()
+    projected = tokens @ book.projection
+    back = unpack(blob, 384)
+    assert back.shape == (21, LEAN.dim)
+    # 4-bit: within half a level of each projected value, a level being max|z| / 7 of the token's
+    # distance from the mean in units of the spread, z = (x - mean) / spread.
+    z = (projected - book.mean) / book.spread
+    bound = np.abs(z).max(axis=1, keepdims=True) / 14 * book.spread * 1.01
+    assert np.all(np.abs(back - projected) <= bound)
+    scales, values = decode_lean(blob)
+    assert values.min() >= -7 and values.max() <= 7 and scales.dtype == np.float32
+    for broken in (blob[:-2], b"\x02" + blob[1:]):  # a torn blob, an unknown version
+        with pytest.raises(ValueError):
+            unpack(broken, 384)
+
+
+def test_a_batch_packs_to_the_same_bytes_as_its_rows_one_by_one():
+    rng = np.random.default_rng(5)
+    rows = [unit_rows(rng, n, 384) for n in (1, 7, 30)]
+    assert pack_all(rows) == [pack(r) for r in rows]
+    # Lean: the same blobs, up to one 4-bit level where the batch's product rounded differently.
+    for batch, one in zip(pack_all(rows, LEAN.model), [pack(r, LEAN.model) for r in rows], strict=True):
+        assert len(batch) == len(one) and batch[0] == one[0] == LEAN.version
+        (scales_b, values_b), (scales_o, values_o) = decode_lean(batch), decode_lean(one)
+        np.testing.assert_allclose(scales_b, scales_o, rtol=1e-3)
+        assert np.abs(values_b.astype(int) - values_o.astype(int)).max() <= 1
+    assert pack_all([], LEAN.model) == []
+    with pytest.raises(ValueError, match="no token vectors"):
+        pack_all([rows[0], rows[0][:0]], LEAN.model)
+
+
+def test_legacy_and_lean_blobs_are_told_apart_by_length_and_score_alike():
+    rng = np.random.default_rng(4)
+    for n in range(1, 200):  # legacy lengths are even, lean ones odd, whatever n
+        assert len(pack(unit_rows(rng, n, 384))) % 2 == 0
+        assert len(pack(unit_rows(rng, n, 384), LEAN.model)) % 2 == 1
+    other = pack(unit_rows(rng, 3, 384), "another-model")
+    assert not is_lean(other) and is_current(other, "another-model") and not is_current(other, LEAN.model)
+
+
+def test_one_maxsim_scores_legacy_and_lean_blobs_of_real_token_vectors_alike(token_encoder):
+    texts = ["Sarah: we hiked up to the lake on Saturday", "Bob: my laptop will not charge any more"]
+    hike, laptop = token_encoder.encode_documents(texts)
+    query = token_encoder.encode_query("where did Sarah go hiking?")
+    mixed = [pack(hike), pack(hike, LEAN.model), pack(laptop), pack(laptop, LEAN.model)]
+    maxima = token_maxima(query, mixed, token_encoder.dim)
+    assert maxima.shape == (4, len(query))
+    scores = [late_score(m) for m in maxima]
+    assert scores[0] == pytest.approx(late_score((query @ hike.T).max(axis=1)), abs=0.01)
+    assert scores[1] == pytest.approx(scores[0], abs=0.05)  # the projection keeps MaxSim
+    assert scores[3] == pytest.approx(scores[2], abs=0.05)
+    assert min(scores[:2]) > max(scores[2:]) + 0.1  # either format ranks the hike first
 
 
 def test_late_score_follows_its_docstring():

@@ -16,15 +16,16 @@ from typing import Any
 from engram.errors import InvalidInput
 from engram.import_records import UserDocument
 from engram.importer import import_document
+from engram.memory.reindex import reindex_tokens
 from engram.models import EpisodicMemory, Memory, Vectors, check_text, search_text_of
 from engram.observability import Telemetry, Tracing
 from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.providers.timed import timed_embedder, timed_reranker, timed_token_encoder
 from engram.retrieval.admission import Admission, RecallGate
 from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.late_interaction import pack
+from engram.retrieval.late_interaction import pack_all
 from engram.settings import EngramSettings
-from engram.storage.base import CATALOG, Store, Supersession, Tenant, TenantIndexing
+from engram.storage.base import Store, Supersession, Tenant, TenantIndexing
 from engram.use_counts import UseRecorder
 from engram.validation import check_metadata_size
 
@@ -135,20 +136,23 @@ class Engine:
         # Both models release the GIL: the token vectors are computed while the embedding is.
         tokens = _ENCODE_POOL.submit(self.token_encoder.encode_documents, texts)
         vectors = self.embedder.embed_documents(texts)
-        return vectors, [pack(m) for m in tokens.result()]
+        return vectors, pack_all(tokens.result(), self._lean_model)
 
-    def reindex(self, batch: int = 256) -> int:
-        """Compute the token vectors that rows written before late interaction (or with it off) lack,
-        for every user and the catalog; returns how many rows got them. Safe to run while serving."""
+    @property
+    def _lean_model(self) -> str | None:
+        """The token model whose vectors are stored lean (``settings.lean_token_vectors``), else None:
+        the int8 format (late_interaction.pack_all)."""
+        encoder = self.token_encoder
+        return encoder.name if encoder is not None and self.settings.lean_token_vectors else None
+
+    def reindex(self, batch: int = 256, progress: bool = False) -> int:
+        """Give every row, of every user and the catalog, token vectors in the format new writes use:
+        rows written before late interaction (or with it off) and rows in an older format; returns how
+        many rows got new ones. Safe to run while serving, and to stop and run again
+        (engram.memory.reindex)."""
         if self.token_encoder is None:
             raise InvalidInput("late interaction is off (ENGRAM_LATE_INTERACTION=false): nothing to index")
-        done = 0
-        for tenant in [CATALOG, *self.store.tenants()]:
-            while rows := self.store.rows_without_tokens(tenant, batch):
-                encoded = self.token_encoder.encode_documents([search_text_of(r) for r in rows])
-                self.store.set_tokens(tenant, {r.id: pack(m) for r, m in zip(rows, encoded, strict=True)})
-                done += len(rows)
-        return done
+        return reindex_tokens(self.store, self.token_encoder, self._lean_model, batch, progress)
 
     def index_heavy_tenants(self) -> list[str] | None:
         """Give users past ``ann_min_rows`` rows their own vector index where the store builds one only

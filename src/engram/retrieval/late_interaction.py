@@ -1,31 +1,70 @@
 """Late interaction (ColBERT MaxSim) over token vectors stored at write time: pure functions.
 
-A memory's token vectors are computed once, when it is written, and stored int8-quantised
-(``pack``); recall encodes the query once and scores every fused candidate (``token_maxima``, ``late_score``):
-well under a millisecond per candidate, so the whole first-stage set (up to 2 x 80) can be scored, where the
+A memory's token vectors are computed once, when it is written, and stored compactly (``pack``); recall
+encodes the query once and scores every fused candidate (``token_maxima``, ``late_score``): well under a
+millisecond per candidate, so the whole first-stage set (up to 2 x 80) can be scored, where the
 cross-encoder (~5-11 ms per pair on 2 cores) can afford only the top few.
+
+Two blob formats, told apart by length alone (so a store may hold both, and one recall may score both):
+
+* legacy int8 (Engram 0.2, and any token model but the packaged one): n float32 scales, then n x dim
+  int8 values; no header, so at dim 384 its length ``n (4 + dim)`` is always even.
+* lean, version 1 (``engram.retrieval.token_format``, the packaged model only): one version byte, then
+  fixed-size tokens of an even byte count: its length is always odd. Lean blobs exist only at the
+  packaged model's dim (384), so at any other dim every blob is read as legacy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
 from threadpoolctl import ThreadpoolController
 
-Matrix = npt.NDArray[np.float32]
-_SCALE_BYTES = 4  # one float32 scale per token
+from engram.retrieval.token_format import (
+    LEAN,
+    decode_lean_many,
+    decode_lean_matrix,
+    encode_lean_many,
+    is_lean,
+    lean_query,
+)
+from engram.retrieval.token_format import Matrix as Matrix  # re-exported: the pipeline's type
+
+_SCALE_BYTES = 4  # one float32 scale per token (legacy int8)
 
 
-def pack(tokens: Matrix) -> bytes:
-    """Quantise a (n, dim) matrix to int8 with one scale per token: ``q = round(127 x / max|x|)``.
+def pack(tokens: Matrix, model: str | None = None) -> bytes:
+    """Store a (n, dim) token matrix: the lean format when ``model`` is the one its codebook was
+    fitted for (``token_format.LEAN.model``), else the legacy int8 one."""
+    return pack_all([tokens], model)[0]
 
-    Layout: n float32 scales, then n x dim int8 values. Measured on LoCoMo dev: the same R@10 as
-    float32 (docs/benchmarks.md), at a quarter of the bytes (~15 KB for a 40-token turn at dim 384).
-    """
+
+def pack_all(matrices: Sequence[Matrix], model: str | None = None) -> list[bytes]:
+    """``pack`` for many rows at once (a write batch): lean rows are projected in one product."""
+    arrays = [np.asarray(m, dtype=np.float32) for m in matrices]
+    if model == LEAN.model and all(a.ndim == 2 and a.shape[1] == LEAN.input_dim for a in arrays):
+        with _one_blas_thread():
+            return encode_lean_many(arrays)
+    return [pack_int8(a) for a in arrays]
+
+
+def is_current(blob: bytes, model: str | None) -> bool:
+    """Whether ``blob`` is in the format ``pack(..., model)`` writes (``model`` None: int8)."""
+    return is_lean(blob) == (model == LEAN.model)
+
+
+def _lean(blob: bytes, dim: int) -> bool:
+    return dim == LEAN.input_dim and is_lean(blob)
+
+
+def pack_int8(tokens: Matrix) -> bytes:
+    """The legacy format: int8 with one scale per token, ``q = round(127 x / max|x|)``; n float32 scales,
+    then n x dim int8 values (~15 KB for a 40-token turn at dim 384)."""
     matrix = np.asarray(tokens, dtype=np.float32)
     scales: Matrix = np.abs(matrix).max(axis=1) / 127.0
     scales[scales == 0] = 1.0
@@ -33,13 +72,20 @@ def pack(tokens: Matrix) -> bytes:
     return scales.astype("<f4").tobytes() + values.tobytes()
 
 
-def unpack(blob: bytes, dim: int) -> Matrix:
-    """The (n, dim) float32 matrix that ``pack`` stored (up to its quantisation error)."""
+def _int8_parts(blob: bytes, dim: int) -> tuple[Matrix, npt.NDArray[np.int8]]:
     n = len(blob) // (_SCALE_BYTES + dim)
-    if n * (_SCALE_BYTES + dim) != len(blob):
+    if n == 0 or n * (_SCALE_BYTES + dim) != len(blob):
         raise ValueError(f"a token blob of {len(blob)} bytes does not hold {dim}-dim vectors")
-    scales = np.frombuffer(blob, dtype="<f4", count=n)
-    values = np.frombuffer(blob, dtype=np.int8, offset=n * _SCALE_BYTES).reshape(n, dim)
+    scales: Matrix = np.frombuffer(blob, dtype="<f4", count=n).astype(np.float32)
+    return scales, np.frombuffer(blob, dtype=np.int8, offset=n * _SCALE_BYTES).reshape(n, dim)
+
+
+def unpack(blob: bytes, dim: int) -> Matrix:
+    """The float32 matrix a blob of either format holds (up to its quantisation error): (n, dim) for a
+    legacy blob, (n, LEAN.dim) in the projected space for a lean one."""
+    if _lean(blob, dim):
+        return decode_lean_matrix(blob)
+    scales, values = _int8_parts(blob, dim)
     matrix: Matrix = values.astype(np.float32) * scales[:, None]
     return matrix
 
@@ -49,37 +95,57 @@ _BLAS_LOCK = threading.Lock()
 
 @functools.cache
 def _blas() -> ThreadpoolController:
-    """One BLAS thread for these small products: OpenBLAS threads spin after a call and starve the
-    ONNX sessions running beside them on a small machine (measured: docs/benchmarks.md)."""
     return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """One BLAS thread for these small products: OpenBLAS threads spin after a call and starve the
+    ONNX sessions running beside them on a small machine (measured: docs/benchmarks.md; a 12 x 384
+    by 384 x 128 product took ~100 ms on a loaded 2-core machine without the limit, ~0.1 ms with it)."""
+    with _BLAS_LOCK, _blas().limit(limits=1, user_api="blas"):  # the limit is process-wide
+        yield
+
+
+def _int8_many(blobs: Sequence[bytes], dim: int) -> tuple[list[int], Matrix, npt.NDArray[np.int8]]:
+    parts = [_int8_parts(b, dim) for b in blobs]
+    counts = [len(s) for s, _ in parts]
+    return counts, np.concatenate([s for s, _ in parts]), np.concatenate([v for _, v in parts])
+
+
+def _segment_maxima(decoded: tuple[list[int], Matrix, npt.NDArray[np.int8]], query: Matrix) -> Matrix:
+    """One matrix product over all the blobs' tokens at once (integer values, scales applied after the
+    product: ``q · (s x) = s (q · x)``), then a maximum per blob: ~1 ms for 160 candidates of ~40
+    tokens, where one call per candidate cost ~7 ms in Python overhead."""
+    counts, scales, values = decoded
+    sims = (values.astype(np.float32) @ query.T) * scales[:, None]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    maxima: Matrix = np.maximum.reduceat(sims, starts, axis=0)
+    return maxima
 
 
 def token_maxima(query: Matrix, packed: Sequence[bytes], dim: int) -> Matrix:
     """For each packed document, each query token's best match: ``M[d, i] = max_j q_i · d_j``.
 
-    One matrix product over all documents' tokens at once (int8 values, scales applied after the
-    product: ``q · (s x) = s (q · x)``), then a maximum per document segment: ~1 ms for 160
-    candidates of ~40 tokens, where one call per candidate cost ~7 ms in Python overhead.
+    Blobs of both formats may be mixed: lean ones are scored in the projected space (an orthonormal
+    projection keeps dot products, up to what the dropped directions held; ``token_format.lean_query``),
+    legacy ones against the query as it is.
     Returns shape (len(packed), len(query)).
     """
+    result: Matrix = np.zeros((len(packed), len(query)), dtype=np.float32)
     if not packed:
-        return np.zeros((0, len(query)), dtype=np.float32)
-    counts = [len(blob) // (_SCALE_BYTES + dim) for blob in packed]
-    if any(n == 0 or n * (_SCALE_BYTES + dim) != len(b) for n, b in zip(counts, packed, strict=True)):
-        raise ValueError(f"a token blob does not hold a whole number of {dim}-dim vectors")
-    scales = np.concatenate(
-        [np.frombuffer(b, dtype="<f4", count=n) for n, b in zip(counts, packed, strict=True)]
-    )
-    values = np.concatenate(
-        [
-            np.frombuffer(b, dtype=np.int8, offset=n * _SCALE_BYTES).reshape(n, dim)
-            for n, b in zip(counts, packed, strict=True)
-        ]
-    )
-    with _BLAS_LOCK, _blas().limit(limits=1, user_api="blas"):  # the limit is process-wide
-        sims = (values.astype(np.float32) @ np.asarray(query, dtype=np.float32).T) * scales[:, None]
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    return np.maximum.reduceat(sims, starts, axis=0)
+        return result
+    query = np.asarray(query, dtype=np.float32)
+    lean = [i for i, b in enumerate(packed) if _lean(b, dim)]
+    legacy = [i for i, b in enumerate(packed) if not _lean(b, dim)]
+    with _one_blas_thread():
+        if lean:
+            weights, offsets = lean_query(query)
+            maxima = _segment_maxima(decode_lean_many([packed[i] for i in lean]), weights)
+            result[lean] = maxima + offsets  # the mean's share: the same for every document token
+        if legacy:
+            result[legacy] = _segment_maxima(_int8_many([packed[i] for i in legacy], dim), query)
+    return result
 
 
 def late_score(own: Matrix, context: Matrix | None = None) -> float:

@@ -47,7 +47,7 @@ from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.contenders import contenders, is_echo
 from engram.retrieval.currency import CHANGE_PLACES, asks_about_past, expects_change, put_current_first
 from engram.retrieval.fusion import rrf
-from engram.retrieval.late_interaction import Matrix, late_score, pack, token_maxima
+from engram.retrieval.late_interaction import Matrix, late_score, pack_all, token_maxima
 from engram.retrieval.scoring import multipliers, named_speakers
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
@@ -247,7 +247,8 @@ def apply_late_interaction(
             )
         if missing:
             encoded = encoder.encode_documents([search_text_of(m) for m in missing])
-            blobs.update({m.id: pack(tokens) for m, tokens in zip(missing, encoded, strict=True)})
+            # scored now, not stored: the int8 format, the closer one
+            blobs.update(zip([m.id for m in missing], pack_all(encoded), strict=True))
         order = list(blobs)
         maxima = dict(
             zip(order, token_maxima(query.result(), [blobs[i] for i in order], encoder.dim), strict=True)

@@ -27,12 +27,14 @@ from engram.interfaces.cli.output import print_consolidation
 
 @app.command()
 def reindex(store: StoreOpt = None) -> None:
-    """Compute the late-interaction token vectors that rows of an older store lack (all users); on
+    """Compute the late-interaction token vectors that rows of an older store lack or hold in an older
+    format (all users; a progress bar; stop and run again at will); on
     PostgreSQL with ENGRAM_PG_ADMIN_URL, also give each heavy user (ENGRAM_ANN_MIN_ROWS) its own
     vector index. Safe while serving; run it again as users grow."""
     with _engram(store, existing=True, rerank=False) as eng:
         if eng.token_encoder is not None:
-            console.print(f"token vectors computed for {eng.reindex()} rows")
+            done = eng.reindex(progress=console.is_terminal)
+            console.print(f"token vectors computed or rewritten for {done} rows")
         else:
             console.print("late interaction is off (ENGRAM_LATE_INTERACTION=false): no token vectors")
         try:

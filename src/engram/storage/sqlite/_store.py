@@ -10,8 +10,9 @@ Layout (the schema is in ``_schema``)
   so an exact scan of one tenant's vectors reads contiguous pages. Exact for most tenants (a shared ANN
   index with a tenant filter loses recall); a tenant past ``ann_min_rows`` rows gets its own HNSW graph
   next to the file (``<db>.ann/``, see engram.storage.ann), a cache of these rows.
-* ``memory_tokens``: each row's late-interaction token vectors (int8), clustered by owner like
-  ``memory_vec``; rows written before it existed have none and are encoded at recall time.
+* ``memory_tokens``: each row's late-interaction token vectors (packed by
+  engram.retrieval.late_interaction), clustered by owner like ``memory_vec``; rows written before it
+  existed have none and are encoded at recall time.
 * ``tombstones``: what is left of forgotten rows (no text).
 * ``owner_rows``: each owner's row count, kept by triggers: BM25 ranks over the owner's rows only
   (``_fts.owner_bm25``), so a tenant's scores never move with another tenant's writes.
