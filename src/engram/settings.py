@@ -67,6 +67,9 @@ DEFAULT_OUTDATED_FACTOR = 0.5
 # A successor must match the query by late interaction's raw MaxSim at least as well as what it replaces,
 # less this: a live fact replaces the turn it supersedes for the question about it, not for every one.
 DEFAULT_REPLACE_MARGIN = 0.05
+# When the query expects a change ("... now?", "still ...?"), a change-announcing newer turn this near
+# the top replaces the leading turn within that margin (engram.retrieval.currency; 10 cost "unchanged").
+DEFAULT_CHANGE_PLACES = 5
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
 # fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).
 DEFAULT_CONFIDENCE_RERANK = (0.217, -0.681)  # (a, c): σ(a·logit(cross-encoder p) + c)
@@ -217,6 +220,7 @@ class EngramSettings(BaseSettings):
         default=True, description="a newer memory that replaces an older one ranks first (present queries)"
     )
     replace_margin: float = Field(default=DEFAULT_REPLACE_MARGIN, ge=0, le=1)
+    change_places: int = Field(default=DEFAULT_CHANGE_PLACES, ge=0, le=1000)
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
     confidence_rerank: tuple[FiniteFloat, FiniteFloat] = Field(
         default=DEFAULT_CONFIDENCE_RERANK, description="calibration of a reranked hit's confidence: a, c"

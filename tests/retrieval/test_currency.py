@@ -8,12 +8,12 @@ import pytest
 from engram.models import EpisodicMemory, SemanticMemory, utcnow
 from engram.retrieval.candidate import Candidate
 from engram.retrieval.currency import (
-    CHANGE_PLACES,
     announces_change,
     asks_about_past,
     expects_change,
     put_current_first,
 )
+from engram.settings import DEFAULT_CHANGE_PLACES
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -93,7 +93,7 @@ def test_a_query_that_presupposes_a_change_is_told_from_one_that_does_not(query,
     assert expects_change(query) is expected
 
 
-@pytest.mark.parametrize(("places", "replaced"), [(CHANGE_PLACES, True), (0, False)])
+@pytest.mark.parametrize(("places", "replaced"), [(DEFAULT_CHANGE_PLACES, True), (0, False)])
 def test_when_the_query_expects_a_change_a_near_match_that_announces_one_replaces_the_leader(
     places, replaced
 ):

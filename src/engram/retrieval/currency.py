@@ -16,8 +16,8 @@ Two kinds of evidence that one candidate replaces another (``successors``):
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
   "switched", "cancelled", "anymore", "sorry ... wrong" ...) replaces it if late interaction or the
   embedder finds it at least as close to the query, or, when the query itself expects a change
-  (``expects_change``: "now", "these days", "still" ...), if it is among the first ``CHANGE_PLACES``
-  of the ranking and within ``margin`` of the leader's raw MaxSim.
+  (``expects_change``: "now", "these days", "still" ...), if it is among the first ``places`` of the
+  ranking (settings ``change_places``) and within ``margin`` of the leader's raw MaxSim.
 
 A successor scored 0 (the bottom of a min-max-scaled head) cannot be lifted by a multiplier, so such a
 pair is left alone. Measured on bench/updates.py and LoCoMo (docs/benchmarks.md, "Current truth").
@@ -54,10 +54,6 @@ CHANGE_WORDS = frozenset(
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
 # "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
 CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these moment latest".split())  # noqa: SIM905
-# For such a query a change-announcing turn this close to the top replaces the leader within ``margin``
-# of its MaxSim (docs/benchmarks.md, "Current truth": at 10 the check split's "unchanged" R@1 fell;
-# for every present query, not only these, LoCoMo dev lost 0.007 R@10 and MRR).
-CHANGE_PLACES = 5
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
 
 
@@ -91,7 +87,9 @@ def successors(
     """Which candidate replaces which: old id -> successor (module docstring). ``superseded`` fetches
     facts by id (the superseded ones a live fact's chain points back to); ``now`` is the recall's
     present: nothing said after it replaces anything; ``places``: how near the top a change-announcing
-    turn replaces the leader within ``margin`` (``CHANGE_PLACES`` when the query expects a change)."""
+    turn replaces the leader within ``margin`` (settings ``change_places`` when the query expects a
+    change; measured in docs/benchmarks.md, "Current truth": for every present query, not only those,
+    LoCoMo dev lost 0.007 R@10 and MRR)."""
     found: dict[str, Candidate] = {}
     by_id = {c.memory.id: c for c in order}
     still_said = _live_facts_by_episode(order)

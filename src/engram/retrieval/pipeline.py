@@ -45,7 +45,7 @@ from engram.retrieval.candidate import Candidate
 from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.contenders import contenders, is_echo
-from engram.retrieval.currency import CHANGE_PLACES, asks_about_past, expects_change, put_current_first
+from engram.retrieval.currency import asks_about_past, expects_change, put_current_first
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import Matrix, late_score, pack_all, token_maxima
 from engram.retrieval.scoring import multipliers, named_speakers
@@ -181,7 +181,7 @@ def recall(
                 now,
                 margin=config.replace_margin,
                 outdated=config.outdated_factor,
-                places=CHANGE_PLACES if expects_change(query) else 0,
+                places=config.change_places if expects_change(query) else 0,
             )
 
     confidences = {
