@@ -269,6 +269,13 @@ class EngramSettings(BaseSettings):
     import_kept_s: float = Field(
         default=3600.0, gt=0, description="a finished import's result is kept this long for its client"
     )
+    erase_wait_s: float = Field(
+        default=120.0,
+        gt=0,
+        le=3600,
+        description="how long erasing a user waits for their running imports (stopped at their next "
+        "chunk) and consolidation runs to end before deleting again what they wrote meanwhile",
+    )
     ann_min_rows: int = Field(
         default=DEFAULT_ANN_MIN_ROWS,
         ge=0,

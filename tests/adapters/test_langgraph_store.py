@@ -120,6 +120,11 @@ def test_playbooks_and_episodes(store: EngramStore, eng: Engram):
     store.put(episodes, "t1", {"text": "my order arrived broken"})  # a turn is replaced, never edited
     assert [m.text for m in eng.for_user("sarah").list("episodic")] == ["my order arrived broken"]
     assert store.get(episodes, "t1").value == {"text": "my order arrived broken"}  # type: ignore[union-attr]
+    # A replacement the store refuses (too long) leaves the turn it would have replaced in place.
+    too_long = {"text": "x" * (eng.settings.max_text_chars + 1)}
+    with pytest.raises(InvalidInput):
+        store.put(episodes, "t1", too_long)
+    assert store.get(episodes, "t1").value == {"text": "my order arrived broken"}  # type: ignore[union-attr]
 
 
 def test_list_namespaces(store: EngramStore):

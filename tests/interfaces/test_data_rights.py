@@ -67,6 +67,9 @@ def test_a_read_only_key_reads_and_is_refused_every_write(service):
         assert "read-only" in response.json()["message"]
     mem = service.engram.for_user("sarah")
     assert [m.id for m in mem.list("semantic")] == [fact_id] and mem.list("episodic") == []
+    # Use counts rank: a read-only key's recall records none, even when it asks.
+    reader.post("/v1/recall", json={"query": "what hub does sarah have", "record_use": True})
+    assert mem.get(fact_id).use_count == 0
     # The same key over MCP: recall works, every writing tool is refused and writes nothing.
 
     async def main() -> None:
@@ -86,6 +89,7 @@ def test_a_read_only_key_reads_and_is_refused_every_write(service):
 
     anyio.run(main)
     assert [m.id for m in mem.list("semantic")] == [fact_id] and mem.list("episodic") == []
+    assert mem.get(fact_id).use_count == 0  # MCP's recall counted no use either
     # A bad scope or lifetime is refused and makes no key.
     before = len(service.keys.list("sarah"))
     for body in ({"scope": "admin"}, {"scope": "owner"}, {"expires_in_s": 5}):
@@ -228,3 +232,28 @@ def test_the_inspector_lets_a_read_only_key_look_and_its_forms_refuse_it(service
     for refused in (asked, posted, corrected):  # the same rule as REST and MCP
         assert refused.status_code == 403 and "read-only" in refused.text
     assert service.engram.for_user("sarah").get(fact.id).superseded_by is None
+
+
+def test_an_erasure_stops_the_users_running_import_and_forgets_their_session(make_service):
+    """Work that started before the erasure writes nothing after it: the user's import job stops at
+    its next chunk and what it wrote meanwhile goes too; a new key for the same id gets no context
+    from the erased session's last turn."""
+    with make_service(name="erase_busy.db", import_chunk=4) as svc:
+        sarah, admin = svc.client("sarah"), svc.client()
+        said = sarah.post("/v1/turns", json={"text": f"my {MARK} rash is back", "session_id": "s1"})
+        assert said.status_code == 201
+        document = {"semantic": [{"text": f"Sarah's fact {i} about her {MARK}"} for i in range(400)]}
+        started = sarah.post(
+            "/v1/import", json=document, params={"wait": 0}, headers={"Idempotency-Key": "big-import"}
+        )
+        assert started.status_code == 202, started.text  # still running when the erasure comes
+        deleted = admin.delete("/v1/admin/users/sarah", params={"confirm": "sarah"})
+        assert deleted.status_code == 200, deleted.text
+        mem = svc.engram.for_user("sarah")
+        assert mem.list("semantic", limit=1000) == [] and mem.list("episodic") == []
+        time.sleep(0.5)  # a chunk the job had in hand lands or not: either way nothing stays
+        assert mem.list("semantic", limit=1000) == []
+        again = svc.client(key=svc.keys.create("sarah")[0])
+        turn = again.post("/v1/turns", json={"text": "hello again", "session_id": "s1"})
+        assert turn.status_code == 201 and turn.json()["context"] is None
+        assert again.get("/v1/import/big-import").status_code == 404  # its report went with them

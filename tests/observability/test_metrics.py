@@ -87,6 +87,15 @@ def test_metrics_need_the_admin_key_unless_opened(make_service):
         assert svc.client().get("/metrics").status_code == 404
 
 
+def test_a_method_of_the_callers_own_is_one_label_not_a_series_each(make_service):
+    with make_service(name="methods.db", metrics="open") as svc:
+        anyone = svc.client(key="-")
+        for i in range(3):
+            anyone.request(f"SARAH{i}", "/healthz")
+        methods = {dict(labels)["method"] for labels in scrape(anyone)["engram_http_requests_total"]}
+        assert not any(m.startswith("SARAH") for m in methods) and "OTHER" in methods
+
+
 def test_two_apps_in_one_process_count_apart(make_service):
     with make_service(name="a.db", metrics="open") as a, make_service(name="b.db", metrics="open") as b:
         for _ in range(3):

@@ -155,9 +155,9 @@ class EngramStore(BaseStore):
         memory_type = KINDS[kind]
         written: Memory
         if memory_type == "episodic":
+            written = handle.remember_turn(text, metadata=metadata)  # first: a refused one loses nothing
             if current is not None:
                 handle.forget(current.id)
-            written = handle.remember_turn(text, metadata=metadata)
         elif memory_type == "procedural":
             written = handle.write(
                 text,

@@ -98,6 +98,14 @@ class ConsolidationRuns:
             raise NotFound(run_id, "consolidation run")
         return run
 
+    def drop_user(self, user_id: str) -> list[ConsolidationRun]:
+        """Forget the user's runs (an erased user's); those still queued or running, to wait for."""
+        with self._lock:
+            mine = [run for run in self._runs.values() if run.user_id == user_id]
+            for run in mine:
+                del self._runs[run.run_id]
+        return [run for run in mine if run.ended_monotonic is None]
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 

@@ -204,10 +204,12 @@ def build_mcp_server(
     ) -> dict[str, Any]:
         mem = memory(ctx)
         threshold = engram.settings.min_confidence if min_confidence is None else min_confidence
+        counts_use = may_write is None or may_write(ctx)  # a read-only key's recall records no use
         hits: list[Hit] = _call(
             lambda: mem.recall(
                 query,
                 k=k,
+                record_use=None if counts_use else False,
                 memory_types=memory_types,
                 include_catalog=include_catalog,
                 include_superseded=include_superseded,

@@ -66,6 +66,13 @@ class SessionTails:
             for key in [k for k, t in self._turns.items() if k[0] == user_id and t.id == memory_id]:
                 del self._turns[key]
 
+    def drop_user(self, user_id: str) -> None:
+        """Forget every turn of an erased user: a new key for the same id must not be answered with
+        the erased text as its first turn's context."""
+        with self._lock:
+            for key in [k for k in self._turns if k[0] == user_id]:
+                del self._turns[key]
+
 
 def close_all(resources: Sequence[object]) -> None:
     """Close what has a close() (HTTP clients, thread pools); local ONNX sessions need none."""

@@ -55,9 +55,12 @@ class _Job:
     error: EngramError | None = None
     finished_at: float | None = None
     ended: threading.Event = field(default_factory=threading.Event)
+    stopped: bool = False  # its user is being erased: the next chunk's progress stops it
 
     def progress(self, done: int, total: int) -> None:
         self.done, self.total = done, total
+        if self.stopped:
+            raise Conflict("the user's data was deleted while this import ran: it stopped")
 
 
 class ImportJobs:
@@ -83,6 +86,16 @@ class ImportJobs:
         if job is None:
             raise NotFound(key, "import job")
         return self._answer(job, wait)
+
+    def stop_user(self, tenant: str) -> list[threading.Event]:
+        """Stop the tenant's imports at their next chunk and forget their reports (an erased user's
+        record keys and ids); the events of those still running, to wait on."""
+        with self._lock:
+            mine = {at: job for at, job in self._jobs.items() if at[0] == tenant}
+            for at, job in mine.items():
+                job.stopped = True
+                del self._jobs[at]
+        return [job.ended for job in mine.values() if not job.ended.is_set()]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

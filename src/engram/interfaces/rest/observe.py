@@ -28,6 +28,8 @@ from engram.observability.request_log import REQUEST_ID_HEADER, log_request, req
 
 CLIENT_LEFT = 499  # the status counted for a request whose client went away before any response
 UNMATCHED = "unmatched"  # the route label of a path no route matched (a 404): never the path itself
+# The method labels; any other token is "OTHER" (the HTTP server takes any: a caller's own would be a series)
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"})
 
 
 def mount_metrics(app: FastAPI, engram: Engram) -> HttpMetrics:
@@ -101,7 +103,9 @@ class Observe:
         sent = dict(scope.get("headers", [])).get(REQUEST_ID_HEADER.lower().encode())
         rid = request_id(sent.decode("latin-1") if sent is not None else None)
         scope.setdefault("state", {})["request_id"] = rid  # request.state.request_id (the 500 handler)
-        method = scope["method"]
+        # Any token is a method to the HTTP server: others are one label, not a series each of a
+        # caller's choosing (unbounded memory and scrape size).
+        method = scope["method"] if scope["method"] in HTTP_METHODS else "OTHER"
         # What the routes match against: the router adds to ``scope`` as it routes (a mount's root path).
         request = {
             "type": "http",

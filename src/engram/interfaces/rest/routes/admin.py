@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Annotated, Any
@@ -16,7 +17,15 @@ from engram.data_rights import erase_user
 from engram.errors import Conflict
 from engram.import_records import CatalogRecord
 from engram.importer import import_document
-from engram.interfaces.rest.deps import AdminDep, EngramDep, KeysDep, PrincipalDep, get_admin, import_jobs
+from engram.interfaces.rest.deps import (
+    AdminDep,
+    EngramDep,
+    KeysDep,
+    PrincipalDep,
+    consolidation_runs,
+    get_admin,
+    import_jobs,
+)
 from engram.interfaces.rest.schemas import (
     IMPORT_RESPONSES,
     IMPORT_STATUS_RESPONSES,
@@ -101,7 +110,21 @@ def delete_user_data(
         raise Conflict(
             "confirm must repeat the user id of the path (?confirm=<user_id>); nothing was deleted"
         )
-    deleted = erase_user(engram.store, user_id, by=f"admin key {principal.key_id}")
+    by = f"admin key {principal.key_id}"
+    deleted = erase_user(engram.store, user_id, by=by)  # their keys first: no new request gets in
+    # Work already running for them would write after that delete: imports stop at their next chunk,
+    # consolidation runs end; then what they wrote meanwhile goes too.
+    imports = import_jobs(request).stop_user(user_id)
+    runs = consolidation_runs(request).drop_user(user_id)
+    if imports or runs:
+        deadline = time.monotonic() + engram.settings.erase_wait_s
+        for ended in imports:
+            ended.wait(max(0.0, deadline - time.monotonic()))
+        while any(run.ended_monotonic is None for run in runs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for kind, n in erase_user(engram.store, user_id, by=by).items():
+            deleted[kind] = deleted.get(kind, 0) + n
+    engram.session_tails.drop_user(user_id)  # no later turn of a reused id quotes theirs
     request.app.state.activity.drop_user(user_id)  # the inspector's log of their recent turns
     return UserDeleted(user_id=user_id, deleted=deleted)
 

@@ -88,10 +88,11 @@ def write(body: MemoryCreate, mem: WriterMemoryDep) -> SemanticMemory | Procedur
         }
     },
 )
-def recall(body: RecallRequest, mem: UserMemoryDep) -> JSONResponse:
+def recall(body: RecallRequest, mem: UserMemoryDep, principal: PrincipalDep) -> JSONResponse:
     """Search all memory types and the catalog. Each hit carries its event time, a calibrated
     confidence and (``view="full"``) its score breakdown in ``explain``. Under load the server may
-    skip the cross-encoder: ``shed`` is then true, and the ``Engram-Recall-Shed`` header says so."""
+    skip the cross-encoder: ``shed`` is then true, and the ``Engram-Recall-Shed`` header says so. A
+    read-only key's recall records no use (use counts rank: counting them is a write)."""
     hits = mem.recall(
         body.query,
         k=body.k,
@@ -99,7 +100,7 @@ def recall(body: RecallRequest, mem: UserMemoryDep) -> JSONResponse:
         include_catalog=body.include_catalog,
         include_superseded=body.include_superseded,
         as_of=body.as_of,
-        record_use=body.record_use,
+        record_use=body.record_use if principal.may_write else False,
         min_confidence=body.min_confidence,
         session_id=body.session_id,
         time_from=body.time_from,
