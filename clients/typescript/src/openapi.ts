@@ -81,7 +81,8 @@ export interface paths {
          * Recall
          * @description Search all memory types and the catalog. Each hit carries its event time, a calibrated
          *     confidence and (``view="full"``) its score breakdown in ``explain``. Under load the server may
-         *     skip the cross-encoder: ``shed`` is then true, and the ``Engram-Recall-Shed`` header says so.
+         *     skip the cross-encoder: ``shed`` is then true, and the ``Engram-Recall-Shed`` header says so. A
+         *     read-only key's recall records no use (use counts rank: counting them is a write).
          */
         post: operations["recall_v1_recall_post"];
         delete?: never;
