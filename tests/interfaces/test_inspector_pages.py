@@ -102,7 +102,8 @@ def test_scores_read_plainly_and_hits_link_to_their_memory(service):
     assert len(hits) >= 4
     for memory_id, html in hits:
         assert f'href="/inspector/memory/{memory_id}"' in html
-        assert not re.search(r"\d[eE]-?\d", html)  # no scientific notation
+        # no scientific notation (a number on its own, not a run of letters and digits in an id)
+        assert not re.search(r"(?<![\w.])\d+(\.\d+)?[eE][-+]?\d+(?!\w)", html)
         assert not re.search(r"× \w+ 1<", html)  # a multiplier of 1 is not shown
         confidence = float(re.search(r"conf (\d\.\d\d)<", html).group(1))
         assert 0 <= confidence <= 1
