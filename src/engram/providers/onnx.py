@@ -8,6 +8,7 @@ instead of silently producing different vectors.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import queue
@@ -104,20 +105,27 @@ def verify_files(model_dir: Path, sha256: dict[str, str], name: str) -> None:
 
 
 def _load(model_dir: Path, threads: int) -> tuple[Tokenizer, Any]:  # Any: onnxruntime has no types
-    import onnxruntime as ort
-
     for filename in ("model.onnx", "tokenizer.json"):
         if not (model_dir / filename).is_file():
             raise ModelError(f"model directory {model_dir} has no {filename}")
-    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))  # its own: callers configure it
     tokenizer.no_padding()
+    model = model_dir / "model.onnx"
+    found = model.stat()
+    return tokenizer, _session(str(model), threads, (found.st_ino, found.st_size, found.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=16)
+def _session(path: str, threads: int, file_stamp: tuple[int, int, int]) -> Any:
+    """One onnxruntime session per model file (as it is on disk) and thread count in a process: a session
+    is read-only and safe to run from several threads at once, and building one takes ~0.5-1 s, which
+    every Engram.open paid again (each in-process CLI command loaded all three models anew)."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    session = ort.InferenceSession(
-        str(model_dir / "model.onnx"), sess_options=options, providers=["CPUExecutionProvider"]
-    )
-    return tokenizer, session
+    return ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
 
 
 def runs_at_once(threads: int) -> int:
