@@ -57,9 +57,9 @@ def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import psycopg
 
     server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
-    # A throwaway server: no flush to disk per commit or per CREATE DATABASE (~0.3 s a test's database
-    # on this machine). Only a crash of the machine itself loses data with these off; the tests kill
-    # Engram's processes, never PostgreSQL, so every test sees the same server behaviour.
+    # A throwaway server: no flush to disk per commit, CREATE DATABASE or DROP (each PostgreSQL test
+    # makes and drops a database). Only a crash of the machine itself loses data with these off; the
+    # tests kill Engram's processes, never PostgreSQL, so every test sees the same server behaviour.
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         for setting in ("fsync", "synchronous_commit", "full_page_writes"):
             conn.execute(f"ALTER SYSTEM SET {setting} = off")
@@ -68,52 +68,19 @@ def pg_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.cleanup()
 
 
-def _fresh_database(server_url: str, template: str = "template1") -> Iterator[tuple[str, str]]:
-    """A new database cloned from ``template``: (admin URL, runtime URL as the non-owner engram_app
-    role); dropped afterwards."""
+@pytest.fixture
+def pg_urls(pg_server_url: str) -> Iterator[tuple[str, str]]:
+    """A fresh database: (admin URL, runtime URL as the non-owner engram_app role)."""
     import psycopg
     from psycopg.conninfo import make_conninfo
 
     name = f"engram_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    admin = make_conninfo(server_url, dbname=name)
-    yield admin, make_conninfo(admin, user="engram_app", password="")
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
-def pg_urls(pg_server_url: str) -> Iterator[tuple[str, str]]:
-    """A fresh, empty database: (admin URL, runtime URL as the non-owner engram_app role)."""
-    yield from _fresh_database(pg_server_url)
-
-
-@pytest.fixture(scope="session")
-def pg_schema_template(pg_server_url: str) -> Iterator[str]:
-    """A database Engram's migrations ran on once (``PostgresStore`` with its admin URL, as a first
-    open does) and nothing else: the template of ``store``'s PostgreSQL databases. Cloning it gives
-    the same schema, roles and grants a first open makes, in a fraction of the migrations' time
-    (~0.5 s a test); the migrations themselves run on empty databases in tests/storage/test_postgres.py."""
-    import psycopg
-    from psycopg.conninfo import make_conninfo
-
-    from engram.storage.postgres import PostgresStore
-
-    name = f"engram_schema_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     admin = make_conninfo(pg_server_url, dbname=name)
-    PostgresStore(make_conninfo(admin, user="engram_app", password=""), admin_url=admin).close()
-    yield name
+    yield admin, make_conninfo(admin, user="engram_app", password="")
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-
-
-@pytest.fixture
-def pg_store_urls(pg_server_url: str, pg_schema_template: str) -> Iterator[tuple[str, str]]:
-    """A fresh database with Engram's current schema and no rows: ``pg_urls`` after a first open."""
-    yield from _fresh_database(pg_server_url, pg_schema_template)
 
 
 @pytest.fixture(scope="session")
@@ -165,7 +132,7 @@ def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
         return OpenSearchStore(f"opensearchs://{node.address}", OpenSearchOptions(**options))  # type: ignore[arg-type]
     from engram.storage.postgres import PostgresStore
 
-    admin, runtime = request.getfixturevalue("pg_store_urls")
+    admin, runtime = request.getfixturevalue("pg_urls")
     return PostgresStore(runtime, admin_url=admin)
 
 
