@@ -104,22 +104,26 @@ def verify_files(model_dir: Path, sha256: dict[str, str], name: str) -> None:
             )
 
 
-def _load(model_dir: Path, threads: int) -> tuple[Tokenizer, Any]:  # Any: onnxruntime has no types
+def _load(model_dir: Path, threads: int, copy: int = 0) -> tuple[Tokenizer, Any]:
+    """A new tokenizer (callers configure it) and the model's session ``copy``, built once per process
+    (Any: onnxruntime has no types)."""
     for filename in ("model.onnx", "tokenizer.json"):
         if not (model_dir / filename).is_file():
             raise ModelError(f"model directory {model_dir} has no {filename}")
-    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))  # its own: callers configure it
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     tokenizer.no_padding()
     model = model_dir / "model.onnx"
     found = model.stat()
-    return tokenizer, _session(str(model), threads, (found.st_ino, found.st_size, found.st_mtime_ns))
+    stamp = (found.st_ino, found.st_size, found.st_mtime_ns)
+    return tokenizer, _session(str(model), threads, stamp, copy)
 
 
 @functools.lru_cache(maxsize=16)
-def _session(path: str, threads: int, file_stamp: tuple[int, int, int]) -> Any:
-    """One onnxruntime session per model file (as it is on disk) and thread count in a process: a session
-    is read-only and safe to run from several threads at once, and building one takes ~0.5-1 s, which
-    every Engram.open paid again (each in-process CLI command loaded all three models anew)."""
+def _session(path: str, threads: int, file_stamp: tuple[int, int, int], copy: int) -> Any:
+    """One onnxruntime session per model file (as it is on disk), thread count and ``copy`` (the
+    cross-encoder runs a session per worker) in a process: a session is read-only and safe to run from
+    several threads at once, and building one takes ~0.5-1 s, which every Engram.open paid again (each
+    in-process CLI command of the tests loaded all three models anew)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -241,8 +245,8 @@ class OnnxCrossEncoder:
         self._name = name
         self._sessions: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._sessions.put(first)
-        for _ in range(workers - 1):
-            self._sessions.put(_load(model_dir, threads=1)[1])
+        for copy in range(1, workers):  # a session of its own per worker
+            self._sessions.put(_load(model_dir, threads=1, copy=copy)[1])
         # Its threads only ever rerank, so they may run at a lower CPU priority (``nice``, see
         # engram.threads) for good.
         self._pool = ThreadPoolExecutor(
