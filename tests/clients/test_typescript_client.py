@@ -55,7 +55,8 @@ def test_the_typescript_client_against_a_live_server(tmp_path: Path) -> None:
         npm("run", "build")
 
     # The package's install, lint and build (node) run while the keys are made and the server starts
-    # (Python processes): neither needs the other, and each alone keeps about one core busy.
+    # (Python processes): neither needs the other, and on a fresh clone `npm ci` mostly waits on the
+    # registry and the disk (~40 s of this test's ~65 s there), time the Python side can use.
     with ThreadPoolExecutor(1) as pool:
         building = pool.submit(built)
         env = dict(os.environ, ENGRAM_HOME=str(tmp_path), ENGRAM_ADMIN_KEY=ADMIN_KEY)
