@@ -134,3 +134,11 @@ def test_migrating_to_4_keeps_every_vector_and_drops_it_from_the_stored_source(
             found_by_own_vector(store, row.user_id, [row], [vector])
     finally:
         store.close()
+    # the next version's migration copies from version 4 the same way: the vectors come along
+    ok(node.request("PUT", f"/{prefix}next", index_body("memories", 384, 1, 0)))
+    copy = {"source": {"index": new}, "dest": {"index": f"{prefix}next"}}
+    assert ok(node.request("POST", "/_reindex?refresh=true", copy))["failures"] == []
+    knn = {"knn": {"embedding": {"vector": [float(x) for x in vectors[1]], "k": 1}}}
+    hits = ok(node.request("POST", f"/{prefix}next/_search", {"size": 1, "query": knn}))["hits"]["hits"]
+    assert [h["_id"] for h in hits] == [rows[1].id]
+    assert hits[0]["_source"]["embedding"] == pytest.approx(list(vectors[1]), abs=1e-6)
