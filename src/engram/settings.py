@@ -67,8 +67,8 @@ DEFAULT_OUTDATED_FACTOR = 0.5
 # A successor must match the query by late interaction's raw MaxSim at least as well as what it replaces,
 # less this: a live fact replaces the turn it supersedes for the question about it, not for every one.
 DEFAULT_REPLACE_MARGIN = 0.05
-# When the query expects a change ("... now?", "still ...?"), a change-announcing newer turn this near
-# the top replaces the leading turn within that margin (engram.retrieval.currency; 10 cost "unchanged").
+# A change-announcing newer turn this near the top replaces the leading turn within that margin
+# (engram.retrieval.currency; 10 places cost the "unchanged" questions of bench/updates.py).
 DEFAULT_CHANGE_PLACES = 5
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
 # fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).

@@ -21,8 +21,9 @@
    load"``.
 7. Current truth first (``currency.put_current_first``): for a question about the present, a newer
    memory that replaces a candidate (a live fact superseding what an episode supports, a newer turn
-   announcing a change) ranks above it; the replaced one is multiplied by ``outdated`` and its explain
-   names ``outdated_by``.
+   announcing a change) ranks above it; the replaced one's explain names ``outdated_by``, and it is
+   multiplied by ``outdated`` unless a change-announcing turn replaced it for a query that does not
+   expect a change (then the two only swap places).
 8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
    successor's is at least that of what it replaced.
 """
@@ -181,7 +182,8 @@ def recall(
                 now,
                 margin=config.replace_margin,
                 outdated=config.outdated_factor,
-                places=config.change_places if expects_change(query) else 0,
+                places=config.change_places,
+                change_expected=expects_change(query),
             )
 
     confidences = {
