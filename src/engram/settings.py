@@ -72,10 +72,12 @@ DEFAULT_REPLACE_MARGIN = 0.05
 DEFAULT_CHANGE_PLACES = 5
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
 # fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).
-DEFAULT_CONFIDENCE_RERANK = (0.217, -0.681)  # (a, c): σ(a·logit(cross-encoder p) + c)
-DEFAULT_CONFIDENCE_LATE = (18.458, -16.456)  # (a, c): σ(a·MaxSim + c) when the cross-encoder did not run
+# Coverage: the hit's match for the query's least-matched content word (late_interaction.query_coverage).
+DEFAULT_CONFIDENCE_RERANK = (0.182, 2.737, -2.470)  # (a, b, c): σ(a·logit(cross-encoder p) + b·coverage + c)
+DEFAULT_CONFIDENCE_LATE = (13.096, 3.912, -14.498)  # (a, b, c): σ(a·MaxSim + b·coverage + c), no reranker
 DEFAULT_CONFIDENCE_DENSE = (10.570, -8.322)  # (a, c): σ(a·cosine + c) without late interaction
-DEFAULT_CONFIDENCE_LEADER = (3.420, -2.797)  # (a, c): σ(a·MaxSim + c), a leader no other raw turn came near
+DEFAULT_CONFIDENCE_LEADER = (3.059, 3.352, -4.573)  # (a, b, c): as late, a leader no other raw turn came near
+DEFAULT_CONFIDENCE_COVERAGE_MEAN = 0.562  # the fitted hits' mean coverage: stands in when it is missing
 # The agent's and the MCP tool's default min_confidence: hits below it are not shown to a model.
 DEFAULT_MIN_CONFIDENCE = 0.1
 # A local model on CPUs answers one tool round in tens of seconds; a person waits for a reply about this long.
@@ -222,18 +224,21 @@ class EngramSettings(BaseSettings):
     replace_margin: float = Field(default=DEFAULT_REPLACE_MARGIN, ge=0, le=1)
     change_places: int = Field(default=DEFAULT_CHANGE_PLACES, ge=0, le=1000)
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
-    confidence_rerank: tuple[FiniteFloat, FiniteFloat] = Field(
-        default=DEFAULT_CONFIDENCE_RERANK, description="calibration of a reranked hit's confidence: a, c"
+    confidence_rerank: tuple[FiniteFloat, FiniteFloat, FiniteFloat] = Field(
+        default=DEFAULT_CONFIDENCE_RERANK, description="calibration of a reranked hit's confidence: a, b, c"
     )
-    confidence_late: tuple[FiniteFloat, FiniteFloat] = Field(
-        default=DEFAULT_CONFIDENCE_LATE, description="calibration without the cross-encoder: a, c"
+    confidence_late: tuple[FiniteFloat, FiniteFloat, FiniteFloat] = Field(
+        default=DEFAULT_CONFIDENCE_LATE, description="calibration without the cross-encoder: a, b, c"
     )
     confidence_dense: tuple[FiniteFloat, FiniteFloat] = Field(
         default=DEFAULT_CONFIDENCE_DENSE, description="calibration without late interaction: a, c"
     )
-    confidence_leader: tuple[FiniteFloat, FiniteFloat] = Field(
+    confidence_leader: tuple[FiniteFloat, FiniteFloat, FiniteFloat] = Field(
         default=DEFAULT_CONFIDENCE_LEADER,
-        description="calibration of an uncontested leader (the cross-encoder had nothing to decide): a, c",
+        description="calibration of an uncontested leader (the cross-encoder had nothing to decide): a, b, c",
+    )
+    confidence_coverage_mean: float = Field(
+        default=DEFAULT_CONFIDENCE_COVERAGE_MEAN, ge=-1, le=1, description="coverage assumed when missing"
     )
     min_confidence: float = Field(
         default=DEFAULT_MIN_CONFIDENCE,

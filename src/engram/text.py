@@ -17,6 +17,9 @@ STOPWORDS = frozenset(
     up very was we were what when where which while who whom why will with would you your yours
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
+# Words that frame a question rather than say what it is about ("what's my brother's name?" is about a
+# brother): left out when recall checks that a hit covers what the query asks (query_coverage).
+QUESTION_WORDS = frozenset("whats name named called tell remind know use using got".split())  # noqa: SIM905
 _WORD = re.compile(r"\w+(?:[.\-']\w+)*")  # keeps v15.3, E-214, don't together as one query term
 MAX_QUERY_TERMS = 32
 # C0 and C1 control characters but newline and tab: terminal escapes start with ESC (or CSI, U+009B).
@@ -90,3 +93,17 @@ def name_words(name: str) -> frozenset[str]:
     ``"Caroline"`` -> {"caroline"}."""
     words = [w.strip(".") for part in _words(name) for w in part.split("-")]
     return frozenset(w for w in words if len(w) > 1 and w not in STOPWORDS and w not in NAME_TITLES)
+
+
+def is_content_word(word: str, ignore: frozenset[str] = frozenset()) -> bool:
+    """Whether a query word says what the query is about: not a stopword, a question word
+    (``QUESTION_WORDS``), a single character, punctuation, or one of ``ignore`` (casefolded: the
+    user's own name, which people rarely say of themselves). ``"brother's"`` -> True; ``"what"`` -> False."""
+    folded = _POSSESSIVE.sub("", unicodedata.normalize("NFC", word).casefold())
+    return (
+        len(folded) > 1
+        and any(ch.isalnum() for ch in folded)
+        and folded not in STOPWORDS
+        and folded not in QUESTION_WORDS
+        and folded not in ignore
+    )

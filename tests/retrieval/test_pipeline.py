@@ -30,6 +30,9 @@ class BrokenTokenEncoder:
     def encode_query(self, text):
         raise RuntimeError("onnxruntime exploded")
 
+    def content_positions(self, text, ignore=frozenset()):
+        return []
+
 
 def test_every_hit_explains_its_score(eng):
     mem = eng.for_user("sarah")

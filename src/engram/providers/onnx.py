@@ -24,6 +24,7 @@ from tokenizers import Encoding, Tokenizer
 
 from engram.errors import ModelError
 from engram.providers.base import Vectors
+from engram.text import is_content_word
 from engram.threads import available_cores, lower_priority
 
 # bge models were trained with this instruction on queries (not on passages).
@@ -343,3 +344,23 @@ class OnnxTokenEncoder:
 
     def encode_query(self, text: str) -> Vectors:
         return self._encode(text, self._query_marker, self._max_query_tokens, self._query_runs)
+
+    def content_positions(self, text: str, ignore: frozenset[str] = frozenset()) -> list[int]:
+        """Rows of ``encode_query(text)`` (``[CLS]``, the marker, then the text's tokens) whose word is a
+        content word; word pieces share their word's verdict."""
+        encoding = self._tokenizer.encode(text)
+        last = min(len(encoding.ids), self._max_query_tokens - 1) - 1  # the rows _encode keeps, less [SEP]
+        return [
+            j + 1
+            for j in range(1, last)
+            if (offsets := encoding.offsets[j])
+            and (word := encoding.word_ids[j]) is not None
+            and is_content_word(_word_at(text, encoding.offsets, encoding.word_ids, word), ignore)
+            and offsets[1] > offsets[0]
+        ]
+
+
+def _word_at(text: str, offsets: Sequence[tuple[int, int]], word_ids: Sequence[int | None], word: int) -> str:
+    """The text of word ``word`` of an encoding: from its first piece's start to its last piece's end."""
+    spans = [offsets[i] for i, w in enumerate(word_ids) if w == word]
+    return text[spans[0][0] : spans[-1][1]]

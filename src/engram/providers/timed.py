@@ -64,6 +64,9 @@ class TimedTokenEncoder:
         with self._telemetry.model("token_encoder", "query"):
             return self.inner.encode_query(text)
 
+    def content_positions(self, text: str, ignore: frozenset[str] = frozenset()) -> list[int]:
+        return self.inner.content_positions(text, ignore)
+
 
 def timed_embedder(model: Embedder, telemetry: Telemetry) -> TimedEmbedder:
     """``model`` timed into ``telemetry`` (unwrapped first: another engine's timed model is timed once)."""

@@ -36,6 +36,8 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, TypeVar
 
+import numpy as np
+
 from engram.errors import public_failure
 from engram.models import EpisodicMemory, Hit, MemoryType, event_time, search_text_of
 from engram.observability import Telemetry
@@ -48,11 +50,11 @@ from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.contenders import contenders, is_echo
 from engram.retrieval.currency import asks_about_past, expects_change, put_current_first
 from engram.retrieval.fusion import rrf
-from engram.retrieval.late_interaction import Matrix, late_score, pack_all, token_maxima
+from engram.retrieval.late_interaction import Matrix, late_score, pack_all, query_coverage, token_maxima
 from engram.retrieval.scoring import multipliers, named_speakers
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
-from engram.text import query_words
+from engram.text import name_words, query_words
 from engram.threads import lower_priority
 
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
@@ -137,7 +139,9 @@ def recall(
     if query_tokens is not None and token_encoder is not None and candidates:
         head = candidates[: config.late_window]
         with stage("late_interaction"):
-            late_error = apply_late_interaction(store, token_encoder, tenant, query_tokens, head, prefetched)
+            late_error = apply_late_interaction(
+                store, token_encoder, tenant, query_tokens, head, prefetched, query
+            )
         if late_error is None:
             head.sort(key=lambda c: -c.final)
             candidates[: len(head)] = head
@@ -187,7 +191,9 @@ def recall(
             )
 
     confidences = {
-        c.memory.id: confidence(config.calibration, c.rerank, c.late_raw, c.dense_score, c is uncontested)
+        c.memory.id: confidence(
+            config.calibration, c.rerank, c.late_raw, c.dense_score, c is uncontested, c.coverage
+        )
         for c in candidates
     }
     for _ in outdated_by:  # a successor answers what its predecessor answered, down a chain too
@@ -222,8 +228,11 @@ def apply_late_interaction(
     query: Future[Matrix],
     head: list[Candidate],
     prefetched: dict[str, bytes] | None = None,
+    query_text: str = "",
 ) -> str | None:
-    """Set each head candidate's late-interaction score; return an error text instead of raising.
+    """Set each head candidate's late-interaction score, and its coverage of the content words of
+    ``query_text`` (``query_coverage``, with the turn it replied to; the user's own name is not one);
+    return an error text instead of raising.
 
     Token vectors come from the store (or ``prefetched`` with the candidates), with those of the turns
     the candidates replied to (their context); a row stored without them (written before this stage
@@ -252,17 +261,20 @@ def apply_late_interaction(
             # scored now, not stored: the int8 format, the closer one
             blobs.update(zip([m.id for m in missing], pack_all(encoded), strict=True))
         order = list(blobs)
+        content = encoder.content_positions(query_text, name_words(tenant) if tenant else frozenset())
         maxima = dict(
             zip(order, token_maxima(query.result(), [blobs[i] for i in order], encoder.dim), strict=True)
         )
-        scores = []
+        scores, coverages = [], []
         for c in head:
-            context_id = context_of.get(c.memory.id)
-            scores.append(late_score(maxima[c.memory.id], maxima.get(context_id) if context_id else None))
+            own = maxima[c.memory.id]
+            context = maxima.get(context_id) if (context_id := context_of.get(c.memory.id)) else None
+            scores.append(late_score(own, context))
+            coverages.append(query_coverage(own if context is None else np.maximum(own, context), content))
     except Exception as exc:  # recall must never fail because of an optional stage
         return public_failure(exc, "late interaction")  # logged there; no driver text in explain
-    for candidate, raw, score in zip(head, scores, normalised(scores), strict=True):
-        candidate.late, candidate.late_raw = score, raw
+    for candidate, raw, score, covered in zip(head, scores, normalised(scores), coverages, strict=True):
+        candidate.late, candidate.late_raw, candidate.coverage = score, raw, covered
     return None
 
 
