@@ -22,7 +22,7 @@ def test_a_batched_encoding_gives_each_text_the_vectors_it_gets_alone():
     # activation range); the per-text graph must give what the text gets alone (cosine >= 0.9999).
     encoder = OnnxTokenEncoder(PACKAGED_COLBERT.verified_dir(), name="colbert", threads=1, batch_size=3)
     batched = encoder.encode_documents(TEXTS)
-    assert encoder._batch_graph() is not None  # the per-text graph ran, not the one-at-a-time path
+    assert encoder._per_text_session() is not None  # the per-text graph ran, not the one-at-a-time path
     for text, together in zip(TEXTS, batched, strict=True):
         (alone,) = encoder.encode_documents([text])
         assert together.shape == alone.shape and together.dtype == np.float32
