@@ -360,6 +360,11 @@ class OnnxTokenEncoder:
                     self._batch_session = _session(graph, self._threads)
             return self._batch_session or None
 
+    def prepare_batches(self) -> None:
+        """Make the per-text graph now rather than at the first batch (0.5-2.5 s of CPU): a service
+        does it at start, so the first import's requests are not slowed by it."""
+        self._per_text_session()
+
     def encode_documents(self, texts: Sequence[str]) -> list[Vectors]:
         session = self._per_text_session() if len(texts) > 1 else None
         if session is None:

@@ -35,8 +35,6 @@ def per_text_quantisation(model_bytes: bytes) -> bytes:
     quantizers = [n for n in graph.node if n.op_type == "DynamicQuantizeLinear"]
     if not quantizers:
         return model_bytes
-    model = onnx.shape_inference.infer_shapes(model)
-    graph = model.graph
     ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in graph.value_info}
     # The scales and zero points, scalars now, become one per text; every other shape stays, and is
     # kept: without them onnxruntime fuses the graph differently, and the vectors move (cosine 0.95).

@@ -64,6 +64,12 @@ class TimedTokenEncoder:
         with self._telemetry.model("token_encoder", "query"):
             return self.inner.encode_query(text)
 
+    def prepare_batches(self) -> None:
+        """The inner encoder's, where it has one (OnnxTokenEncoder.prepare_batches)."""
+        prepare = getattr(self.inner, "prepare_batches", None)
+        if prepare is not None:
+            prepare()
+
 
 def timed_embedder(model: Embedder, telemetry: Telemetry) -> TimedEmbedder:
     """``model`` timed into ``telemetry`` (unwrapped first: another engine's timed model is timed once)."""
