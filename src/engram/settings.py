@@ -87,6 +87,8 @@ DEFAULT_SUPERSEDE_PENALTY = 0.1  # a harshly contradicted user was wrong once: t
 DEFAULT_MAX_TEXT_CHARS = 16_000  # a turn or fact longer than this is a document, not a memory
 DEFAULT_MAX_METADATA_CHARS = 16_000  # a row's metadata, as JSON: notes about a memory, not a second one
 DEFAULT_EMBED_BATCH = 32  # batch size for the embedder; larger did not help on 2 cores
+# texts per token-encoder run in a bulk write (import, transfer, reindex); 64 and 128 were no faster
+DEFAULT_TOKEN_BATCH = 32
 # onnxruntime threads per model (and cross-encoder sessions): 1 beat 2 on 2 cores at every load, as the
 # pipeline already runs its stages side by side (bench/load.py: 1 client recall p50 65 -> 60 ms,
 # 32 clients 68 -> 108 requests/s; docs/benchmarks.md)
@@ -256,6 +258,7 @@ class EngramSettings(BaseSettings):
         default=DEFAULT_MAX_METADATA_CHARS, ge=2, description="a row's metadata, counted as compact JSON"
     )
     embed_batch: int = Field(default=DEFAULT_EMBED_BATCH, ge=1)
+    token_batch: int = Field(default=DEFAULT_TOKEN_BATCH, ge=1)
     model_threads: int = Field(default=DEFAULT_MODEL_THREADS, ge=1)
     use_wait_ms: int = Field(default=DEFAULT_USE_WAIT_MS, ge=0)
     import_chunk: int = Field(default=DEFAULT_IMPORT_CHUNK, ge=1)

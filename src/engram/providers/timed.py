@@ -67,6 +67,12 @@ class TimedTokenEncoder:
     def content_positions(self, text: str, ignore: frozenset[str] = frozenset()) -> list[int]:
         return self.inner.content_positions(text, ignore)
 
+    def prepare_batches(self) -> None:
+        """The inner encoder's, where it has one (OnnxTokenEncoder.prepare_batches)."""
+        prepare = getattr(self.inner, "prepare_batches", None)
+        if prepare is not None:
+            prepare()
+
 
 def timed_embedder(model: Embedder, telemetry: Telemetry) -> TimedEmbedder:
     """``model`` timed into ``telemetry`` (unwrapped first: another engine's timed model is timed once)."""
