@@ -18,8 +18,9 @@ STOPWORDS = frozenset(
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
 # Words that frame a question rather than say what it is about ("what's my brother's name?" is about a
-# brother): left out when recall checks that a hit covers what the query asks (query_coverage).
-QUESTION_WORDS = frozenset("whats name named called tell remind know use using got".split())  # noqa: SIM905
+# brother; an agent's "the user's phone model" about a phone): left out when recall checks that a hit
+# covers what the query asks (query_coverage).
+QUESTION_WORDS = frozenset("whats name named called tell remind know use using got user users".split())  # noqa: SIM905
 _WORD = re.compile(r"\w+(?:[.\-']\w+)*")  # keeps v15.3, E-214, don't together as one query term
 MAX_QUERY_TERMS = 32
 # C0 and C1 control characters but newline and tab: terminal escapes start with ESC (or CSI, U+009B).
