@@ -476,3 +476,30 @@ def test_recall_helpers_run_at_the_configured_cpu_priority():
     worker.start()
     worker.join()
     assert seen == [15]  # it only ever goes up
+
+
+class PlainTokenEncoder:
+    """A token encoder written to the protocol before ``content_positions`` (a user's own model)."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.dim = inner, inner.name, inner.dim
+
+    def encode_documents(self, texts):
+        return self.inner.encode_documents(texts)
+
+    def encode_query(self, text):
+        return self.inner.encode_query(text)
+
+
+def test_an_encoder_without_content_positions_still_scores_late_interaction(make_engram, token_encoder):
+    # Calling the missing method failed the whole stage: every hit lost late interaction.
+    eng = make_engram()
+    eng.token_encoder = PlainTokenEncoder(token_encoder)
+    mem = eng.for_user("sarah")
+    mem.remember_turn("my sister's birthday is on the third of June")
+    mem.remember_turn("we live in Bristol btw")
+    hits = mem.recall("when is my sister's birthday?", k=2)
+    assert all(h.explain["late_interaction_raw"] is not None for h in hits)
+    assert all("late_interaction_error" not in h.explain for h in hits)
+    assert all(h.explain["query_coverage"] is None for h in hits)
+    assert 0 < hits[0].confidence < 1

@@ -221,6 +221,13 @@ def _untimed(name: str) -> AbstractContextManager[None]:
     return nullcontext()
 
 
+def _content_positions(encoder: TokenEncoder, text: str, ignore: frozenset[str]) -> list[int]:
+    """``encoder.content_positions``, or none for an encoder written before it existed (then confidence
+    takes the calibration's mean coverage): a missing method must not cost the whole stage."""
+    find = getattr(encoder, "content_positions", None)
+    return list(find(text, ignore)) if find is not None else []
+
+
 def apply_late_interaction(
     store: SearchStore,
     encoder: TokenEncoder,
@@ -261,7 +268,7 @@ def apply_late_interaction(
             # scored now, not stored: the int8 format, the closer one
             blobs.update(zip([m.id for m in missing], pack_all(encoded), strict=True))
         order = list(blobs)
-        content = encoder.content_positions(query_text, name_words(tenant) if tenant else frozenset())
+        content = _content_positions(encoder, query_text, name_words(tenant) if tenant else frozenset())
         maxima = dict(
             zip(order, token_maxima(query.result(), [blobs[i] for i in order], encoder.dim), strict=True)
         )
