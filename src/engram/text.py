@@ -54,6 +54,7 @@ LINE_LABELS = frozenset(
 # Titles say nothing about which person is meant: "Dr. Lee" and "Dr. Park" share only "dr".
 NAME_TITLES = frozenset("mr mrs ms miss mx dr prof sir madam".split())  # noqa: SIM905
 _POSSESSIVE = re.compile(r"['’]s$")
+_LETTERS = re.compile(r"[^\W\d_]+")  # a run of letters: "alice.smith_42" -> alice, smith
 
 
 def transcript_speaker(text: str) -> str | None:
@@ -93,6 +94,13 @@ def name_words(name: str) -> frozenset[str]:
     ``"Caroline"`` -> {"caroline"}."""
     words = [w.strip(".") for part in _words(name) for w in part.split("-")]
     return frozenset(w for w in words if len(w) > 1 and w not in STOPWORDS and w not in NAME_TITLES)
+
+
+def user_id_words(user_id: str) -> frozenset[str]:
+    """The words of a user id that can be the user's name: its runs of letters, an email's domain left
+    out (``name_words`` of them). ``"alice.smith@example.com"``, ``"alice_smith"`` -> {"alice",
+    "smith"}; ``"alice42"`` -> {"alice"}."""
+    return name_words(" ".join(_LETTERS.findall(user_id.split("@", 1)[0])))
 
 
 def is_content_word(word: str, ignore: frozenset[str] = frozenset()) -> bool:

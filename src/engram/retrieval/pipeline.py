@@ -54,7 +54,7 @@ from engram.retrieval.late_interaction import Matrix, late_score, pack_all, quer
 from engram.retrieval.scoring import multipliers, named_speakers
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
-from engram.text import name_words, query_words
+from engram.text import query_words, user_id_words
 from engram.threads import lower_priority
 
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
@@ -268,7 +268,7 @@ def apply_late_interaction(
             # scored now, not stored: the int8 format, the closer one
             blobs.update(zip([m.id for m in missing], pack_all(encoded), strict=True))
         order = list(blobs)
-        content = _content_positions(encoder, query_text, name_words(tenant) if tenant else frozenset())
+        content = _content_positions(encoder, query_text, user_id_words(tenant) if tenant else frozenset())
         maxima = dict(
             zip(order, token_maxima(query.result(), [blobs[i] for i in order], encoder.dim), strict=True)
         )
