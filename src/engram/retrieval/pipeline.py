@@ -263,8 +263,8 @@ def apply_late_interaction(
                 f"skipped: {len(missing)} candidates have no token vectors (written before late "
                 "interaction existed): run `engram reindex`"
             )
-        if missing:
-            encoded = encoder.encode_documents([search_text_of(m) for m in missing])
+        if missing:  # one at a time: the batch graph is for bulk writes; made here, a recall waited ~1 s
+            encoded = [v for m in missing for v in encoder.encode_documents([search_text_of(m)])]
             # scored now, not stored: the int8 format, the closer one
             blobs.update(zip([m.id for m in missing], pack_all(encoded), strict=True))
         order = list(blobs)
