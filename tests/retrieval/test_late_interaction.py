@@ -150,3 +150,18 @@ def test_the_packaged_encoder_finds_the_content_words_of_a_query():
         and not is_content_word("what")
         and not is_content_word("Aisha", frozenset({"aisha"}))
     )
+
+
+def test_a_contraction_is_judged_whole_not_by_the_tokenizers_pieces():
+    # The tokenizer splits "didn't" at the apostrophe: "didn" counted as a content word that no row
+    # says, and the hits of "what didn't I like ...?" fell below those of "what did I not like ...?".
+    encoder = OnnxTokenEncoder.packaged(threads=1)
+    for query, words in [
+        ("what didn't I like about the hotel?", ["like", "hotel"]),
+        ("why won’t the hub connect?", ["hub", "connect"]),
+        ("where we've moved to, and my sister's job", ["moved", "sister", "job"]),
+    ]:
+        pieces = encoder._tokenizer.encode(query).tokens
+        assert [pieces[r - 1] for r in encoder.content_positions(query)] == words, query
+    assert not is_content_word("didn't") and not is_content_word("CAN'T") and not is_content_word("we've")
+    assert is_content_word("sister’s") and is_content_word("hub")

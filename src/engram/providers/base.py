@@ -67,5 +67,6 @@ class TokenEncoder(Protocol):
 
     def content_positions(self, text: str, ignore: frozenset[str] = frozenset()) -> list[int]:
         """The rows of ``encode_query(text)`` that belong to the query's content words
-        (``engram.text.is_content_word``; ``ignore``: casefolded words to leave out)."""
+        (``engram.text.is_content_word``; ``ignore``: casefolded words to leave out). Optional at run
+        time: recall scores an encoder without it, and its hits' confidence takes the mean coverage."""
         ...

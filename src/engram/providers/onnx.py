@@ -24,7 +24,7 @@ from tokenizers import Encoding, Tokenizer
 
 from engram.errors import ModelError
 from engram.providers.base import Vectors
-from engram.text import is_content_word
+from engram.text import is_content_word, with_clitic
 from engram.threads import available_cores, lower_priority
 
 # bge models were trained with this instruction on queries (not on passages).
@@ -418,7 +418,8 @@ class OnnxTokenEncoder:
 def _word_at(text: str, offsets: Sequence[tuple[int, int]], word_ids: Sequence[int | None], word: int) -> str:
     """The text of word ``word`` of an encoding: from its first piece's start to its last piece's end."""
     spans = [offsets[i] for i, w in enumerate(word_ids) if w == word]
-    return text[spans[0][0] : spans[-1][1]]
+    start = spans[0][0] - (spans[0][0] > 0 and text[spans[0][0] - 1] in "'’")  # "ve" of "we've": "'ve"
+    return text[start : with_clitic(text, spans[-1][1])]  # "didn" with its "'t"
 
 
 def _normalised(hidden: npt.NDArray[np.float32]) -> Vectors:

@@ -1,7 +1,7 @@
 """Current truth first: when a newer memory replaces what an older one said, a question about the
 present gets the newer one first, and the older one is marked ``outdated_by`` it.
 
-Two kinds of evidence that one candidate replaces another (``successors``):
+Two kinds of evidence that one candidate replaces another (``recorded_successors``, ``announced_successor``):
 
 * **Supersession** (after consolidation or an agent's write): a live fact that supersedes, directly or
   down its chain, a fact that an episode supports replaces that episode ("we live in Bristol btw"

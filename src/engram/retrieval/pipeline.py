@@ -54,7 +54,7 @@ from engram.retrieval.late_interaction import Matrix, late_score, pack_all, quer
 from engram.retrieval.scoring import multipliers, named_speakers
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
-from engram.text import name_words, query_words
+from engram.text import query_words, user_id_words
 from engram.threads import lower_priority
 
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
@@ -221,6 +221,13 @@ def _untimed(name: str) -> AbstractContextManager[None]:
     return nullcontext()
 
 
+def _content_positions(encoder: TokenEncoder, text: str, ignore: frozenset[str]) -> list[int]:
+    """``encoder.content_positions``, or none for an encoder written before it existed (then confidence
+    takes the calibration's mean coverage): a missing method must not cost the whole stage."""
+    find = getattr(encoder, "content_positions", None)
+    return list(find(text, ignore)) if find is not None else []
+
+
 def apply_late_interaction(
     store: SearchStore,
     encoder: TokenEncoder,
@@ -256,12 +263,12 @@ def apply_late_interaction(
                 f"skipped: {len(missing)} candidates have no token vectors (written before late "
                 "interaction existed): run `engram reindex`"
             )
-        if missing:
-            encoded = encoder.encode_documents([search_text_of(m) for m in missing])
+        if missing:  # one at a time: the batch graph is for bulk writes; made here, a recall waited ~1 s
+            encoded = [v for m in missing for v in encoder.encode_documents([search_text_of(m)])]
             # scored now, not stored: the int8 format, the closer one
             blobs.update(zip([m.id for m in missing], pack_all(encoded), strict=True))
         order = list(blobs)
-        content = encoder.content_positions(query_text, name_words(tenant) if tenant else frozenset())
+        content = _content_positions(encoder, query_text, user_id_words(tenant) if tenant else frozenset())
         maxima = dict(
             zip(order, token_maxima(query.result(), [blobs[i] for i in order], encoder.dim), strict=True)
         )
