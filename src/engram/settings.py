@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -107,6 +107,11 @@ DEFAULT_OS_REFRESH: OsRefresh = "true"
 
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]  # a NaN coefficient would make every score NaN
+# (a, b, c); a calibration written before the coverage term, (a, c), reads as (a, 0, c): the same one.
+CoverageCalibration = Annotated[
+    tuple[FiniteFloat, FiniteFloat, FiniteFloat],
+    BeforeValidator(lambda v: (v[0], 0.0, v[1]) if isinstance(v, list | tuple) and len(v) == 2 else v),
+]
 
 
 def default_home() -> Path:
@@ -226,19 +231,12 @@ class EngramSettings(BaseSettings):
     replace_margin: float = Field(default=DEFAULT_REPLACE_MARGIN, ge=0, le=1)
     change_places: int = Field(default=DEFAULT_CHANGE_PLACES, ge=0, le=1000)
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
-    confidence_rerank: tuple[FiniteFloat, FiniteFloat, FiniteFloat] = Field(
-        default=DEFAULT_CONFIDENCE_RERANK, description="calibration of a reranked hit's confidence: a, b, c"
-    )
-    confidence_late: tuple[FiniteFloat, FiniteFloat, FiniteFloat] = Field(
-        default=DEFAULT_CONFIDENCE_LATE, description="calibration without the cross-encoder: a, b, c"
-    )
+    confidence_rerank: CoverageCalibration = Field(DEFAULT_CONFIDENCE_RERANK, description="reranked: a, b, c")
+    confidence_late: CoverageCalibration = Field(DEFAULT_CONFIDENCE_LATE, description="not reranked: a, b, c")
     confidence_dense: tuple[FiniteFloat, FiniteFloat] = Field(
         default=DEFAULT_CONFIDENCE_DENSE, description="calibration without late interaction: a, c"
     )
-    confidence_leader: tuple[FiniteFloat, FiniteFloat, FiniteFloat] = Field(
-        default=DEFAULT_CONFIDENCE_LEADER,
-        description="calibration of an uncontested leader (the cross-encoder had nothing to decide): a, b, c",
-    )
+    confidence_leader: CoverageCalibration = Field(DEFAULT_CONFIDENCE_LEADER, description="leader: a, b, c")
     confidence_coverage_mean: float = Field(
         default=DEFAULT_CONFIDENCE_COVERAGE_MEAN, ge=-1, le=1, description="coverage assumed when missing"
     )

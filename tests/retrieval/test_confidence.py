@@ -80,6 +80,14 @@ def test_a_calibration_that_is_not_finite_is_refused():
         EngramSettings.defaults(confidence_late=(float("nan"), 0.0, 0.0))
 
 
+def test_a_calibration_of_two_numbers_reads_as_one_without_the_coverage_term():
+    """(a, c), written before the coverage term, is the same calibration as (a, 0, c)."""
+    from engram.settings import EngramSettings
+
+    settings = EngramSettings.defaults(confidence_rerank=[0.217, -0.681])
+    assert settings.confidence_rerank == (0.217, 0.0, -0.681)
+
+
 def test_confidence_rises_with_each_stage_score():
     for low, high in [(0.1, 0.9), (0.001, 0.01)]:
         assert confidence(CAL, low, 0.7, None) < confidence(CAL, high, 0.7, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import queue
 import threading
 from collections.abc import Sequence
@@ -26,6 +27,8 @@ from engram.errors import ModelError
 from engram.providers.base import Vectors
 from engram.text import is_content_word, with_clitic
 from engram.threads import available_cores, lower_priority
+
+_log = logging.getLogger(__name__)
 
 # bge models were trained with this instruction on queries (not on passages).
 BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
@@ -349,7 +352,8 @@ class OnnxTokenEncoder:
         return _normalised(hidden)
 
     def _per_text_session(self) -> Any:
-        """A session of the graph that quantises per text, made once; None without the onnx package."""
+        """A session of the graph that quantises per text, made once; None without the onnx package,
+        or when the model's graph cannot be rewritten (a custom model): then one text at a time."""
         with self._batch_lock:
             if self._batch_session is None:
                 try:
@@ -357,8 +361,12 @@ class OnnxTokenEncoder:
                 except ImportError:  # the bulk extra is not installed: one text at a time
                     self._batch_session = False
                 else:
-                    graph = per_text_quantisation((self._model_dir / "model.onnx").read_bytes())
-                    self._batch_session = _session(graph, self._threads)
+                    try:
+                        graph = per_text_quantisation((self._model_dir / "model.onnx").read_bytes())
+                        self._batch_session = _session(graph, self._threads)
+                    except Exception:  # an unusual graph (e.g. a newer opset): slower, never broken
+                        _log.warning("%s: no per-text batch graph, encoding one text at a time", self._name)
+                        self._batch_session = False
             return self._batch_session or None
 
     def prepare_batches(self) -> None:
