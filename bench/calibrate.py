@@ -7,9 +7,11 @@ question is recalled (top 10, ``record_use=False``); a hit is labelled relevant 
 question's gold rows (never-said questions have none). Three logistic regressions (scikit-learn) are
 fitted on those hits, one per stage that can give a hit its confidence:
 
-* reranked hits: logit(cross-encoder probability) (with the raw MaxSim as a second feature, the fit gave
-  it a negative weight, the two being collinear on the reranked head: one feature it is);
-* late interaction alone: the raw MaxSim (the same hits, as if the cross-encoder had been skipped);
+* reranked hits: logit(cross-encoder probability) and the hit's query coverage (its match for the
+  query's least-matched content word; the raw MaxSim as a further feature got a negative weight, the two
+  being collinear on the reranked head);
+* late interaction alone: the raw MaxSim and the coverage (the same hits, as if the cross-encoder had
+  been skipped);
 * dense alone: the dense cosine.
 
 It prints the coefficients to put in engram.settings (DEFAULT_CONFIDENCE_*), each calibration's
@@ -53,6 +55,7 @@ def hit_rows(hits, gold, source):
             "rank": h.rank,
             "rerank": rerank if isinstance(rerank := h.explain.get("rerank"), float) else None,  # or a text
             "late": h.explain.get("late_interaction_raw"),
+            "coverage": h.explain.get("query_coverage"),
             "dense": h.explain.get("dense_score"),
             "confidence": h.confidence,
             "relevant": h.memory.id in gold,
@@ -111,14 +114,17 @@ def main():
     labels = np.array([r["relevant"] for r in rows], dtype=float)
     print(f"{len(rows)} hits, {int(labels.sum())} relevant, from {len(questions)} update-set questions + dev")
     result = {}
+    covered = [r["coverage"] for r in rows if r["coverage"] is not None]
+    result["coverage_mean"] = float(np.mean(covered))
+    print(f"coverage: {len(covered)} hits, mean {result['coverage_mean']:.3f}")
     specs = {
-        "rerank": lambda r: [logit(r["rerank"])] if r["rerank"] is not None else None,
-        "late": lambda r: [r["late"]] if r["late"] is not None else None,
+        "rerank": lambda r: [logit(r["rerank"]), r["coverage"]] if r["rerank"] is not None else None,
+        "late": lambda r: [r["late"], r["coverage"]] if r["late"] is not None else None,
         "dense": lambda r: [r["dense"]] if r["dense"] is not None else None,
-        "leader": lambda r: [r["late"]] if leads_uncontested(r) else None,
+        "leader": lambda r: [r["late"], r["coverage"]] if leads_uncontested(r) else None,
     }
     for name, feature in specs.items():
-        kept = [(feature(r), r["relevant"]) for r in rows if feature(r) is not None]
+        kept = [(f, r["relevant"]) for r in rows if (f := feature(r)) is not None and None not in f]
         x = np.array([f for f, _ in kept])
         y = np.array([label for _, label in kept], dtype=float)
         model, probabilities = fit(x, y)

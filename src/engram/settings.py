@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import BeforeValidator, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -67,15 +67,17 @@ DEFAULT_OUTDATED_FACTOR = 0.5
 # A successor must match the query by late interaction's raw MaxSim at least as well as what it replaces,
 # less this: a live fact replaces the turn it supersedes for the question about it, not for every one.
 DEFAULT_REPLACE_MARGIN = 0.05
-# When the query expects a change ("... now?", "still ...?"), a change-announcing newer turn this near
-# the top replaces the leading turn within that margin (engram.retrieval.currency; 10 cost "unchanged").
+# A change-announcing newer turn this near the top replaces the leading turn within that margin
+# (engram.retrieval.currency; 10 places cost the "unchanged" questions of bench/updates.py).
 DEFAULT_CHANGE_PLACES = 5
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
 # fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).
-DEFAULT_CONFIDENCE_RERANK = (0.217, -0.681)  # (a, c): σ(a·logit(cross-encoder p) + c)
-DEFAULT_CONFIDENCE_LATE = (18.458, -16.456)  # (a, c): σ(a·MaxSim + c) when the cross-encoder did not run
+# Coverage: the hit's match for the query's least-matched content word (late_interaction.query_coverage).
+DEFAULT_CONFIDENCE_RERANK = (0.180, 2.859, -2.552)  # (a, b, c): σ(a·logit(cross-encoder p) + b·coverage + c)
+DEFAULT_CONFIDENCE_LATE = (13.015, 3.982, -14.484)  # (a, b, c): σ(a·MaxSim + b·coverage + c), no reranker
 DEFAULT_CONFIDENCE_DENSE = (10.570, -8.322)  # (a, c): σ(a·cosine + c) without late interaction
-DEFAULT_CONFIDENCE_LEADER = (3.420, -2.797)  # (a, c): σ(a·MaxSim + c), a leader no other raw turn came near
+DEFAULT_CONFIDENCE_LEADER = (3.059, 3.352, -4.573)  # (a, b, c): as late, a leader no other raw turn came near
+DEFAULT_CONFIDENCE_COVERAGE_MEAN = 0.562  # the fitted hits' mean coverage: stands in when it is missing
 # The agent's and the MCP tool's default min_confidence: hits below it are not shown to a model.
 DEFAULT_MIN_CONFIDENCE = 0.1
 # A local model on CPUs answers one tool round in tens of seconds; a person waits for a reply about this long.
@@ -85,6 +87,8 @@ DEFAULT_SUPERSEDE_PENALTY = 0.1  # a harshly contradicted user was wrong once: t
 DEFAULT_MAX_TEXT_CHARS = 16_000  # a turn or fact longer than this is a document, not a memory
 DEFAULT_MAX_METADATA_CHARS = 16_000  # a row's metadata, as JSON: notes about a memory, not a second one
 DEFAULT_EMBED_BATCH = 32  # batch size for the embedder; larger did not help on 2 cores
+# texts per token-encoder run in a bulk write (import, transfer, reindex); 64 and 128 were no faster
+DEFAULT_TOKEN_BATCH = 32
 # onnxruntime threads per model (and cross-encoder sessions): 1 beat 2 on 2 cores at every load, as the
 # pipeline already runs its stages side by side (bench/load.py: 1 client recall p50 65 -> 60 ms,
 # 32 clients 68 -> 108 requests/s; docs/benchmarks.md)
@@ -103,6 +107,11 @@ DEFAULT_OS_REFRESH: OsRefresh = "true"
 
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]  # a NaN coefficient would make every score NaN
+# (a, b, c); a calibration written before the coverage term, (a, c), reads as (a, 0, c): the same one.
+CoverageCalibration = Annotated[
+    tuple[FiniteFloat, FiniteFloat, FiniteFloat],
+    BeforeValidator(lambda v: (v[0], 0.0, v[1]) if isinstance(v, list | tuple) and len(v) == 2 else v),
+]
 
 
 def default_home() -> Path:
@@ -222,18 +231,14 @@ class EngramSettings(BaseSettings):
     replace_margin: float = Field(default=DEFAULT_REPLACE_MARGIN, ge=0, le=1)
     change_places: int = Field(default=DEFAULT_CHANGE_PLACES, ge=0, le=1000)
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
-    confidence_rerank: tuple[FiniteFloat, FiniteFloat] = Field(
-        default=DEFAULT_CONFIDENCE_RERANK, description="calibration of a reranked hit's confidence: a, c"
-    )
-    confidence_late: tuple[FiniteFloat, FiniteFloat] = Field(
-        default=DEFAULT_CONFIDENCE_LATE, description="calibration without the cross-encoder: a, c"
-    )
+    confidence_rerank: CoverageCalibration = Field(DEFAULT_CONFIDENCE_RERANK, description="reranked: a, b, c")
+    confidence_late: CoverageCalibration = Field(DEFAULT_CONFIDENCE_LATE, description="not reranked: a, b, c")
     confidence_dense: tuple[FiniteFloat, FiniteFloat] = Field(
         default=DEFAULT_CONFIDENCE_DENSE, description="calibration without late interaction: a, c"
     )
-    confidence_leader: tuple[FiniteFloat, FiniteFloat] = Field(
-        default=DEFAULT_CONFIDENCE_LEADER,
-        description="calibration of an uncontested leader (the cross-encoder had nothing to decide): a, c",
+    confidence_leader: CoverageCalibration = Field(DEFAULT_CONFIDENCE_LEADER, description="leader: a, b, c")
+    confidence_coverage_mean: float = Field(
+        default=DEFAULT_CONFIDENCE_COVERAGE_MEAN, ge=-1, le=1, description="coverage assumed when missing"
     )
     min_confidence: float = Field(
         default=DEFAULT_MIN_CONFIDENCE,
@@ -251,6 +256,7 @@ class EngramSettings(BaseSettings):
         default=DEFAULT_MAX_METADATA_CHARS, ge=2, description="a row's metadata, counted as compact JSON"
     )
     embed_batch: int = Field(default=DEFAULT_EMBED_BATCH, ge=1)
+    token_batch: int = Field(default=DEFAULT_TOKEN_BATCH, ge=1)
     model_threads: int = Field(default=DEFAULT_MODEL_THREADS, ge=1)
     use_wait_ms: int = Field(default=DEFAULT_USE_WAIT_MS, ge=0)
     import_chunk: int = Field(default=DEFAULT_IMPORT_CHUNK, ge=1)

@@ -17,6 +17,10 @@ STOPWORDS = frozenset(
     up very was we were what when where which while who whom why will with would you your yours
     """.split()  # noqa: SIM905 - a word list reads better as text
 )
+# Words that frame a question rather than say what it is about ("what's my brother's name?" is about a
+# brother; an agent's "the user's phone model" about a phone): left out when recall checks that a hit
+# covers what the query asks (query_coverage).
+QUESTION_WORDS = frozenset("whats name named called tell remind know use using got user users".split())  # noqa: SIM905
 _WORD = re.compile(r"\w+(?:[.\-']\w+)*")  # keeps v15.3, E-214, don't together as one query term
 MAX_QUERY_TERMS = 32
 # C0 and C1 control characters but newline and tab: terminal escapes start with ESC (or CSI, U+009B).
@@ -51,6 +55,10 @@ LINE_LABELS = frozenset(
 # Titles say nothing about which person is meant: "Dr. Lee" and "Dr. Park" share only "dr".
 NAME_TITLES = frozenset("mr mrs ms miss mx dr prof sir madam".split())  # noqa: SIM905
 _POSSESSIVE = re.compile(r"['’]s$")
+_CLITIC = re.compile(r"['’](?:s|t|ll|re|ve|d|m)$")  # we've, she'll, sister's -> its host
+_CLITIC_AFTER = re.compile(r"['’](?:s|t|ll|re|ve|d|m)\b", re.IGNORECASE)
+_NEGATED = re.compile(r"n['’]t$")  # didn't, won't, can't: an auxiliary, whatever its host
+_LETTERS = re.compile(r"[^\W\d_]+")  # a run of letters: "alice.smith_42" -> alice, smith
 
 
 def transcript_speaker(text: str) -> str | None:
@@ -90,3 +98,36 @@ def name_words(name: str) -> frozenset[str]:
     ``"Caroline"`` -> {"caroline"}."""
     words = [w.strip(".") for part in _words(name) for w in part.split("-")]
     return frozenset(w for w in words if len(w) > 1 and w not in STOPWORDS and w not in NAME_TITLES)
+
+
+def user_id_words(user_id: str) -> frozenset[str]:
+    """The words of a user id that can be the user's name: its runs of letters, an email's domain left
+    out (``name_words`` of them). ``"alice.smith@example.com"``, ``"alice_smith"`` -> {"alice",
+    "smith"}; ``"alice42"`` -> {"alice"}."""
+    return name_words(" ".join(_LETTERS.findall(user_id.split("@", 1)[0])))
+
+
+def with_clitic(text: str, end: int) -> int:
+    """Where the word ending at ``end`` ends with the clitic that follows it, if any: a tokenizer that
+    splits at apostrophes leaves "didn" of "didn't", which is no content word (``is_content_word``)."""
+    found = _CLITIC_AFTER.match(text, end)
+    return found.end() if found else end
+
+
+def is_content_word(word: str, ignore: frozenset[str] = frozenset()) -> bool:
+    """Whether a query word says what the query is about: not a stopword, a question word
+    (``QUESTION_WORDS``), a negated auxiliary ("didn't", "won't"), a single character, punctuation, or
+    one of ``ignore`` (casefolded: the user's own name, which people rarely say of themselves); a
+    clitic ("'s", "'ve" ...) is judged by its host. ``"brother's"`` -> True; ``"what"``, ``"we've"``
+    -> False."""
+    folded = unicodedata.normalize("NFC", word).casefold()
+    if _NEGATED.search(folded):
+        return False
+    folded = _CLITIC.sub("", folded).lstrip("'’")  # "'ve" (a clitic alone) -> ""
+    return (
+        len(folded) > 1
+        and any(ch.isalnum() for ch in folded)
+        and folded not in STOPWORDS
+        and folded not in QUESTION_WORDS
+        and folded not in ignore
+    )

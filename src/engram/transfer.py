@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TextIO
 
 from pydantic import TypeAdapter, ValidationError
+from rich.progress import Progress
 
 from engram.errors import Conflict, EngramError, ImportFileError, InvalidInput, NotFound, StorageError
 from engram.models import EpisodicMemory, Memory, Tombstone, Vectors, utcnow
@@ -133,28 +134,34 @@ def _export(
     return counts
 
 
-def import_store(engram: TransferTarget, source: TextIO, *, allow_no_trailer: bool = False) -> dict[str, int]:
+def import_store(
+    engram: TransferTarget, source: TextIO, *, allow_no_trailer: bool = False, progress: bool = False
+) -> dict[str, int]:
     """Write an export into this store; returns the counts per kind written, with ``skipped`` (rows,
     tombstones and keys there already: a resumed import) when there were any. ``source`` is read twice
     (checked whole, then written), so it must be seekable: a file or a StringIO. A bad line names its
-    number, and nothing is written unless every line and the trailer are sound."""
+    number, and nothing is written unless every line and the trailer are sound. ``progress``: a
+    progress bar of the lines written (a terminal's)."""
     if not source.seekable():
         raise InvalidInput("an export is read twice (checked, then written): pass a file, not a stream")
     start = source.tell()
-    _check(source, allow_no_trailer)
+    total = _check(source, allow_no_trailer)
     source.seek(start)
     loader = _Loader(engram)
     source.readline()  # the header, checked
     reached = 0  # the line read last: a failure says how far the import got
     try:
-        for reached, record in _records(source):  # noqa: B007 - read after the loop, in the error
-            if isinstance(record, _Row):
-                loader.add_row(record.row, record.consolidated)
-            elif isinstance(record, Tombstone):
-                loader.add_tombstone(record)
-            elif isinstance(record, _Key):
-                loader.add_key(record.record, record.key_hash)
-        loader.finish()
+        with Progress(disable=not progress, transient=True) as bar:
+            task = bar.add_task("importing", total=total)
+            for reached, record in _records(source):  # reached: read after the loop, in the error
+                if isinstance(record, _Row):
+                    loader.add_row(record.row, record.consolidated)
+                elif isinstance(record, Tombstone):
+                    loader.add_tombstone(record)
+                elif isinstance(record, _Key):
+                    loader.add_key(record.record, record.key_hash)
+                bar.update(task, completed=reached)
+            loader.finish()
     except EngramError as exc:
         if not loader.written:
             raise
@@ -203,9 +210,9 @@ def _records(lines: Iterable[str]) -> Iterator[tuple[int, _Row | Tombstone | _Ke
             raise ImportFileError(f"line {number}: {exc}") from None
 
 
-def _check(source: TextIO, allow_no_trailer: bool) -> None:
+def _check(source: TextIO, allow_no_trailer: bool) -> int:
     """Read the whole export once, writing nothing: the header, every record, and the trailer's line
-    count, counts and checksum. ImportFileError on the first thing wrong."""
+    count, counts and checksum; returns the lines. ImportFileError on the first thing wrong."""
     digest = hashlib.sha256()
     counts: dict[str, int] = {}
     lines = 0
@@ -246,7 +253,7 @@ def _check(source: TextIO, allow_no_trailer: bool) -> None:
         counts[kind] = counts.get(kind, 0) + 1
     if trailer is None:
         if allow_no_trailer:
-            return
+            return lines
         raise ImportFileError(
             f"the export has no trailer after its {lines} lines: it was cut short (a partial backup: "
             "importing it would lose what came after the cut), or written by an older Engram "
@@ -259,6 +266,7 @@ def _check(source: TextIO, allow_no_trailer: bool) -> None:
         )
     if trailer.get("sha256") != digest.hexdigest():
         raise ImportFileError("the export's checksum does not match its trailer: a line was changed")
+    return lines
 
 
 def _summary(counts: dict[str, int]) -> str:

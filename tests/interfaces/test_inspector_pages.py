@@ -181,3 +181,9 @@ def test_forget_and_correct_are_confirmed_and_need_the_forms_token(service):
     assert new_id not in {m.id for m in mem.list("semantic", include_superseded=True)}
     assert "Forgotten" in sarah.get(gone.headers["location"]).text
     assert "forgot" in sarah.get("/inspector/turn").text  # recorded as the API's forget is
+
+
+def test_query_coverage_is_not_shown_as_a_multiplier_of_the_score():
+    # final = relevance x the multipliers: coverage (a confidence feature) listed among them misled
+    parts = explain_parts({"late_interaction": 0.9, "query_coverage": 0.41, "decay": 0.8, "final": 0.72})
+    assert parts.multipliers == [("decay", 0.8)] and parts.neutral == 0

@@ -6,7 +6,20 @@ import pytest
 
 from engram.retrieval.confidence import Calibration, confidence, logit, sigmoid
 
-CAL = Calibration(rerank=(1.0, 0.0), late=(10.0, -7.0), dense=(5.0, -3.0), leader=(10.0, -6.0))
+CAL = Calibration(
+    rerank=(1.0, 0.0, 0.0),
+    late=(10.0, 0.0, -7.0),
+    dense=(5.0, -3.0),
+    leader=(10.0, 0.0, -6.0),
+    coverage_mean=0.5,
+)
+WITH_COVERAGE = Calibration(
+    rerank=(1.0, 2.0, -1.0),
+    late=(10.0, 4.0, -9.0),
+    dense=(5.0, -3.0),
+    leader=(10.0, 4.0, -8.0),
+    coverage_mean=0.5,
+)
 
 
 def test_the_docstring_examples():
@@ -29,6 +42,30 @@ def test_an_uncontested_leader_has_its_own_late_interaction_calibration():
     assert confidence(CAL, 0.9, 0.7, 0.7, uncontested=True) == pytest.approx(0.9)  # reranked all the same
 
 
+def test_a_hit_that_covers_the_query_less_is_less_likely_relevant():
+    """The coverage term: the docstring example, the same stage score with coverage 0.2 vs 0.8, and a
+    missing coverage standing at the calibration's mean."""
+    assert confidence(WITH_COVERAGE, 0.5, None, None, coverage=0.5) == pytest.approx(0.5)
+    for rerank, late in [(0.9, 0.8), (None, 0.8)]:
+        low = confidence(WITH_COVERAGE, rerank, late, None, coverage=0.2)
+        high = confidence(WITH_COVERAGE, rerank, late, None, coverage=0.8)
+        assert low < high
+    missing = confidence(WITH_COVERAGE, None, 0.8, None, coverage=None)
+    assert missing == pytest.approx(confidence(WITH_COVERAGE, None, 0.8, None, coverage=0.5))
+
+
+def test_recall_gives_a_question_about_something_never_said_less_confidence(eng):
+    """Both questions share most words with the stored turn; only one's subject was ever mentioned.
+    Each hit explains its coverage of the query's content words (the user's own name is not one)."""
+    mem = eng.for_user("anna")
+    mem.remember_turn("my sister Lena is a midwife in Hamburg, she works nights")
+    mem.remember_turn("the boiler is making a knocking noise again")
+    said = mem.recall("what does Anna's sister do for work?", record_use=False)[0]
+    never = mem.recall("when is Anna's sister's birthday?", record_use=False)[0]
+    assert said.explain["query_coverage"] > never.explain["query_coverage"]
+    assert said.confidence > never.confidence
+
+
 def test_a_score_that_is_not_a_number_counts_as_missing():
     nan, inf = float("nan"), float("inf")
     assert confidence(CAL, nan, 0.8, 0.7) == pytest.approx(sigmoid(1.0))  # the next stage answers
@@ -40,7 +77,15 @@ def test_a_calibration_that_is_not_finite_is_refused():
     from engram.settings import EngramSettings
 
     with pytest.raises(ConfigError, match="confidence_late"):
-        EngramSettings.defaults(confidence_late=(float("nan"), 0.0))
+        EngramSettings.defaults(confidence_late=(float("nan"), 0.0, 0.0))
+
+
+def test_a_calibration_of_two_numbers_reads_as_one_without_the_coverage_term():
+    """(a, c), written before the coverage term, is the same calibration as (a, 0, c)."""
+    from engram.settings import EngramSettings
+
+    settings = EngramSettings.defaults(confidence_rerank=[0.217, -0.681])
+    assert settings.confidence_rerank == (0.217, 0.0, -0.681)
 
 
 def test_confidence_rises_with_each_stage_score():

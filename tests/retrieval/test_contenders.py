@@ -95,9 +95,10 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     from engram.retrieval.confidence import confidence
 
     lead = alone[0].explain["late_interaction_raw"]  # calibrated as a leader no other came near
-    assert alone[0].confidence == confidence(eng.config.calibration, None, lead, None, uncontested=True)
+    cal, (first, second) = eng.config.calibration, (h.explain["query_coverage"] for h in alone[:2])
+    assert alone[0].confidence == confidence(cal, None, lead, None, uncontested=True, coverage=first)
     runner_up = alone[1].explain["late_interaction_raw"]
-    assert alone[1].confidence == confidence(eng.config.calibration, None, runner_up, None)
+    assert alone[1].confidence == confidence(cal, None, runner_up, None, coverage=second)
     whole = other.recall(query, config=eng.config.but(rerank_gap=1.0))
     assert [h.explain["relevance"] for h in whole] == ["rerank"] * 3
     assert "rerank_contenders" not in whole[0].explain
@@ -116,4 +117,5 @@ def test_a_single_turn_is_no_clear_leader(eng):
     (hit,) = mem.recall("which battery does the garage sensor take?")
     assert hit.explain["rerank"] == "skipped: uncontested (a single candidate)"
     raw = hit.explain["late_interaction_raw"]  # the general calibration: nothing came near to lose
-    assert hit.confidence == confidence(eng.config.calibration, None, raw, None)
+    covered = hit.explain["query_coverage"]
+    assert hit.confidence == confidence(eng.config.calibration, None, raw, None, coverage=covered)

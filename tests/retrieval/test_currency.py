@@ -67,16 +67,21 @@ def test_a_turn_that_says_something_changed_is_told_from_chatter():
     assert not announces_change("we live in Bristol btw, old stone terrace")
 
 
-def test_a_newer_turn_announcing_a_change_replaces_the_leading_turn():
+@pytest.mark.parametrize(("change_expected", "old_keeps"), [(True, 0.5), (False, 1.0)])
+def test_a_newer_turn_announcing_a_change_replaces_the_leading_turn(change_expected, old_keeps):
+    """A query that expects a change ("... now?") demotes the replaced turn; any other present query
+    only swaps the two, the older keeping its score (a guess from words, not a recorded fact)."""
     old = cand(turn(1, "we live in Bristol btw", 300), final=0.66, late=0.83, dense=0.51)
     chatter = cand(turn(2, "Rex chewed the sensor cable", 100), final=0.01, late=0.64, dense=0.32)
     new = cand(turn(3, "we moved to Edinburgh last week!", 30), final=0.0002, late=0.76, dense=0.60)
     order = [old, chatter, new]
-    replaced = put_current_first(order, nothing_superseded, NOW, margin=0.05, outdated=0.5)
+    replaced = put_current_first(
+        order, nothing_superseded, NOW, margin=0.05, outdated=0.5, change_expected=change_expected
+    )
     assert replaced == {old.memory.id: new.memory.id}
     assert [c.memory.id for c in order] == [new.memory.id, old.memory.id, chatter.memory.id]
     assert new.multipliers["update_lift"] == pytest.approx(0.66 / 0.0002 * 1.001)
-    assert old.multipliers["outdated"] == 0.5 and "outdated" not in chatter.multipliers
+    assert old.final == pytest.approx(0.66 * old_keeps) and "outdated" not in chatter.multipliers
 
 
 @pytest.mark.parametrize(
@@ -154,6 +159,8 @@ def test_a_live_fact_replaces_the_turns_behind_every_fact_it_superseded():
     )
     assert replaced == {first.id: live.id, second.id: live.id}
     assert [c.memory.id for c in order][:3] == [live.id, first.id, second.id]
+    # supersession is recorded evidence: demoted whatever the query (not only swapped)
+    assert order[1].final == pytest.approx(0.6 * 0.5) and order[2].final == pytest.approx(0.5 * 0.5)
 
 
 def test_a_live_fact_does_not_replace_a_turn_for_a_question_it_does_not_answer():
@@ -221,7 +228,7 @@ def test_recall_puts_the_newer_statement_first_and_marks_the_older_one(eng):
     assert hits[0].memory.id == edinburgh.id
     by_id = {h.memory.id: h for h in hits}
     assert by_id[bristol.id].explain["outdated_by"] == edinburgh.id
-    assert by_id[bristol.id].explain["outdated"] == eng.config.outdated_factor
+    assert "outdated" not in by_id[bristol.id].explain  # a change told by words only swaps the two
     assert hits[0].confidence >= by_id[bristol.id].confidence  # it answers what the old one answered
     assert hits[0].compact().outdated_by is None and by_id[bristol.id].compact().outdated_by == edinburgh.id
     # A question about the past is left as relevance ranks it: nothing is marked outdated.

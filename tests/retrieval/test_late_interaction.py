@@ -3,9 +3,19 @@
 import numpy as np
 import pytest
 
-from engram.retrieval.late_interaction import is_current, late_score, pack, pack_all, token_maxima, unpack
+from engram.providers.onnx import OnnxTokenEncoder
+from engram.retrieval.late_interaction import (
+    is_current,
+    late_score,
+    pack,
+    pack_all,
+    query_coverage,
+    token_maxima,
+    unpack,
+)
 from engram.retrieval.pipeline import normalised
 from engram.retrieval.token_format import LEAN, decode_lean, is_lean
+from engram.text import is_content_word
 
 
 def unit_rows(rng, n, dim):
@@ -117,3 +127,41 @@ def test_normalised_spreads_scores_over_the_unit_interval():
     assert normalised([0.5, 0.6, 0.7]) == pytest.approx([0.0, 0.5, 1.0])
     assert normalised([0.3, 0.3]) == [1.0, 1.0]
     assert normalised([]) == []
+
+
+def test_query_coverage_is_the_least_matched_content_token():
+    own = np.array([0.9, 0.4, 0.8], dtype=np.float32)
+    assert query_coverage(own, [0, 2]) == pytest.approx(0.8)
+    assert query_coverage(own, [0, 1, 2]) == pytest.approx(0.4)
+    assert query_coverage(own, []) is None
+
+
+def test_the_packaged_encoder_finds_the_content_words_of_a_query():
+    """Question words, stopwords, punctuation, a possessive 's and the ignored words (the user's own
+    name) are left out; a word's pieces all count."""
+    encoder = OnnxTokenEncoder.packaged(threads=1)
+    query = "What phone does Aisha use for her sister's firmware?"
+    pieces = encoder._tokenizer.encode(query).tokens
+    rows = encoder.content_positions(query, frozenset({"aisha"}))
+    assert [pieces[r - 1] for r in rows] == ["phone", "sister", "firm", "##ware"]
+    assert max(rows) < len(encoder.encode_query(query))
+    assert (
+        is_content_word("brother's")
+        and not is_content_word("what")
+        and not is_content_word("Aisha", frozenset({"aisha"}))
+    )
+
+
+def test_a_contraction_is_judged_whole_not_by_the_tokenizers_pieces():
+    # The tokenizer splits "didn't" at the apostrophe: "didn" counted as a content word that no row
+    # says, and the hits of "what didn't I like ...?" fell below those of "what did I not like ...?".
+    encoder = OnnxTokenEncoder.packaged(threads=1)
+    for query, words in [
+        ("what didn't I like about the hotel?", ["like", "hotel"]),
+        ("why won’t the hub connect?", ["hub", "connect"]),
+        ("where we've moved to, and my sister's job", ["moved", "sister", "job"]),
+    ]:
+        pieces = encoder._tokenizer.encode(query).tokens
+        assert [pieces[r - 1] for r in encoder.content_positions(query)] == words, query
+    assert not is_content_word("didn't") and not is_content_word("CAN'T") and not is_content_word("we've")
+    assert is_content_word("sister’s") and is_content_word("hub")

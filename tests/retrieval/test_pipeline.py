@@ -30,6 +30,9 @@ class BrokenTokenEncoder:
     def encode_query(self, text):
         raise RuntimeError("onnxruntime exploded")
 
+    def content_positions(self, text, ignore=frozenset()):
+        return []
+
 
 def test_every_hit_explains_its_score(eng):
     mem = eng.for_user("sarah")
@@ -473,3 +476,59 @@ def test_recall_helpers_run_at_the_configured_cpu_priority():
     worker.start()
     worker.join()
     assert seen == [15]  # it only ever goes up
+
+
+class PlainTokenEncoder:
+    """A token encoder written to the protocol before ``content_positions`` (a user's own model)."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.dim = inner, inner.name, inner.dim
+
+    def encode_documents(self, texts):
+        return self.inner.encode_documents(texts)
+
+    def encode_query(self, text):
+        return self.inner.encode_query(text)
+
+
+def test_an_encoder_without_content_positions_still_scores_late_interaction(make_engram, token_encoder):
+    # Calling the missing method failed the whole stage: every hit lost late interaction.
+    eng = make_engram()
+    eng.token_encoder = PlainTokenEncoder(token_encoder)
+    mem = eng.for_user("sarah")
+    mem.remember_turn("my sister's birthday is on the third of June")
+    mem.remember_turn("we live in Bristol btw")
+    hits = mem.recall("when is my sister's birthday?", k=2)
+    assert all(h.explain["late_interaction_raw"] is not None for h in hits)
+    assert all("late_interaction_error" not in h.explain for h in hits)
+    assert all(h.explain["query_coverage"] is None for h in hits)
+    assert 0 < hits[0].confidence < 1
+
+
+@pytest.mark.parametrize("user_id", ["alice.smith@example.com", "alice_smith", "Alice42"])
+def test_the_users_own_name_is_not_a_content_word_however_the_id_is_spelled(eng, user_id):
+    # Only a bare "alice" used to be recognised: an email or a username with digits left "Alice" a
+    # content word that no turn of hers says, and her hit's confidence fell from 0.61 to 0.38.
+    for tenant in ("alice", user_id):
+        eng.for_user(tenant).remember_turn("I drive a red Mazda 3 these days")
+    (plain,) = eng.for_user("alice").recall("what car does Alice drive?", k=1)
+    (spelled,) = eng.for_user(user_id).recall("what car does Alice drive?", k=1)
+    assert spelled.explain["query_coverage"] == pytest.approx(plain.explain["query_coverage"])
+    assert spelled.confidence == pytest.approx(plain.confidence)
+
+
+def test_a_recall_encoding_rows_without_token_vectors_does_not_make_the_batch_graph(make_engram):
+    # Encoding the missing rows together made the per-text batch graph inside the recall: 1.2 s
+    # instead of 60 ms for the first such recall of a process that had not bulk-written.
+    from engram.providers.onnx import PACKAGED_COLBERT, OnnxTokenEncoder
+
+    eng = make_engram()
+    eng.token_encoder = None
+    mem = eng.for_user("sarah")
+    for text in ("the garage sensor runs on a CR2032", "the doorbell uses AA batteries", "the hub is white"):
+        mem.write(text)
+    fresh = OnnxTokenEncoder(PACKAGED_COLBERT.verified_dir(), name=PACKAGED_COLBERT.name, threads=1)
+    eng.token_encoder = fresh
+    hits = mem.recall("which battery does the garage sensor take?", k=3)
+    assert all(h.explain["late_interaction"] is not None for h in hits)
+    assert fresh._batch_session is None  # not made (nor found missing) by a recall

@@ -52,4 +52,4 @@ def default_reranker(settings: EngramSettings) -> Reranker:
 def default_token_encoder(settings: EngramSettings) -> TokenEncoder:
     from engram.providers.onnx import OnnxTokenEncoder
 
-    return OnnxTokenEncoder.packaged(threads=settings.model_threads)
+    return OnnxTokenEncoder.packaged(threads=settings.model_threads, batch_size=settings.token_batch)

@@ -64,3 +64,9 @@ class TokenEncoder(Protocol):
     def encode_query(self, text: str) -> Vectors:
         """A (tokens, dim) float32 matrix."""
         ...
+
+    def content_positions(self, text: str, ignore: frozenset[str] = frozenset()) -> list[int]:
+        """The rows of ``encode_query(text)`` that belong to the query's content words
+        (``engram.text.is_content_word``; ``ignore``: casefolded words to leave out). Optional at run
+        time: recall scores an encoder without it, and its hits' confidence takes the mean coverage."""
+        ...

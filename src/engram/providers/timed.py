@@ -64,6 +64,17 @@ class TimedTokenEncoder:
         with self._telemetry.model("token_encoder", "query"):
             return self.inner.encode_query(text)
 
+    def content_positions(self, text: str, ignore: frozenset[str] = frozenset()) -> list[int]:
+        """The inner encoder's; none where it has no such method (one written before it existed)."""
+        find = getattr(self.inner, "content_positions", None)
+        return list(find(text, ignore)) if find is not None else []
+
+    def prepare_batches(self) -> None:
+        """The inner encoder's, where it has one (OnnxTokenEncoder.prepare_batches)."""
+        prepare = getattr(self.inner, "prepare_batches", None)
+        if prepare is not None:
+            prepare()
+
 
 def timed_embedder(model: Embedder, telemetry: Telemetry) -> TimedEmbedder:
     """``model`` timed into ``telemetry`` (unwrapped first: another engine's timed model is timed once)."""

@@ -22,6 +22,7 @@ class Candidate:
     multipliers: dict[str, float] = field(default_factory=dict)
     late: float | None = None  # min-max scaled within the head: a rank, not an absolute score
     late_raw: float | None = None  # the MaxSim itself (mean cosine): what confidence is calibrated on
+    coverage: float | None = None  # the query's least-matched content word (late_interaction.query_coverage)
     rerank: float | None = None
     rerank_weight: float = 1.0
 
@@ -47,6 +48,7 @@ class Candidate:
             "rrf": self.rrf,
             "late_interaction": self.late,
             "late_interaction_raw": self.late_raw,
+            "query_coverage": self.coverage,
             "rerank": self.rerank,
             "relevance": stage,
             **self.multipliers,

@@ -8,13 +8,17 @@ absolute score gets its own calibration into one scale, probabilities fitted on 
 confidence keeps its meaning when the cross-encoder is skipped (under load), though each calibration
 ranks hits only as well as its stage (docs/benchmarks.md):
 
-* reranked: ``σ(a · logit(p) + c)`` with ``p`` the cross-encoder's probability;
-* late interaction only: ``σ(a · late + c)`` with ``late`` the raw MaxSim (mean cosine, before
-  min-max scaling); the leader of raw turns that the cross-encoder left alone, as no other came near
+* reranked: ``σ(a · logit(p) + b · coverage + c)`` with ``p`` the cross-encoder's probability;
+* late interaction only: ``σ(a · late + b · coverage + c)`` with ``late`` the raw MaxSim (mean cosine,
+  before min-max scaling); the leader of raw turns that the cross-encoder left alone, as no other came near
   it (``contenders``), has its own coefficients: standing alone is evidence, and the general ones put
   such leaders at 0.21 where half of them were relevant (development hits, docs/benchmarks.md);
 * neither (late interaction off or failed): ``σ(a · dense + c)`` with the dense leg's cosine; a row
   that only BM25 found gets 0, as nothing absolute says it is relevant.
+
+``coverage`` is the hit's match for the query's least-matched content word (``query_coverage``): a
+hit can match most of "when is my sister's birthday?" and nothing of "birthday"; without it, a question
+about something never said got about the confidence of an answerable one (docs/benchmarks.md).
 
 A score that is not a finite number (a broken provider) counts as missing: the next stage answers.
 """
@@ -30,12 +34,14 @@ _EPS = 1e-6  # keeps logit(p) finite for a probability of exactly 0 or 1
 
 @dataclass(frozen=True)
 class Calibration:
-    """Logistic coefficients (a, c) per stage: ``σ(a · score + c)``."""
+    """Logistic coefficients per stage: ``σ(a · score + b · coverage + c)`` as (a, b, c) for the stages
+    that see the query's coverage (``late_interaction.query_coverage``), ``σ(a · score + c)`` for dense."""
 
-    rerank: tuple[float, float]
-    late: tuple[float, float]
+    rerank: tuple[float, float, float]
+    late: tuple[float, float, float]
     dense: tuple[float, float]
-    leader: tuple[float, float]  # late interaction's, for an uncontested leader
+    leader: tuple[float, float, float]  # late interaction's, for an uncontested leader
+    coverage_mean: float  # stands in for a missing coverage (late interaction off or failed)
 
 
 def sigmoid(z: float) -> float:
@@ -58,19 +64,22 @@ def confidence(
     late: float | None,
     dense: float | None,
     uncontested: bool = False,
+    coverage: float | None = None,
 ) -> float:
     """The calibrated probability that a hit is relevant (module docstring), in [0, 1];
-    ``uncontested``: the hit leads a recall whose cross-encoder had nothing to decide.
+    ``uncontested``: the hit leads a recall whose cross-encoder had nothing to decide; ``coverage``: how
+    well it covers the query's least-matched content word (the calibration's mean when missing).
 
-    Example with rerank (1.0, 0.0): p = 0.5 -> σ(0) = 0.5; with late (10.0, -7.0) and no rerank:
-    MaxSim 0.7 -> σ(0) = 0.5.
+    Example with rerank (1.0, 2.0, -1.0): p = 0.5, coverage 0.5 -> σ(0 + 1 - 1) = 0.5; with late
+    (10.0, 0.0, -7.0) and no rerank: MaxSim 0.7 -> σ(0) = 0.5.
     """
+    covered = coverage if _finite(coverage) else calibration.coverage_mean
     if _finite(rerank):
-        a, c = calibration.rerank
-        return sigmoid(a * logit(rerank) + c)
+        a, b, c = calibration.rerank
+        return sigmoid(a * logit(rerank) + b * covered + c)
     if _finite(late):
-        a, c = calibration.leader if uncontested else calibration.late
-        return sigmoid(a * late + c)
+        a, b, c = calibration.leader if uncontested else calibration.late
+        return sigmoid(a * late + b * covered + c)
     if _finite(dense):
         a, c = calibration.dense
         return sigmoid(a * dense + c)

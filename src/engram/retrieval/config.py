@@ -14,6 +14,7 @@ DEFAULT_CALIBRATION = Calibration(
     s.DEFAULT_CONFIDENCE_LATE,
     s.DEFAULT_CONFIDENCE_DENSE,
     s.DEFAULT_CONFIDENCE_LEADER,
+    s.DEFAULT_CONFIDENCE_COVERAGE_MEAN,
 )
 
 
@@ -77,5 +78,6 @@ class RetrievalConfig:
                 settings.confidence_late,
                 settings.confidence_dense,
                 settings.confidence_leader,
+                settings.confidence_coverage_mean,
             ),
         )

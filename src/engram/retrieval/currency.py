@@ -1,7 +1,7 @@
 """Current truth first: when a newer memory replaces what an older one said, a question about the
 present gets the newer one first, and the older one is marked ``outdated_by`` it.
 
-Two kinds of evidence that one candidate replaces another (``successors``):
+Two kinds of evidence that one candidate replaces another (``recorded_successors``, ``announced_successor``):
 
 * **Supersession** (after consolidation or an agent's write): a live fact that supersedes, directly or
   down its chain, a fact that an episode supports replaces that episode ("we live in Bristol btw"
@@ -15,9 +15,15 @@ Two kinds of evidence that one candidate replaces another (``successors``):
 * **A newer turn that announces a change** (raw turns, no LLM needed): when a turn leads the ranking,
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
   "switched", "cancelled", "anymore", "sorry ... wrong" ...) replaces it if late interaction or the
-  embedder finds it at least as close to the query, or, when the query itself expects a change
-  (``expects_change``: "now", "these days", "still" ...), if it is among the first ``places`` of the
+  embedder finds it at least as close to the query, or if it is among the first ``places`` of the
   ranking (settings ``change_places``) and within ``margin`` of the leader's raw MaxSim.
+
+How far a replaced memory falls depends on the evidence (``put_current_first``): supersession is a
+recorded fact, and so is a change the query itself expects (``expects_change``: "now", "these days",
+"still" ...): the old memory keeps the share ``outdated`` of its score. A change-announcing turn for any
+other present query is a guess from words, so it only swaps places: the newer turn goes just above the
+older one, which keeps its score (measured: demoting there cost LoCoMo dev 0.007 R@10; swapping gained
+0.004, docs/benchmarks.md "Current truth").
 
 A successor scored 0 (the bottom of a min-max-scaled head) cannot be lifted by a multiplier, so such a
 pair is left alone. Measured on bench/updates.py and LoCoMo (docs/benchmarks.md, "Current truth").
@@ -28,7 +34,7 @@ an earlier state (``asks_about_past``: "before", "used to", "old", "did" ...) is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 
 from engram.models import EpisodicMemory, Memory, SemanticMemory, event_time
@@ -77,19 +83,12 @@ def announces_change(text: str) -> bool:
     return bool(query_words(text) & CHANGE_WORDS)
 
 
-def successors(
-    order: Sequence[Candidate],
-    superseded: Callable[[list[str]], list[Memory]],
-    now: datetime,
-    margin: float,
-    places: int = 0,
+def recorded_successors(
+    order: Sequence[Candidate], superseded: Callable[[list[str]], list[Memory]], now: datetime, margin: float
 ) -> dict[str, Candidate]:
-    """Which candidate replaces which: old id -> successor (module docstring). ``superseded`` fetches
+    """Old id -> the live fact that supersedes it (or a fact its turn supports). ``superseded`` fetches
     facts by id (the superseded ones a live fact's chain points back to); ``now`` is the recall's
-    present: nothing said after it replaces anything; ``places``: how near the top a change-announcing
-    turn replaces the leader within ``margin`` (settings ``change_places`` when the query expects a
-    change; measured in docs/benchmarks.md, "Current truth": for every present query, not only those,
-    LoCoMo dev lost 0.007 R@10 and MRR)."""
+    present: nothing written after it replaces anything."""
     found: dict[str, Candidate] = {}
     by_id = {c.memory.id: c for c in order}
     still_said = _live_facts_by_episode(order)
@@ -105,25 +104,38 @@ def successors(
             )
         ):
             found[old_id] = new
-    old = order[0] if order else None  # a turn is checked for a newer one only when it leads
-    if old is not None and old.memory.id not in found and isinstance(old.memory, EpisodicMemory):
-        at, speaker = old.memory.timestamp, speaker_of(old.memory)
-        newer = [
-            c
-            for place, c in enumerate(order)
-            if isinstance(c.memory, EpisodicMemory)
-            and at < c.memory.timestamp <= now
-            and speaker_of(c.memory) == speaker  # people update what they said themselves
-            and announces_change(c.memory.text)
-            and (
-                _matches_as_well(c, old, 0.0)
-                or _embeds_as_close(c, old)
-                or (place < places and _matches_as_well(c, old, margin))
-            )
-        ]
-        if newer:
-            found[old.memory.id] = max(newer, key=lambda c: event_time(c.memory))
     return found
+
+
+def announced_successor(
+    order: Sequence[Candidate],
+    now: datetime,
+    margin: float,
+    places: int,
+    replaced: Collection[str] = (),
+) -> tuple[str, Candidate] | None:
+    """(leader id, the turn that replaces it) when a newer turn of the leader's speaker announces a
+    change and matches the query as well as the leader, or is among the first ``places`` within
+    ``margin`` of its raw MaxSim (settings ``change_places``); None otherwise, or when the leader is not
+    a turn or is already ``replaced``."""
+    old = order[0] if order else None  # a turn is checked for a newer one only when it leads
+    if old is None or old.memory.id in replaced or not isinstance(old.memory, EpisodicMemory):
+        return None
+    at, speaker = old.memory.timestamp, speaker_of(old.memory)
+    newer = [
+        c
+        for place, c in enumerate(order)
+        if isinstance(c.memory, EpisodicMemory)
+        and at < c.memory.timestamp <= now
+        and speaker_of(c.memory) == speaker  # people update what they said themselves
+        and announces_change(c.memory.text)
+        and (
+            _matches_as_well(c, old, 0.0)
+            or _embeds_as_close(c, old)
+            or (place < places and _matches_as_well(c, old, margin))
+        )
+    ]
+    return (old.memory.id, max(newer, key=lambda c: event_time(c.memory))) if newer else None
 
 
 def _live_facts_by_episode(order: Iterable[Candidate]) -> dict[str, list[Candidate]]:
@@ -187,15 +199,19 @@ def put_current_first(
     margin: float,
     outdated: float,
     places: int = 0,
+    change_expected: bool = False,
 ) -> dict[str, str]:
     """Re-rank ``order`` (final order, best first) in place and return old id -> successor id.
 
-    Each replaced candidate gets the multiplier ``outdated`` (in (0, 1]); a successor that scores
-    below what it replaces gets ``update_lift = old.final / new.final x 1.001`` first, so it ranks just
-    above it. Example: Bristol turn 0.66, Edinburgh fact 0.055, outdated 0.5 -> the fact 0.661 (lift
-    12.0), the turn 0.33.
+    A successor that scores below what it replaces gets ``update_lift = old.final / new.final x 1.001``,
+    so it ranks just above it. What it replaces gets the multiplier ``outdated`` (in (0, 1]) when the
+    evidence is recorded (supersession) or the query expects a change (``change_expected``), else keeps
+    its score (module docstring). Example: Bristol turn 0.66, Edinburgh fact 0.055, outdated 0.5 -> the
+    fact 0.661 (lift 12.0), the turn 0.33.
     """
-    found = successors(order, superseded, now, margin, places)
+    recorded = recorded_successors(order, superseded, now, margin)
+    announced = announced_successor(order, now, margin, places, recorded)
+    found = recorded | dict([announced]) if announced else recorded
     pairs = {old: new for old, new in found.items() if new.final > 0}
     by_id = {c.memory.id: c for c in order}
     for old_id, new in sorted(pairs.items(), key=lambda p: -by_id[p[0]].final):  # a chain: highest first
@@ -205,6 +221,7 @@ def put_current_first(
                 old.final / new.final * 1.001
             )
     for old_id in pairs:
-        by_id[old_id].multipliers["outdated"] = outdated
+        if old_id in recorded or change_expected:
+            by_id[old_id].multipliers["outdated"] = outdated
     order.sort(key=lambda c: -c.final)
     return {old_id: new.memory.id for old_id, new in pairs.items()}

@@ -163,3 +163,19 @@ def late_score(own: Matrix, context: Matrix | None = None) -> float:
     if context is None:
         return alone
     return 0.5 * (alone + float(np.mean(np.maximum(own, context))))
+
+
+def query_coverage(own: Matrix, positions: Sequence[int]) -> float | None:
+    """How well a row covers the query's least-matched content word: ``min_{i in positions} own[i]``,
+    with ``own[i]`` the best cosine of query token ``i`` among the row's tokens (``token_maxima``).
+
+    MaxSim averages over every query token, so a row that matches "what's my sister's" and nothing for
+    "birthday" still scores well; the minimum over the content words (``TokenEncoder.content_positions``)
+    says whether anything in the row answers to each of them: on the knowledge-update set's dev split it
+    told questions about things never said from answerable ones far better than any stage's score
+    (docs/benchmarks.md, "Current truth"). None without content words.
+
+    Example: own = [0.9, 0.4, 0.8], positions [0, 2] -> 0.8.
+    """
+    kept = [i for i in positions if i < len(own)]
+    return float(np.min(own[kept])) if kept else None

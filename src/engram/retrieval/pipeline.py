@@ -21,8 +21,9 @@
    load"``.
 7. Current truth first (``currency.put_current_first``): for a question about the present, a newer
    memory that replaces a candidate (a live fact superseding what an episode supports, a newer turn
-   announcing a change) ranks above it; the replaced one is multiplied by ``outdated`` and its explain
-   names ``outdated_by``.
+   announcing a change) ranks above it; the replaced one's explain names ``outdated_by``, and it is
+   multiplied by ``outdated`` unless a change-announcing turn replaced it for a query that does not
+   expect a change (then the two only swap places).
 8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
    successor's is at least that of what it replaced.
 """
@@ -34,6 +35,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, TypeVar
+
+import numpy as np
 
 from engram.errors import public_failure
 from engram.models import EpisodicMemory, Hit, MemoryType, event_time, search_text_of
@@ -47,11 +50,11 @@ from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.contenders import contenders, is_echo
 from engram.retrieval.currency import asks_about_past, expects_change, put_current_first
 from engram.retrieval.fusion import rrf
-from engram.retrieval.late_interaction import Matrix, late_score, pack_all, token_maxima
+from engram.retrieval.late_interaction import Matrix, late_score, pack_all, query_coverage, token_maxima
 from engram.retrieval.scoring import multipliers, named_speakers
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
-from engram.text import query_words
+from engram.text import query_words, user_id_words
 from engram.threads import lower_priority
 
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
@@ -136,7 +139,9 @@ def recall(
     if query_tokens is not None and token_encoder is not None and candidates:
         head = candidates[: config.late_window]
         with stage("late_interaction"):
-            late_error = apply_late_interaction(store, token_encoder, tenant, query_tokens, head, prefetched)
+            late_error = apply_late_interaction(
+                store, token_encoder, tenant, query_tokens, head, prefetched, query
+            )
         if late_error is None:
             head.sort(key=lambda c: -c.final)
             candidates[: len(head)] = head
@@ -181,11 +186,14 @@ def recall(
                 now,
                 margin=config.replace_margin,
                 outdated=config.outdated_factor,
-                places=config.change_places if expects_change(query) else 0,
+                places=config.change_places,
+                change_expected=expects_change(query),
             )
 
     confidences = {
-        c.memory.id: confidence(config.calibration, c.rerank, c.late_raw, c.dense_score, c is uncontested)
+        c.memory.id: confidence(
+            config.calibration, c.rerank, c.late_raw, c.dense_score, c is uncontested, c.coverage
+        )
         for c in candidates
     }
     for _ in outdated_by:  # a successor answers what its predecessor answered, down a chain too
@@ -213,6 +221,13 @@ def _untimed(name: str) -> AbstractContextManager[None]:
     return nullcontext()
 
 
+def _content_positions(encoder: TokenEncoder, text: str, ignore: frozenset[str]) -> list[int]:
+    """``encoder.content_positions``, or none for an encoder written before it existed (then confidence
+    takes the calibration's mean coverage): a missing method must not cost the whole stage."""
+    find = getattr(encoder, "content_positions", None)
+    return list(find(text, ignore)) if find is not None else []
+
+
 def apply_late_interaction(
     store: SearchStore,
     encoder: TokenEncoder,
@@ -220,8 +235,11 @@ def apply_late_interaction(
     query: Future[Matrix],
     head: list[Candidate],
     prefetched: dict[str, bytes] | None = None,
+    query_text: str = "",
 ) -> str | None:
-    """Set each head candidate's late-interaction score; return an error text instead of raising.
+    """Set each head candidate's late-interaction score, and its coverage of the content words of
+    ``query_text`` (``query_coverage``, with the turn it replied to; the user's own name is not one);
+    return an error text instead of raising.
 
     Token vectors come from the store (or ``prefetched`` with the candidates), with those of the turns
     the candidates replied to (their context); a row stored without them (written before this stage
@@ -245,22 +263,25 @@ def apply_late_interaction(
                 f"skipped: {len(missing)} candidates have no token vectors (written before late "
                 "interaction existed): run `engram reindex`"
             )
-        if missing:
-            encoded = encoder.encode_documents([search_text_of(m) for m in missing])
+        if missing:  # one at a time: the batch graph is for bulk writes; made here, a recall waited ~1 s
+            encoded = [v for m in missing for v in encoder.encode_documents([search_text_of(m)])]
             # scored now, not stored: the int8 format, the closer one
             blobs.update(zip([m.id for m in missing], pack_all(encoded), strict=True))
         order = list(blobs)
+        content = _content_positions(encoder, query_text, user_id_words(tenant) if tenant else frozenset())
         maxima = dict(
             zip(order, token_maxima(query.result(), [blobs[i] for i in order], encoder.dim), strict=True)
         )
-        scores = []
+        scores, coverages = [], []
         for c in head:
-            context_id = context_of.get(c.memory.id)
-            scores.append(late_score(maxima[c.memory.id], maxima.get(context_id) if context_id else None))
+            own = maxima[c.memory.id]
+            context = maxima.get(context_id) if (context_id := context_of.get(c.memory.id)) else None
+            scores.append(late_score(own, context))
+            coverages.append(query_coverage(own if context is None else np.maximum(own, context), content))
     except Exception as exc:  # recall must never fail because of an optional stage
         return public_failure(exc, "late interaction")  # logged there; no driver text in explain
-    for candidate, raw, score in zip(head, scores, normalised(scores), strict=True):
-        candidate.late, candidate.late_raw = score, raw
+    for candidate, raw, score, covered in zip(head, scores, normalised(scores), coverages, strict=True):
+        candidate.late, candidate.late_raw, candidate.coverage = score, raw, covered
     return None
 
 

@@ -97,7 +97,7 @@ def _import_all(
         raise _fail("--all loads every user of an export; it takes no --user")
     with _engram(store) as eng, file.open(encoding="utf-8") as lines:
         try:
-            counts = import_store(eng, lines, allow_no_trailer=allow_no_trailer)
+            counts = import_store(eng, lines, allow_no_trailer=allow_no_trailer, progress=console.is_terminal)
         except UnicodeDecodeError as exc:
             raise _fail(f"{file} is not UTF-8 text: {exc}") from None
     if as_json:

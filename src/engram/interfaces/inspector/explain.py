@@ -16,6 +16,7 @@ STAGE_KEYS = (
     "rrf",
     "late_interaction",
     "late_interaction_raw",
+    "query_coverage",  # a feature of the confidence, not a multiplier of the score
     "outdated_by",  # shown on the hit itself, as a link
     "rerank_weight",  # a blend weight, not a multiplier: shown as a note on the relevance
     "rerank",

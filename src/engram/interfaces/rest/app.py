@@ -106,6 +106,11 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # Sync routes and tools run on anyio's threads; recalls waiting for a slot hold some of them.
         anyio.to_thread.current_default_thread_limiter().total_tokens = engram.settings.request_threads
+        # The token encoder's batch graph, made now: made at an import's first chunk it slowed that
+        # import's first answers past a 1 s client timeout (tests/interfaces/test_import_jobs.py).
+        prepare = getattr(engram.token_encoder, "prepare_batches", None)
+        if prepare is not None:
+            await anyio.to_thread.run_sync(prepare)
         async with mcp_server.session_manager.run():
             yield
         app.state.imports.close()

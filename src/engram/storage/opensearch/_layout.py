@@ -33,7 +33,8 @@ from engram.storage.opensearch._lexical import SIMILARITY, similarity
 # The mappings below; a change is a new version, migrated by reindex + alias swap. 2: search_text's
 # similarity scores with per-owner statistics Engram sends (``_lexical``), not the shard's. 3: the recall
 # filter's fields (session_id, event_time, metadata_terms), derived from each document by the migration.
-MAPPING_VERSION = 3
+# 4: the embedding is not stored in ``_source`` (k-NN derived source, ``index_body``): no document change.
+MAPPING_VERSION = 4
 KINDS = ("memories", "tombstones", "store")
 TENANT_USER_PREFIXES = ("engram_u_", "engram_h_")  # the service account may impersonate only these
 CATALOG_USER = "engram_catalog"
@@ -125,6 +126,10 @@ def index_body(kind: str, dim: int, shards: int, replicas: int) -> dict[str, Any
     settings: dict[str, Any] = {"number_of_shards": shards, "number_of_replicas": replicas}
     if kind == "memories":
         settings["knn"] = True
+        # The embedding is kept once as a vector, not also as 384 numbers of JSON text in _source (7-8 KB
+        # a row, most of the disk): the k-NN plugin puts it back into _source wherever _source is read
+        # (get, mget, search, _reindex), so rewriting a document from its _source keeps its vector.
+        settings["knn.derived_source.enabled"] = True
         settings["similarity"] = {SIMILARITY: similarity()}
         properties["embedding"] = {
             "type": "knn_vector",
@@ -136,6 +141,9 @@ def index_body(kind: str, dim: int, shards: int, replicas: int) -> dict[str, Any
                 "space_type": "cosinesimil",
                 "parameters": {"m": 16, "ef_construction": 128},
             },
+            # no second copy of each vector as binary doc values (1.5 KB a row): only the plugin's
+            # script scoring reads them; the k-NN query and derived source read the vector itself
+            "doc_values": False,
         }
     return {
         "settings": {"index": settings},

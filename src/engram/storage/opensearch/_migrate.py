@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 # several versions runs each step in order, each in its own block. Steps are history: never edited once
 # released. Version 1 is the first mapping: nothing is transformed into it yet; a version 2 that, say,
 # derived a field would add ``2: {"memories": "ctx._source.new_field = ..."}``.
+# Version 4 (the embedding no longer stored in _source) has no step: the copy reads each document's
+# embedding from the old _source and the new index keeps it as its vector only (k-NN derived source); a
+# later copy from version 4 gets the embedding back in ctx._source from the plugin.
 STEPS: dict[int, Mapping[str, str]] = {
     # 3: the recall filter's fields, as _documents.document derives them (recall_filter.metadata_term)
     3: {
