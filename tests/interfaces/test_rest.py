@@ -6,8 +6,9 @@ JSON = {"Content-Type": "application/json"}
 def test_health_and_openapi(service):
     import httpx
 
-    assert httpx.get(f"{service.url}/healthz").json()["status"] == "ok"
-    spec = httpx.get(f"{service.url}/openapi.json").json()
+    # httpx's 5 s default: a first request to a service just started on a loaded machine has taken longer
+    assert httpx.get(f"{service.url}/healthz", timeout=30).json()["status"] == "ok"
+    spec = httpx.get(f"{service.url}/openapi.json", timeout=30).json()
     assert {
         "/v1/recall",
         "/v1/turns",
