@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 
 # Query words too common to help BM25 but costly to match (they hit most rows of a tenant).
 STOPWORDS = frozenset(
@@ -131,3 +132,13 @@ def is_content_word(word: str, ignore: frozenset[str] = frozenset()) -> bool:
         and folded not in QUESTION_WORDS
         and folded not in ignore
     )
+
+
+def word_of_pieces(
+    text: str, offsets: Sequence[tuple[int, int]], word_ids: Sequence[int | None], word: int
+) -> str:
+    """The text of word ``word`` of a tokenizer's encoding of ``text``: from its first piece's start to
+    its last piece's end, with a contraction's clitic ("didn" with its "'t", "ve" as "'ve")."""
+    spans = [offsets[i] for i, w in enumerate(word_ids) if w == word]
+    start = spans[0][0] - (spans[0][0] > 0 and text[spans[0][0] - 1] in "'’")  # "ve" of "we've": "'ve"
+    return text[start : with_clitic(text, spans[-1][1])]

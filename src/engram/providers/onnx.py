@@ -26,7 +26,7 @@ from tokenizers import Encoding, Tokenizer
 
 from engram.errors import ModelError
 from engram.providers.base import Vectors
-from engram.text import is_content_word, with_clitic
+from engram.text import is_content_word, word_of_pieces
 from engram.threads import available_cores, lower_priority
 
 _log = logging.getLogger(__name__)
@@ -434,16 +434,9 @@ class OnnxTokenEncoder:
             for j in range(1, last)
             if (offsets := encoding.offsets[j])
             and (word := encoding.word_ids[j]) is not None
-            and is_content_word(_word_at(text, encoding.offsets, encoding.word_ids, word), ignore)
+            and is_content_word(word_of_pieces(text, encoding.offsets, encoding.word_ids, word), ignore)
             and offsets[1] > offsets[0]
         ]
-
-
-def _word_at(text: str, offsets: Sequence[tuple[int, int]], word_ids: Sequence[int | None], word: int) -> str:
-    """The text of word ``word`` of an encoding: from its first piece's start to its last piece's end."""
-    spans = [offsets[i] for i, w in enumerate(word_ids) if w == word]
-    start = spans[0][0] - (spans[0][0] > 0 and text[spans[0][0] - 1] in "'’")  # "ve" of "we've": "'ve"
-    return text[start : with_clitic(text, spans[-1][1])]  # "didn" with its "'t"
 
 
 def _normalised(hidden: npt.NDArray[np.float32]) -> Vectors:
