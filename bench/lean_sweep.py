@@ -200,6 +200,9 @@ class FormatTokenEncoder:
         q: Matrix = self.cache.get(_key("tq", text), lambda: self.inner.encode_query(text))
         return q if self.proj is None else (q @ self.proj).astype(np.float32)
 
+    def content_positions(self, text: str, ignore: frozenset[str] = frozenset()) -> list[int]:
+        return self.inner.content_positions(text, ignore)  # the query's rows are the inner encoder's
+
 
 def fit_projections(encoder: FormatTokenEncoder) -> dict[str, Matrix]:
     """Uncentred PCA of bench/data's chat turns' token vectors (bench/fit_token_projection.py), and a
