@@ -70,3 +70,10 @@ class TokenEncoder(Protocol):
         (``engram.text.is_content_word``; ``ignore``: casefolded words to leave out). Optional at run
         time: recall scores an encoder without it, and its hits' confidence takes the mean coverage."""
         ...
+
+
+def query_content_positions(encoder: TokenEncoder, text: str, ignore: frozenset[str]) -> list[int]:
+    """``encoder.content_positions``, or none for an encoder written before it existed (then confidence
+    takes the calibration's mean coverage): a missing method must not cost late interaction."""
+    find = getattr(encoder, "content_positions", None)
+    return list(find(text, ignore)) if find is not None else []

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from engram.models import Vectors
 from engram.observability import Telemetry
-from engram.providers.base import Embedder, Reranker, TokenEncoder
+from engram.providers.base import Embedder, Reranker, TokenEncoder, query_content_positions
 
 
 class TimedEmbedder:
@@ -66,8 +66,7 @@ class TimedTokenEncoder:
 
     def content_positions(self, text: str, ignore: frozenset[str] = frozenset()) -> list[int]:
         """The inner encoder's; none where it has no such method (one written before it existed)."""
-        find = getattr(self.inner, "content_positions", None)
-        return list(find(text, ignore)) if find is not None else []
+        return query_content_positions(self.inner, text, ignore)
 
     def prepare_batches(self) -> None:
         """The inner encoder's, where it has one (OnnxTokenEncoder.prepare_batches)."""

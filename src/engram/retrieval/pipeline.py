@@ -41,7 +41,7 @@ import numpy as np
 from engram.errors import public_failure
 from engram.models import EpisodicMemory, Hit, MemoryType, event_time, search_text_of
 from engram.observability import Telemetry
-from engram.providers.base import Embedder, Reranker, TokenEncoder
+from engram.providers.base import Embedder, Reranker, TokenEncoder, query_content_positions
 from engram.recall_filter import NO_FILTER, RecallFilter
 from engram.retrieval.admission import Admission
 from engram.retrieval.candidate import Candidate
@@ -221,13 +221,6 @@ def _untimed(name: str) -> AbstractContextManager[None]:
     return nullcontext()
 
 
-def _content_positions(encoder: TokenEncoder, text: str, ignore: frozenset[str]) -> list[int]:
-    """``encoder.content_positions``, or none for an encoder written before it existed (then confidence
-    takes the calibration's mean coverage): a missing method must not cost the whole stage."""
-    find = getattr(encoder, "content_positions", None)
-    return list(find(text, ignore)) if find is not None else []
-
-
 def apply_late_interaction(
     store: SearchStore,
     encoder: TokenEncoder,
@@ -268,7 +261,8 @@ def apply_late_interaction(
             # scored now, not stored: the int8 format, the closer one
             blobs.update(zip([m.id for m in missing], pack_all(encoded), strict=True))
         order = list(blobs)
-        content = _content_positions(encoder, query_text, user_id_words(tenant) if tenant else frozenset())
+        own_name = user_id_words(tenant) if tenant else frozenset()
+        content = query_content_positions(encoder, query_text, own_name)
         maxima = dict(
             zip(order, token_maxima(query.result(), [blobs[i] for i in order], encoder.dim), strict=True)
         )
