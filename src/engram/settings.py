@@ -73,11 +73,11 @@ DEFAULT_CHANGE_PLACES = 5
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
 # fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).
 # Coverage: the hit's match for the query's least-matched content word (late_interaction.query_coverage).
-DEFAULT_CONFIDENCE_RERANK = (0.180, 2.859, -2.552)  # (a, b, c): σ(a·logit(cross-encoder p) + b·coverage + c)
-DEFAULT_CONFIDENCE_LATE = (13.015, 3.982, -14.484)  # (a, b, c): σ(a·MaxSim + b·coverage + c), no reranker
-DEFAULT_CONFIDENCE_DENSE = (10.570, -8.322)  # (a, c): σ(a·cosine + c) without late interaction
-DEFAULT_CONFIDENCE_LEADER = (3.059, 3.352, -4.573)  # (a, b, c): as late, a leader no other raw turn came near
-DEFAULT_CONFIDENCE_COVERAGE_MEAN = 0.562  # the fitted hits' mean coverage: stands in when it is missing
+DEFAULT_CONFIDENCE_RERANK = (0.184, 2.522, -2.370)  # (a, b, c): σ(a·logit(cross-encoder p) + b·coverage + c)
+DEFAULT_CONFIDENCE_LATE = (14.265, 3.581, -15.229)  # (a, b, c): σ(a·MaxSim + b·coverage + c), no reranker
+DEFAULT_CONFIDENCE_DENSE = (10.371, -8.143)  # (a, c): σ(a·cosine + c) without late interaction
+DEFAULT_CONFIDENCE_LEADER = (3.616, 3.355, -5.110)  # (a, b, c): as late, a leader no other raw turn came near
+DEFAULT_CONFIDENCE_COVERAGE_MEAN = 0.564  # the fitted hits' mean coverage: stands in when it is missing
 # The agent's and the MCP tool's default min_confidence: hits below it are not shown to a model.
 DEFAULT_MIN_CONFIDENCE = 0.1
 # A local model on CPUs answers one tool round in tens of seconds; a person waits for a reply about this long.

@@ -108,6 +108,16 @@ def user_id_words(user_id: str) -> frozenset[str]:
     return name_words(" ".join(_LETTERS.findall(user_id.split("@", 1)[0])))
 
 
+def user_named_in(query: str, user_id: str) -> str | None:
+    """The user's own name as ``query`` writes it, when it names them (a word of ``user_id_words``),
+    else None. ``("Where does Aisha's brother live?", "aisha")`` -> "Aisha"; ``("where do I live?",
+    "aisha")`` -> None."""
+    for word in sorted(user_id_words(user_id)):
+        if found := re.search(rf"(?<!\w){re.escape(word)}(?!\w)", query, re.IGNORECASE):
+            return found.group(0)
+    return None
+
+
 def with_clitic(text: str, end: int) -> int:
     """Where the word ending at ``end`` ends with the clitic that follows it, if any: a tokenizer that
     splits at apostrophes leaves "didn" of "didn't", which is no content word (``is_content_word``)."""

@@ -165,3 +165,19 @@ def test_a_contraction_is_judged_whole_not_by_the_tokenizers_pieces():
         assert [pieces[r - 1] for r in encoder.content_positions(query)] == words, query
     assert not is_content_word("didn't") and not is_content_word("CAN'T") and not is_content_word("we've")
     assert is_content_word("sister’s") and is_content_word("hub")
+
+
+def test_late_score_leaves_out_the_rows_it_is_told_to():
+    assert late_score(np.array([1.0, 0.0, 1.0]), left_out=[2]) == 0.5
+    own, ctx = np.array([1.0, 0.0, 0.2]), np.array([0.0, 1.0, 0.9])
+    assert late_score(own, ctx, left_out=[2]) == 0.75
+    assert late_score(own, left_out=[7]) == late_score(own)  # a row past the query's is ignored
+
+
+def test_user_named_in_finds_the_users_name_as_the_query_writes_it():
+    from engram.text import user_named_in
+
+    assert user_named_in("Where does Aisha's brother live?", "aisha") == "Aisha"
+    assert user_named_in("what car does alice smith drive?", "alice.smith@example.com") == "alice"
+    assert user_named_in("where do I live?", "aisha") is None
+    assert user_named_in("what did Aishah say?", "aisha") is None  # a whole word, not a prefix

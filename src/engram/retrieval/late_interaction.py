@@ -148,17 +148,24 @@ def token_maxima(query: Matrix, packed: Sequence[bytes], dim: int) -> Matrix:
     return result
 
 
-def late_score(own: Matrix, context: Matrix | None = None) -> float:
+def late_score(own: Matrix, context: Matrix | None = None, left_out: Sequence[int] = ()) -> float:
     """ColBERT MaxSim of a row, read alone and with the turn it replied to, in [-1, 1].
 
     With ``own[i] = max_j q_i · d_j`` over the row's tokens and ``ctx[i]`` the same over the context's
     tokens: ``score = ½ (mean_i own[i] + mean_i max(own[i], ctx[i]))``. The second term lets an
     elliptic reply ("Yeah, it was amazing!") match through the words of the previous turn (MaxSim over
     the union of both token sets); the first keeps a row that matches on its own ahead of one that only
-    borrows its match. Without a context, ``score = mean_i own[i]``.
+    borrows its match. Without a context, ``score = mean_i own[i]``. The means run over the query
+    tokens ``i`` not in ``left_out``: the user's own name (``TokenEncoder.content_positions``) says whom
+    a question is about, which is every memory of theirs, and matched only the facts that name them,
+    never their turns, which say "I" (docs/benchmarks.md, "The user's own name").
 
-    Example: own = [1, 0], ctx = [0, 1] -> ½ (0.5 + 1.0) = 0.75; own = [1, 0] alone -> 0.5.
+    Example: own = [1, 0], ctx = [0, 1] -> ½ (0.5 + 1.0) = 0.75; own = [1, 0] alone -> 0.5;
+    own = [1, 0, 1], left_out [2] -> 0.5.
     """
+    if len(left_out):
+        own = np.delete(own, [i for i in left_out if i < len(own)])
+        context = None if context is None else np.delete(context, [i for i in left_out if i < len(context)])
     alone = float(np.mean(own)) if len(own) else 0.0
     if context is None:
         return alone

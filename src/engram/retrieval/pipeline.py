@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from engram.errors import public_failure
-from engram.models import EpisodicMemory, Hit, MemoryType, event_time, search_text_of
+from engram.models import EpisodicMemory, Hit, Memory, MemoryType, event_time, search_text_of
 from engram.observability import Telemetry
 from engram.providers.base import Embedder, Reranker, TokenEncoder, query_content_positions
 from engram.recall_filter import NO_FILTER, RecallFilter
@@ -51,10 +51,10 @@ from engram.retrieval.contenders import contenders, is_echo
 from engram.retrieval.currency import asks_about_past, expects_change, put_current_first
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import Matrix, late_score, pack_all, query_coverage, token_maxima
-from engram.retrieval.scoring import multipliers, named_speakers
+from engram.retrieval.scoring import multipliers, named_speakers, speaker_of
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
-from engram.text import query_words, user_id_words
+from engram.text import query_words, user_id_words, user_named_in
 from engram.threads import lower_priority
 
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
@@ -164,7 +164,9 @@ def recall(
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
             if admitted:  # a shed recall's skipped stage is counted as shed, not timed as a rerank
                 with stage("rerank"):
-                    rerank_error = apply_rerank(reranker, query, window, config.rerank_weight)
+                    rerank_error = apply_rerank(
+                        reranker, query, window, config.rerank_weight, user_named_in(query, tenant or "")
+                    )
         if not admitted:
             notes["rerank"] = "skipped: load"
         elif rerank_error is None:
@@ -231,8 +233,8 @@ def apply_late_interaction(
     query_text: str = "",
 ) -> str | None:
     """Set each head candidate's late-interaction score, and its coverage of the content words of
-    ``query_text`` (``query_coverage``, with the turn it replied to; the user's own name is not one);
-    return an error text instead of raising.
+    ``query_text`` (``query_coverage``, with the turn it replied to); the user's own name counts in
+    neither; return an error text instead of raising.
 
     Token vectors come from the store (or ``prefetched`` with the candidates), with those of the turns
     the candidates replied to (their context); a row stored without them (written before this stage
@@ -263,6 +265,12 @@ def apply_late_interaction(
         order = list(blobs)
         own_name = user_id_words(tenant) if tenant else frozenset()
         content = query_content_positions(encoder, query_text, own_name)
+        # the user's own name: left out of MaxSim as it is of coverage (late_score's docstring)
+        named = (
+            sorted(set(query_content_positions(encoder, query_text, frozenset())) - set(content))
+            if own_name & query_words(query_text)
+            else []
+        )
         maxima = dict(
             zip(order, token_maxima(query.result(), [blobs[i] for i in order], encoder.dim), strict=True)
         )
@@ -270,13 +278,29 @@ def apply_late_interaction(
         for c in head:
             own = maxima[c.memory.id]
             context = maxima.get(context_id) if (context_id := context_of.get(c.memory.id)) else None
-            scores.append(late_score(own, context))
+            scores.append(late_score(own, context, named))
             coverages.append(query_coverage(own if context is None else np.maximum(own, context), content))
     except Exception as exc:  # recall must never fail because of an optional stage
         return public_failure(exc, "late interaction")  # logged there; no driver text in explain
     for candidate, raw, score, covered in zip(head, scores, normalised(scores), coverages, strict=True):
         candidate.late, candidate.late_raw, candidate.coverage = score, raw, covered
     return None
+
+
+def rerank_text(memory: Memory, user_name: str | None) -> str:
+    """What the cross-encoder reads for a row: ``search_text_of``, and for a turn of the user's own (no
+    speaker named) ``"<user_name>: <turn>"`` when the query names the user.
+
+    A question an agent rewrote in the third person ("Where does Aisha's brother live?") names the user,
+    and so does every fact consolidation wrote about them ("Aisha's niece Zara is 8"), but not their
+    turns ("my brother Imran moved to Dubai"): the cross-encoder ranked every fact that named her above
+    the turn that answered. Read as a transcript line, the turn names her too (docs/benchmarks.md, "The
+    user's own name"). Example: ("we're in Moseley", "Aisha") -> "Aisha: we're in Moseley".
+    """
+    text = search_text_of(memory)
+    if user_name and isinstance(memory, EpisodicMemory) and speaker_of(memory) is None:
+        return f"{user_name}: {text}"
+    return text
 
 
 def _in_background(nice: int, work: Callable[..., T], *args: Any) -> Future[T]:
@@ -352,10 +376,13 @@ def normalised(scores: list[float]) -> list[float]:
     return [(s - low) / (high - low) for s in scores]
 
 
-def apply_rerank(reranker: Reranker, query: str, window: list[Candidate], weight: float = 1.0) -> str | None:
-    """Set each window candidate's rerank probability; return an error text instead of raising."""
+def apply_rerank(
+    reranker: Reranker, query: str, window: list[Candidate], weight: float = 1.0, user_name: str | None = None
+) -> str | None:
+    """Set each window candidate's rerank probability; return an error text instead of raising.
+    ``user_name``: the user's name as the query writes it, when it names them (``rerank_text``)."""
     try:
-        scores = reranker.score(query, [search_text_of(c.memory) for c in window])
+        scores = reranker.score(query, [rerank_text(c.memory, user_name) for c in window])
         if len(scores) != len(window):
             raise ValueError(f"reranker returned {len(scores)} scores for {len(window)} passages")
     except Exception as exc:  # recall must never fail because of the reranker
