@@ -58,6 +58,24 @@ USERS = {
     "svc": ("Svc-pass-1", "$2y$12$FosxtnguFNfFriVOwSOCPeybQkyrkV7pRqI88mEZPd5bZUijPZEgS"),
 }
 
+# The narrower service accounts of docs/opensearch.md ("Running against a managed or self-run cluster"),
+# for tests/storage/test_opensearch_service_role.py. The impersonation allow-list and roles_enabled are
+# static settings, so opensearch.yml names them as an operator's would; the test makes the role (on its
+# prefix) and the users. NARROW_ACCOUNT's role is in roles_enabled; REST_ADMIN_ACCOUNT instead holds
+# restapi:admin/* permissions (restapi.admin.enabled), in a role only a security admin (the admin
+# certificate, or a user already holding restapi:admin/roles) may make or map, not admin's all_access:
+# so the node's security config has it and its mapping.
+NARROW_ROLE = "engram_service"
+NARROW_ACCOUNT = "engram_svc"
+REST_ADMIN_ROLE = "engram_restapi"
+REST_ADMIN_ACCOUNT = "engram_svc_restapi"
+_REST_ADMIN_ROLES = f"""{REST_ADMIN_ROLE}:
+  cluster_permissions:
+    - "restapi:admin/internalusers"
+    - "restapi:admin/roles"
+    - "restapi:admin/rolesmapping"
+"""
+
 
 class NodeSetupError(RuntimeError):
     """The node cannot be built or started here (a tool missing, a fetch failed, a start timed out)."""
@@ -261,7 +279,7 @@ openssl x509 -req -in node.csr -CA root-ca.pem -CAkey root-ca-key.pem -CAcreates
 rm -f node-key-tmp.pem node.csr node.ext root-ca.srl
 """
 
-_NODE_SETTINGS = """
+_NODE_SETTINGS = f"""
 plugins.security.ssl.transport.pemcert_filepath: node.pem
 plugins.security.ssl.transport.pemkey_filepath: node-key.pem
 plugins.security.ssl.transport.pemtrustedcas_filepath: root-ca.pem
@@ -274,10 +292,13 @@ plugins.security.allow_default_init_securityindex: true
 plugins.security.authcz.admin_dn: ["CN=admin,OU=Test,O=Test,C=XX"]
 plugins.security.nodes_dn: ["CN=node-0,OU=Test,O=Test,C=XX"]
 plugins.security.audit.type: noop
-plugins.security.restapi.roles_enabled: ["all_access"]
+plugins.security.restapi.roles_enabled: ["all_access", "{NARROW_ROLE}"]
+plugins.security.restapi.admin.enabled: true
 plugins.security.system_indices.enabled: true
 plugins.security.authcz.rest_impersonation_user:
   svc: ["engram_u_*", "engram_h_*", "engram_catalog"]
+  {NARROW_ACCOUNT}: ["engram_u_*", "engram_h_*", "engram_catalog"]
+  {REST_ADMIN_ACCOUNT}: ["engram_u_*", "engram_h_*", "engram_catalog"]
 """
 
 _AUTH = """
@@ -319,9 +340,10 @@ def _write_config(dist: Path, config: Path, certs_from: Path | None = None, clus
         f'{name}:\n  hash: "{hashed}"\n  backend_roles: ["admin"]' for name, (_, hashed) in USERS.items()
     ]
     (security / "internal_users.yml").write_text("\n".join(users) + "\n")
-    (security / "roles.yml").write_text('_meta: {type: "roles", config_version: 2}\n')
+    (security / "roles.yml").write_text('_meta: {type: "roles", config_version: 2}\n' + _REST_ADMIN_ROLES)
     (security / "roles_mapping.yml").write_text(
         '_meta: {type: "rolesmapping", config_version: 2}\nall_access: {backend_roles: ["admin"]}\n'
+        f'{REST_ADMIN_ROLE}: {{users: ["{REST_ADMIN_ACCOUNT}"]}}\n'
     )
 
 
