@@ -12,7 +12,10 @@ alone (.ci/run calls it). A missing tool fails with a message naming what to ins
 The node's users: ``admin`` (all_access: tests set up and inspect with it) and ``svc``, the service
 account Engram runs as: all_access for its own indices and the security REST API (it provisions the
 tenants' users and its DLS role), and allowed to impersonate only Engram's tenant users
-(``engram_u_*``, ``engram_h_*``, ``engram_catalog``), whose roles (DLS on ``owner``) then apply.
+(``engram_u_*``, ``engram_h_*``, ``engram_catalog``), whose roles (DLS on ``owner``) then apply. The
+narrower accounts of docs/opensearch.md are named in opensearch.yml (static settings) and made by
+tests/storage/test_opensearch_service_role.py: ``NARROW_ROLE`` is in roles_enabled; ``REST_ADMIN_ROLE``
+holds restapi:admin/* instead, which only a security admin may grant (not all_access): made here.
 """
 
 from __future__ import annotations
@@ -58,23 +61,10 @@ USERS = {
     "svc": ("Svc-pass-1", "$2y$12$FosxtnguFNfFriVOwSOCPeybQkyrkV7pRqI88mEZPd5bZUijPZEgS"),
 }
 
-# The narrower service accounts of docs/opensearch.md ("Running against a managed or self-run cluster"),
-# for tests/storage/test_opensearch_service_role.py. The impersonation allow-list and roles_enabled are
-# static settings, so opensearch.yml names them as an operator's would; the test makes the role (on its
-# prefix) and the users. NARROW_ACCOUNT's role is in roles_enabled; REST_ADMIN_ACCOUNT instead holds
-# restapi:admin/* permissions (restapi.admin.enabled), in a role only a security admin (the admin
-# certificate, or a user already holding restapi:admin/roles) may make or map, not admin's all_access:
-# so the node's security config has it and its mapping.
-NARROW_ROLE = "engram_service"
-NARROW_ACCOUNT = "engram_svc"
-REST_ADMIN_ROLE = "engram_restapi"
-REST_ADMIN_ACCOUNT = "engram_svc_restapi"
-_REST_ADMIN_ROLES = f"""{REST_ADMIN_ROLE}:
-  cluster_permissions:
-    - "restapi:admin/internalusers"
-    - "restapi:admin/roles"
-    - "restapi:admin/rolesmapping"
-"""
+NARROW_ROLE, NARROW_ACCOUNT = "engram_service", "engram_svc"
+REST_ADMIN_ROLE, REST_ADMIN_ACCOUNT = "engram_restapi", "engram_svc_restapi"
+_TENANTS = '["engram_u_*", "engram_h_*", "engram_catalog"]'  # who the service accounts may impersonate
+_REST_ADMIN_PERMISSIONS = [f"restapi:admin/{e}" for e in ("internalusers", "roles", "rolesmapping")]
 
 
 class NodeSetupError(RuntimeError):
@@ -296,9 +286,7 @@ plugins.security.restapi.roles_enabled: ["all_access", "{NARROW_ROLE}"]
 plugins.security.restapi.admin.enabled: true
 plugins.security.system_indices.enabled: true
 plugins.security.authcz.rest_impersonation_user:
-  svc: ["engram_u_*", "engram_h_*", "engram_catalog"]
-  {NARROW_ACCOUNT}: ["engram_u_*", "engram_h_*", "engram_catalog"]
-  {REST_ADMIN_ACCOUNT}: ["engram_u_*", "engram_h_*", "engram_catalog"]
+  {{svc: {_TENANTS}, {NARROW_ACCOUNT}: {_TENANTS}, {REST_ADMIN_ACCOUNT}: {_TENANTS}}}
 """
 
 _AUTH = """
@@ -340,7 +328,10 @@ def _write_config(dist: Path, config: Path, certs_from: Path | None = None, clus
         f'{name}:\n  hash: "{hashed}"\n  backend_roles: ["admin"]' for name, (_, hashed) in USERS.items()
     ]
     (security / "internal_users.yml").write_text("\n".join(users) + "\n")
-    (security / "roles.yml").write_text('_meta: {type: "roles", config_version: 2}\n' + _REST_ADMIN_ROLES)
+    (security / "roles.yml").write_text(
+        '_meta: {type: "roles", config_version: 2}\n'
+        f"{REST_ADMIN_ROLE}: {{cluster_permissions: {json.dumps(_REST_ADMIN_PERMISSIONS)}}}\n"
+    )
     (security / "roles_mapping.yml").write_text(
         '_meta: {type: "rolesmapping", config_version: 2}\nall_access: {backend_roles: ["admin"]}\n'
         f'{REST_ADMIN_ROLE}: {{users: ["{REST_ADMIN_ACCOUNT}"]}}\n'

@@ -22,7 +22,8 @@ from engram.data_rights import erase_user
 from engram.errors import StorageError
 from engram.interfaces.cli import app
 from engram.models import SemanticMemory
-from engram.storage.opensearch import OpenSearchOptions, OpenSearchStore
+from engram.storage.opensearch import MAPPING_VERSION, OpenSearchOptions, OpenSearchStore, migrate
+from engram.storage.opensearch._layout import KINDS
 from tests.opensearch_node.node import (
     NARROW_ACCOUNT,
     NARROW_ROLE,
@@ -30,6 +31,7 @@ from tests.opensearch_node.node import (
     REST_ADMIN_ROLE,
     OpenSearchNode,
 )
+from tests.storage.test_opensearch_migrate import downgrade_to_v0
 
 SECURITY = "/_plugins/_security/api"
 AUTHINFO = "/_plugins/_security/authinfo"
@@ -68,11 +70,20 @@ def make_account(node: OpenSearchNode, prefix: str, user: str, role: str) -> Ite
             node.request("DELETE", f"{SECURITY}/{path}")
 
 
+@pytest.fixture(scope="module")
+def narrow_account(opensearch_node: OpenSearchNode) -> Iterator[str]:
+    """The service account of docs/opensearch.md, its role in roles_enabled: made once for the module
+    (a security-config write costs ~0.5 s); each test points its role at the test's prefix."""
+    with make_account(opensearch_node, "unused-", NARROW_ACCOUNT, NARROW_ROLE) as made:
+        yield made.user
+
+
 @pytest.fixture
-def account(opensearch_node: OpenSearchNode, os_prefixes) -> Iterator[Account]:
-    """The service account of docs/opensearch.md on a fresh prefix, its role in roles_enabled."""
-    with make_account(opensearch_node, os_prefixes(), NARROW_ACCOUNT, NARROW_ROLE) as made:
-        yield made
+def account(opensearch_node: OpenSearchNode, narrow_account: str, os_prefixes) -> Account:
+    """The narrow service account, its role on a fresh prefix."""
+    prefix = os_prefixes()
+    admin_put(opensearch_node, f"roles/{NARROW_ROLE}", service_role(prefix))
+    return Account(narrow_account, prefix)
 
 
 def options(node: OpenSearchNode, account: Account) -> OpenSearchOptions:
@@ -82,8 +93,8 @@ def options(node: OpenSearchNode, account: Account) -> OpenSearchOptions:
 
 
 def test_the_role_is_as_narrow_as_documented(account, opensearch_node):
-    """Outside its prefix and the security API's three endpoints the account is refused: the test
-    below runs with no more than the documented permissions."""
+    """Outside its prefix, and for cluster settings or impersonating anyone but a tenant, the account
+    is refused: the tests below run with no more than the documented permissions."""
     as_account = {"user": account.user, "password": PASSWORD}
     assert opensearch_node.request("PUT", f"/{account.prefix}probe", {}, **as_account)[0] == 200
     assert opensearch_node.request("PUT", "/elsewhere-probe", {}, **as_account)[0] == 403
@@ -175,6 +186,27 @@ def test_engram_runs_end_to_end_as_the_narrow_service_account(
         assert [h.memory.id for h in sarah.recall("where does Sarah live?", k=1)] == [new.id]
     finally:
         eng.close()
+
+
+def test_migrate_runs_as_the_narrow_service_account(account, opensearch_node, embedder, reranker):
+    """docs/opensearch.md: migrate runs as the service account (blocks writes to the old index,
+    ``_reindex`` as a task it polls, moves the aliases): with this role too."""
+    url = f"opensearchs://{opensearch_node.address}"
+    eng = Engram(OpenSearchStore(url, options(opensearch_node, account)), embedder, reranker)
+    kept = eng.for_user("sarah").write("Sarah's locker code is 4411")
+    eng.close()
+    downgrade_to_v0(opensearch_node, account.prefix)  # as the node's admin: an older store
+
+    done = migrate(url, options(opensearch_node, account))
+
+    assert {(m.kind, m.from_version, m.to_version) for m in done} == {
+        (kind, 0, MAPPING_VERSION) for kind in KINDS
+    }
+    again = Engram(OpenSearchStore(url, options(opensearch_node, account)), embedder, reranker)
+    try:
+        assert [m.id for m in again.for_user("sarah").list(memory_type="semantic")] == [kept.id]
+    finally:
+        again.close()
 
 
 def test_restapi_admin_permissions_without_roles_enabled_are_refused_at_open(opensearch_node, os_prefixes):
