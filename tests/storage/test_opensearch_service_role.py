@@ -2,7 +2,8 @@
 point 3), exercised: the node's admin creates a role with exactly the documented permissions, listed in
 ``plugins.security.restapi.roles_enabled``, and an internal user holding it; an Engram on a fresh prefix
 runs as that user through its public API (first open, turns and facts of two tenants, a supersession,
-recall with the default pipeline, forget, ``engram repair``, a user's deletion), tenants isolated.
+recall with the default pipeline, forget, ``engram repair``, a user's deletion; and a migration),
+tenants isolated.
 And the route the document used to offer besides roles_enabled, ``restapi:admin/*`` permissions with
 ``plugins.security.restapi.admin.enabled``, does not open the security REST API in 2.19: refused at
 open. The node's opensearch.yml names both accounts (tests/opensearch_node/node.py)."""
