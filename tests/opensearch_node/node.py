@@ -12,7 +12,10 @@ alone (.ci/run calls it). A missing tool fails with a message naming what to ins
 The node's users: ``admin`` (all_access: tests set up and inspect with it) and ``svc``, the service
 account Engram runs as: all_access for its own indices and the security REST API (it provisions the
 tenants' users and its DLS role), and allowed to impersonate only Engram's tenant users
-(``engram_u_*``, ``engram_h_*``, ``engram_catalog``), whose roles (DLS on ``owner``) then apply.
+(``engram_u_*``, ``engram_h_*``, ``engram_catalog``), whose roles (DLS on ``owner``) then apply. The
+narrower accounts of docs/opensearch.md are named in opensearch.yml (static settings) and made by
+tests/storage/test_opensearch_service_role.py: ``NARROW_ROLE`` is in roles_enabled; ``REST_ADMIN_ROLE``
+holds restapi:admin/* instead, which only a security admin may grant (not all_access): made here.
 """
 
 from __future__ import annotations
@@ -57,6 +60,11 @@ USERS = {
     "admin": ("Admin-pass-1", "$2y$12$yqoJWRuZgm2sBtCMQkfUeefSwXmlkxxu/rfcrRexLTMp9IWMv2JhO"),
     "svc": ("Svc-pass-1", "$2y$12$FosxtnguFNfFriVOwSOCPeybQkyrkV7pRqI88mEZPd5bZUijPZEgS"),
 }
+
+NARROW_ROLE, NARROW_ACCOUNT = "engram_service", "engram_svc"
+REST_ADMIN_ROLE, REST_ADMIN_ACCOUNT = "engram_restapi", "engram_svc_restapi"
+_TENANTS = '["engram_u_*", "engram_h_*", "engram_catalog"]'  # who the service accounts may impersonate
+_REST_ADMIN_PERMISSIONS = [f"restapi:admin/{e}" for e in ("internalusers", "roles", "rolesmapping")]
 
 
 class NodeSetupError(RuntimeError):
@@ -261,7 +269,7 @@ openssl x509 -req -in node.csr -CA root-ca.pem -CAkey root-ca-key.pem -CAcreates
 rm -f node-key-tmp.pem node.csr node.ext root-ca.srl
 """
 
-_NODE_SETTINGS = """
+_NODE_SETTINGS = f"""
 plugins.security.ssl.transport.pemcert_filepath: node.pem
 plugins.security.ssl.transport.pemkey_filepath: node-key.pem
 plugins.security.ssl.transport.pemtrustedcas_filepath: root-ca.pem
@@ -274,10 +282,11 @@ plugins.security.allow_default_init_securityindex: true
 plugins.security.authcz.admin_dn: ["CN=admin,OU=Test,O=Test,C=XX"]
 plugins.security.nodes_dn: ["CN=node-0,OU=Test,O=Test,C=XX"]
 plugins.security.audit.type: noop
-plugins.security.restapi.roles_enabled: ["all_access"]
+plugins.security.restapi.roles_enabled: ["all_access", "{NARROW_ROLE}"]
+plugins.security.restapi.admin.enabled: true
 plugins.security.system_indices.enabled: true
 plugins.security.authcz.rest_impersonation_user:
-  svc: ["engram_u_*", "engram_h_*", "engram_catalog"]
+  {{svc: {_TENANTS}, {NARROW_ACCOUNT}: {_TENANTS}, {REST_ADMIN_ACCOUNT}: {_TENANTS}}}
 """
 
 _AUTH = """
@@ -319,9 +328,13 @@ def _write_config(dist: Path, config: Path, certs_from: Path | None = None, clus
         f'{name}:\n  hash: "{hashed}"\n  backend_roles: ["admin"]' for name, (_, hashed) in USERS.items()
     ]
     (security / "internal_users.yml").write_text("\n".join(users) + "\n")
-    (security / "roles.yml").write_text('_meta: {type: "roles", config_version: 2}\n')
+    (security / "roles.yml").write_text(
+        '_meta: {type: "roles", config_version: 2}\n'
+        f"{REST_ADMIN_ROLE}: {{cluster_permissions: {json.dumps(_REST_ADMIN_PERMISSIONS)}}}\n"
+    )
     (security / "roles_mapping.yml").write_text(
         '_meta: {type: "rolesmapping", config_version: 2}\nall_access: {backend_roles: ["admin"]}\n'
+        f'{REST_ADMIN_ROLE}: {{users: ["{REST_ADMIN_ACCOUNT}"]}}\n'
     )
 
 

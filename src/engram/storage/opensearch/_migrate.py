@@ -157,8 +157,8 @@ def step_script(kind: str, from_version: int, to_version: int = MAPPING_VERSION)
 def alias_version(client: OpenSearch, names: Names, kind: str) -> tuple[str, int] | None:
     """The concrete index behind a kind's alias and its mapping version (``-vN``), None with no alias."""
     alias = names.alias(kind)
-    with errors():
-        found = client.indices.get_alias(name=alias, ignore=404)
+    with errors():  # the alias as the index too: /_alias/{name} alone would need aliases/get on '*'
+        found = client.indices.get_alias(index=alias, name=alias, ignore=404)
     indices = [name for name in found if name != "error" and name != "status"]
     if not indices:
         return None

@@ -121,9 +121,10 @@ class OpenSearchStore(StoreRules[str]):
 
     def _index_version(self, kind: str) -> int | None:
         """The mapping version behind a kind's alias, or None if the store has no such index yet."""
-        with errors():
-            found = self._client.indices.get_alias(name=self.names.alias(kind), ignore=404)
-        concrete = [name for name in found if name.startswith(self.names.alias(kind) + "-v")]
+        alias = self.names.alias(kind)
+        with errors():  # the alias as the index too: /_alias/{name} alone would need aliases/get on '*'
+            found = self._client.indices.get_alias(index=alias, name=alias, ignore=404)
+        concrete = [name for name in found if name.startswith(alias + "-v")]
         return int(concrete[0].rsplit("-v", 1)[1]) if concrete else None
 
     def _ensure_index(self, kind: str, dim: int) -> None:
