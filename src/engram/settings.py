@@ -70,6 +70,9 @@ DEFAULT_REPLACE_MARGIN = 0.05
 # A change-announcing newer turn this near the top replaces the leading turn within that margin
 # (engram.retrieval.currency; 10 places cost the "unchanged" questions of bench/updates.py).
 DEFAULT_CHANGE_PLACES = 5
+# ... or when the speaker says they changed it ("we moved") and the two turns' token vectors match each
+# other this well (same subject: the README's Bristol -> Edinburgh pair 0.74; docs/benchmarks.md).
+DEFAULT_SAME_SUBJECT = 0.72
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
 # fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).
 # Coverage: the hit's match for the query's least-matched content word (late_interaction.query_coverage).
@@ -230,6 +233,7 @@ class EngramSettings(BaseSettings):
     )
     replace_margin: float = Field(default=DEFAULT_REPLACE_MARGIN, ge=0, le=1)
     change_places: int = Field(default=DEFAULT_CHANGE_PLACES, ge=0, le=1000)
+    same_subject: float = Field(default=DEFAULT_SAME_SUBJECT, ge=-1, le=1.01)  # above 1: never
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
     confidence_rerank: CoverageCalibration = Field(DEFAULT_CONFIDENCE_RERANK, description="reranked: a, b, c")
     confidence_late: CoverageCalibration = Field(DEFAULT_CONFIDENCE_LATE, description="not reranked: a, b, c")

@@ -68,6 +68,46 @@ def test_streamable_http_with_bearer_key(service):
     assert service.engram.for_user("bob").list("semantic", include_superseded=True) == []
 
 
+def test_a_fact_written_over_mcp_cites_its_turns_and_outdates_them(service):
+    # write_memory took no supporting_episode_ids: nothing tied the Bristol turn to the superseded fact,
+    # and "where do I live?" kept answering Bristol over MCP (an outside review's repro).
+    carol_key = service.keys.create("carol")[0]
+
+    async def main():
+        async with mcp_session(service.url, carol_key) as session:
+
+            async def call(tool: str, arguments: dict) -> dict:
+                result = await session.call_tool(tool, arguments)
+                assert not result.is_error, result
+                return result.structured_content
+
+            bristol = (await call("remember_turn", {"text": "we live in Bristol btw"}))["memory"]["id"]
+            moved = (await call("remember_turn", {"text": "we moved to Leith last week!"}))["memory"]["id"]
+            old = await call(
+                "write_memory", {"text": "Carol lives in Bristol", "supporting_episode_ids": [bristol]}
+            )
+            new = await call(
+                "write_memory",
+                {
+                    "text": "Carol lives in Leith, Edinburgh",
+                    "supersedes_id": old["memory"]["id"],
+                    "contradiction": "natural",
+                    "supporting_episode_ids": [moved],
+                },
+            )
+            assert new["memory"]["supporting_episode_ids"] == [moved]
+            hits = (await call("recall_memory", {"query": "where do I live?"}))["hits"]
+            ranked = [h["id"] for h in hits]
+            assert ranked.index(new["memory"]["id"]) < ranked.index(bristol)
+            assert {h["id"]: h.get("outdated_by") for h in hits}[bristol] == new["memory"]["id"]
+            refused = await session.call_tool(
+                "write_memory", {"text": "x", "supporting_episode_ids": ["epi_nope"] * 101}
+            )
+            assert refused.is_error
+
+    anyio.run(main)
+
+
 def test_user_path_must_match_the_key(service):
     async def call(path: str, key: str) -> int:
         async with mcp_session(service.url, key, path) as session:

@@ -7,11 +7,15 @@ import pytest
 
 from engram.models import EpisodicMemory, SemanticMemory, utcnow
 from engram.retrieval.candidate import Candidate
+from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.currency import (
     announces_change,
+    asks_about_earlier_state,
     asks_about_past,
     expects_change,
     put_current_first,
+    put_past_first,
+    says_own_change,
 )
 from engram.settings import DEFAULT_CHANGE_PLACES
 
@@ -55,6 +59,7 @@ def nothing_superseded(ids):
         ("where do I live?", False),
         ("where do I live now?", False),
         ("what did I say my new address was?", False),  # it wants the present
+        ("how old is my son?", False),  # an age, not an earlier state (an outside review's repro)
     ],
 )
 def test_a_question_about_an_earlier_state_is_told_from_one_about_the_present(query, past):
@@ -209,6 +214,87 @@ def test_a_fact_written_after_the_recalls_present_replaces_nothing():
     assert put_current_first(order, lambda ids: [old], NOW, margin=0.05, outdated=0.5) == {}
 
 
+@pytest.mark.parametrize(
+    ("query", "earlier"),
+    [
+        ("which phone did I have before this one?", True),
+        ("what was my old number?", True),
+        ("when did I go to Rome?", False),  # past tense asks about events too
+        ("where did I live?", False),
+        ("how old is my son?", False),
+        ("what was my old address, and what is it now?", False),
+    ],
+)
+def test_a_question_about_what_something_was_before_is_told_by_its_words(query, earlier):
+    assert asks_about_earlier_state(query) is earlier
+
+
+@pytest.mark.parametrize(
+    ("text", "own"),
+    [
+        ("we moved to Edinburgh last week!", True),
+        ("I've just switched to Vodafone", True),
+        ("sold the Focus, I switched to a Tesla", True),
+        ("the church hall moved us to Tuesdays", False),  # the speaker changed nothing
+        ("he's thinking of moving here in the autumn", False),
+        ("we live in Bristol btw", False),
+    ],
+)
+def test_a_turn_where_the_speaker_says_they_changed_something_is_told_from_others(text, own):
+    assert says_own_change(text) is own
+
+
+def test_a_move_the_speaker_announces_replaces_the_leader_only_on_the_same_subject_and_near_the_query():
+    bristol = cand(turn(1, "we live in Bristol btw", 200), final=1.0, late=0.84, dense=0.6)
+    moved = cand(turn(2, "we moved to Edinburgh last week!", 10), final=0.01, late=0.76, dense=0.54)
+    order = [bristol, moved]
+    assert put_current_first(order, nothing_superseded, NOW, margin=0.05, outdated=0.5, places=5) == {}
+    found = put_current_first(
+        order,
+        nothing_superseded,
+        NOW,
+        margin=0.05,
+        outdated=0.5,
+        places=5,
+        same_subject=lambda new, old: True,
+    )
+    assert found == {bristol.memory.id: moved.memory.id} and order[0] is moved
+    assert "outdated" not in bristol.multipliers  # words only: a swap
+    walls = cand(
+        turn(3, "we live in Bristol btw, walls are a meter thick", 200), final=1.0, late=0.85, dense=0.6
+    )
+    far = cand(
+        turn(4, "we moved to Edinburgh last week!", 10), final=0.01, late=0.68, dense=0.4
+    )  # "how thick?"
+    kept = [walls, far]
+    assert (
+        put_current_first(
+            kept,
+            nothing_superseded,
+            NOW,
+            margin=0.05,
+            outdated=0.5,
+            places=5,
+            same_subject=lambda new, old: True,
+        )
+        == {}
+    )
+
+
+def test_for_a_question_about_before_an_older_near_match_goes_first():
+    new_phone = cand(turn(1, "the night mode on the new phone is unreal", 10), final=1.0, late=0.80)
+    chatter = cand(turn(2, "how do I back up photos", 5), final=0.8, late=0.79)
+    iphone = cand(turn(3, "my iphone 11 battery dies by 2pm", 300), final=0.6, late=0.77)
+    order = [new_phone, chatter, iphone]
+    assert put_past_first(order, margin=0.05, places=5) == {new_phone.memory.id: iphone.memory.id}
+    assert order[0] is iphone and order[0].final == pytest.approx(1.001)
+    too_far = [
+        cand(turn(4, "new phone", 10), 1.0, late=0.80),
+        cand(turn(5, "old phone", 300), 0.6, late=0.70),
+    ]
+    assert put_past_first(too_far, margin=0.05, places=5) == {}
+
+
 # -- recall on a real store ----------------------------------------------------------------------------
 def test_recall_puts_the_newer_statement_first_and_marks_the_older_one(eng):
     mem = eng.for_user("sarah")
@@ -249,3 +335,35 @@ def test_after_consolidation_the_live_fact_replaces_the_turn_it_superseded(eng):
     assert {h.memory.id: h for h in hits}[bristol.id].explain["outdated_by"] == new.id
     history = mem.recall("where did Sarah live before?", include_superseded=True, record_use=False)
     assert old.id in [h.memory.id for h in history[:3]]
+
+
+def test_the_readme_sequence_gives_the_move_first_and_keeps_the_walls(eng):
+    """The README's own two turns, word for word: the move scored last of a two-row head (0) and below
+    the replace margin, so Bristol came first (an outside review's repro)."""
+    mem = eng.for_user("sarah")
+    now = utcnow()
+    bristol = mem.remember_turn("we live in Bristol btw", at=now - timedelta(days=200))
+    moved = mem.remember_turn(
+        "we moved to Edinburgh last week! new flat in Leith", at=now - timedelta(days=10)
+    )
+    hits = mem.recall("where do I live?", record_use=False)
+    assert [h.memory.id for h in hits[:2]] == [moved.id, bristol.id]
+    assert hits[1].explain["outdated_by"] == moved.id
+    walls = mem.remember_turn("the walls here are like a meter thick", at=now - timedelta(days=150))
+    thick = mem.recall("how thick are my walls?", record_use=False)
+    assert thick[0].memory.id == walls.id and "outdated_by" not in thick[0].explain
+
+
+def test_a_question_about_before_gets_the_older_statement_first(eng):
+    mem = eng.for_user("aisha")
+    now = utcnow()
+    nurse = mem.remember_turn("I'm a staff nurse in A&E at the QE", at=now - timedelta(days=300))
+    amu = mem.remember_turn(
+        "AMU is short staffed again, I've done 4 long days in a row", at=now - timedelta(days=10)
+    )
+    query = "which department did I work in before AMU?"
+    off = mem.recall(query, record_use=False, config=RetrievalConfig(current_first=False))
+    assert off[0].memory.id == amu.id  # relevance alone: the newer turn names AMU
+    hits = mem.recall(query, record_use=False)
+    assert [h.memory.id for h in hits[:2]] == [nurse.id, amu.id] and "past_lift" in hits[0].explain
+    assert hits[0].confidence >= hits[1].confidence  # it answers what the leader answered

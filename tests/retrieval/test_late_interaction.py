@@ -124,7 +124,7 @@ def test_late_score_follows_its_docstring():
 
 
 def test_normalised_spreads_scores_over_the_unit_interval():
-    assert normalised([0.5, 0.6, 0.7]) == pytest.approx([0.0, 0.5, 1.0])
+    assert normalised([0.5, 0.6, 0.7]) == pytest.approx([0.01, 0.505, 1.0])  # the floor: LATE_FLOOR
     assert normalised([0.3, 0.3]) == [1.0, 1.0]
     assert normalised([]) == []
 
@@ -181,3 +181,14 @@ def test_user_named_in_finds_the_users_name_as_the_query_writes_it():
     assert user_named_in("what car does alice smith drive?", "alice.smith@example.com") == "alice"
     assert user_named_in("where do I live?", "aisha") is None
     assert user_named_in("what did Aishah say?", "aisha") is None  # a whole word, not a prefix
+
+
+def test_text_similarity_follows_its_docstring():
+    from engram.retrieval.late_interaction import text_similarity
+
+    a, b = (
+        pack(np.array([[1.0, 0.0]], dtype=np.float32)),
+        pack(np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)),
+    )
+    assert text_similarity(a, b, 2) == pytest.approx(0.75, abs=0.01)
+    assert text_similarity(a, a, 2) == pytest.approx(1.0, abs=0.01)

@@ -26,6 +26,7 @@ from engram.limits import (
     MAX_SERVICE_RECALL_K,
     MAX_SESSION_ID_CHARS,
     MAX_STEPS,
+    MAX_SUPPORTING_IDS,
 )
 from engram.memory import Engram, UserMemory
 from engram.models import (
@@ -74,7 +75,9 @@ Contradictions: if the new fact contradicts a stored fact, recall it first and p
 supersedes_id - never write a second conflicting fact. contradiction="natural" when the world changed
 ("we moved to Edinburgh"), "harsh" when the old fact was never true ("I never lived in Bristol, that was
 my sister"). Supersede every contradicted fact (one call per id); leave facts that merely mention the old
-value and stay true ("Bristol's thick walls weaken Zigbee") alone. Returns the stored memory."""
+value and stay true ("Bristol's thick walls weaken Zigbee") alone. supporting_episode_ids: the ids of the
+user's turns the fact comes from (remember_turn and recall return them): recall then ranks a superseded
+fact's turns ("we live in Bristol btw") below the fact that replaced it. Returns the stored memory."""
 
 FORGET_DESCRIPTION = """Permanently delete one of the user's memories by id. Only when the user explicitly
 asks to forget something; to record a change, use write_memory with supersedes_id instead."""
@@ -238,6 +241,8 @@ def build_mcp_server(
         confidence: Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)] | None = None,
         supersedes_id: StrictStr | None = None,
         contradiction: Contradiction | None = None,
+        supporting_episode_ids: Annotated[list[StrictStr], Field(max_length=MAX_SUPPORTING_IDS)]
+        | None = None,
         valid_from: IsoDatetime | None = None,
         valid_to: IsoDatetime | None = None,
         name: Name | None = None,
@@ -254,6 +259,7 @@ def build_mcp_server(
                 confidence=1.0 if confidence is None else confidence,
                 supersedes_id=supersedes_id,
                 contradiction=contradiction,
+                supporting_episode_ids=supporting_episode_ids or [],
                 valid_from=valid_from,
                 valid_to=valid_to,
                 name=name,

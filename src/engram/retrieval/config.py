@@ -43,6 +43,7 @@ class RetrievalConfig:
     current_first: bool = True  # a newer memory that replaces an older one ranks first (currency.py)
     replace_margin: float = s.DEFAULT_REPLACE_MARGIN
     change_places: int = s.DEFAULT_CHANGE_PLACES  # for a query that expects a change (currency.py)
+    same_subject: float = s.DEFAULT_SAME_SUBJECT  # two turns' token-vector match: one subject (currency.py)
     outdated_factor: float = s.DEFAULT_OUTDATED_FACTOR
     calibration: Calibration = DEFAULT_CALIBRATION  # raw stage scores -> confidence (retrieval.confidence)
 
@@ -72,6 +73,7 @@ class RetrievalConfig:
             current_first=settings.current_first,
             replace_margin=settings.replace_margin,
             change_places=settings.change_places,
+            same_subject=settings.same_subject,
             outdated_factor=settings.outdated_factor,
             calibration=Calibration(
                 settings.confidence_rerank,

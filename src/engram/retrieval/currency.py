@@ -34,6 +34,7 @@ an earlier state (``asks_about_past``: "before", "used to", "old", "did" ...) is
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 
@@ -42,11 +43,12 @@ from engram.retrieval.candidate import Candidate
 from engram.retrieval.scoring import speaker_of
 from engram.text import query_words
 
-# A question with one of these asks about an earlier state; past tense ("where did I live?") included.
-PAST_WORDS = frozenset(
-    "before previous previously prior former formerly old older originally original earlier used ago "  # noqa: SIM905
-    "first did was were had ever".split()
+# A question with one of these asks about an earlier state ("where did I live before?", "my old phone")...
+EARLIER_STATE_WORDS = frozenset(
+    "before previous previously prior former formerly old older originally original earlier used ago".split()  # noqa: SIM905
 )
+# ... as does past tense ("where did I live?"), but that also asks about events ("when did I go to Rome?").
+PAST_WORDS = EARLIER_STATE_WORDS | frozenset("first did was were had ever".split())  # noqa: SIM905
 # ... unless it also says it wants the present ("what did I say my new address was?").
 PRESENT_WORDS = frozenset("now current currently new these still latest today anymore".split())  # noqa: SIM905
 # A turn with one of these announces a change ("we moved...", "switched to", "no more nights", "sorry, I
@@ -60,17 +62,38 @@ CHANGE_WORDS = frozenset(
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
 # "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
 CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these moment latest".split())  # noqa: SIM905
+# The speaker says they changed something: "we moved", "I've just switched", "I quit" (not "the church
+# hall moved us", "he's moving here"): a first-person subject within two words before a change word.
+_OWN_CHANGE = re.compile(
+    r"\b(?:i|we|i've|we've|i'm|we're|i'd|we'd|ive|im)\b(?:\W+\w+){0,2}?\W+(?:"
+    + "|".join(sorted(CHANGE_WORDS))
+    + r")\b"
+)
+_HOW_OLD = re.compile(r"\bhow\s+old\b", re.IGNORECASE)  # "how old is my son?" asks about the present
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
 
 
 def asks_about_past(query: str) -> bool:
-    """Whether the query asks about an earlier state rather than the present.
+    """Whether the query asks about an earlier state or past events rather than the present.
 
     Examples: "where did I live before?" -> True; "where do I live now?" -> False; "what did I say
-    my new address was?" -> False (it wants the present).
+    my new address was?" -> False (it wants the present); "how old is my son?" -> False.
     """
-    words = query_words(query)
+    words = _past_words(query)
     return bool(words & PAST_WORDS) and not words & PRESENT_WORDS
+
+
+def asks_about_earlier_state(query: str) -> bool:
+    """Whether the query asks what something was before it changed, by a word that says so (not past
+    tense alone, which also asks about events). Examples: "which phone did I have before this one?",
+    "what was my old number?" -> True; "when did I go to Rome?", "where do I live?" -> False."""
+    words = _past_words(query)
+    return bool(words & EARLIER_STATE_WORDS) and not words & PRESENT_WORDS
+
+
+def _past_words(query: str) -> frozenset[str]:
+    words = query_words(query)
+    return words - {"old"} if _HOW_OLD.search(query) else words
 
 
 def expects_change(query: str) -> bool:
@@ -81,6 +104,12 @@ def expects_change(query: str) -> bool:
 def announces_change(text: str) -> bool:
     """Whether a turn says that something changed. Example: "we moved to Edinburgh last week!" -> True."""
     return bool(query_words(text) & CHANGE_WORDS)
+
+
+def says_own_change(text: str) -> bool:
+    """Whether the speaker says they changed something (``_OWN_CHANGE``). Examples: "we moved to
+    Edinburgh last week!", "I've just switched to Vodafone" -> True; "the church hall moved us" -> False."""
+    return bool(_OWN_CHANGE.search(text.casefold()))
 
 
 def recorded_successors(
@@ -113,11 +142,13 @@ def announced_successor(
     margin: float,
     places: int,
     replaced: Collection[str] = (),
+    same_subject: Callable[[Candidate, Candidate], bool] = lambda new, old: False,
 ) -> tuple[str, Candidate] | None:
     """(leader id, the turn that replaces it) when a newer turn of the leader's speaker announces a
     change and matches the query as well as the leader, or is among the first ``places`` within
-    ``margin`` of its raw MaxSim (settings ``change_places``); None otherwise, or when the leader is not
-    a turn or is already ``replaced``."""
+    ``margin`` of its raw MaxSim (settings ``change_places``), or is among them within twice the margin,
+    says the speaker changed something (``says_own_change``) and speaks of the leader's subject
+    (``same_subject``); None otherwise, or when the leader is not a turn or is already ``replaced``."""
     old = order[0] if order else None  # a turn is checked for a newer one only when it leads
     if old is None or old.memory.id in replaced or not isinstance(old.memory, EpisodicMemory):
         return None
@@ -133,6 +164,12 @@ def announced_successor(
             _matches_as_well(c, old, 0.0)
             or _embeds_as_close(c, old)
             or (place < places and _matches_as_well(c, old, margin))
+            or (
+                place < places
+                and says_own_change(c.memory.text)
+                and _matches_as_well(c, old, 2 * margin)  # not "how thick are my walls?" for a move
+                and same_subject(c, old)
+            )
         )
     ]
     return (old.memory.id, max(newer, key=lambda c: event_time(c.memory))) if newer else None
@@ -200,6 +237,7 @@ def put_current_first(
     outdated: float,
     places: int = 0,
     change_expected: bool = False,
+    same_subject: Callable[[Candidate, Candidate], bool] = lambda new, old: False,
 ) -> dict[str, str]:
     """Re-rank ``order`` (final order, best first) in place and return old id -> successor id.
 
@@ -210,7 +248,7 @@ def put_current_first(
     fact 0.661 (lift 12.0), the turn 0.33.
     """
     recorded = recorded_successors(order, superseded, now, margin)
-    announced = announced_successor(order, now, margin, places, recorded)
+    announced = announced_successor(order, now, margin, places, recorded, same_subject)
     found = recorded | dict([announced]) if announced else recorded
     pairs = {old: new for old, new in found.items() if new.final > 0}
     by_id = {c.memory.id: c for c in order}
@@ -225,3 +263,28 @@ def put_current_first(
             by_id[old_id].multipliers["outdated"] = outdated
     order.sort(key=lambda c: -c.final)
     return {old_id: new.memory.id for old_id, new in pairs.items()}
+
+
+def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dict[str, str]:
+    """For a question about an earlier state (``asks_about_earlier_state``): when a memory older than
+    the leader is among the first ``places`` and matches the query nearly as well (raw MaxSim within
+    ``margin``), the best ranked such one goes first, by ``past_lift = leader.final / its final x
+    1.001``; returns {leader id: its id}, or {}. "which phone did I have before this one?" is answered
+    by the iPhone turn, not by the newer "the night mode on the new phone is unreal" that outscored it.
+    """
+    leader = order[0] if order else None
+    if leader is None:
+        return {}
+    older = [
+        c
+        for c in order[1:places]
+        if event_time(c.memory) < event_time(leader.memory)
+        and _matches_as_well(c, leader, margin)
+        and c.final > 0
+    ]
+    if not older:
+        return {}
+    chosen = older[0]
+    chosen.multipliers["past_lift"] = leader.final / chosen.final * 1.001
+    order.sort(key=lambda c: -c.final)
+    return {leader.memory.id: chosen.memory.id}

@@ -48,9 +48,22 @@ from engram.retrieval.candidate import Candidate
 from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.contenders import contenders, is_echo
-from engram.retrieval.currency import asks_about_past, expects_change, put_current_first
+from engram.retrieval.currency import (
+    asks_about_earlier_state,
+    asks_about_past,
+    expects_change,
+    put_current_first,
+    put_past_first,
+)
 from engram.retrieval.fusion import rrf
-from engram.retrieval.late_interaction import Matrix, late_score, pack_all, query_coverage, token_maxima
+from engram.retrieval.late_interaction import (
+    Matrix,
+    late_score,
+    pack_all,
+    query_coverage,
+    text_similarity,
+    token_maxima,
+)
 from engram.retrieval.scoring import multipliers, named_speakers, speaker_of
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
@@ -60,6 +73,7 @@ from engram.threads import lower_priority
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
 # stage is skipped, so a store upgraded from 0.1 keeps 0.1's latency until `engram reindex` has run.
 MAX_ENCODED_AT_RECALL = 8
+LATE_FLOOR = 0.01  # the last of the late-interaction head scores this, not 0: a multiplier can lift it
 _LEG_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-leg")  # recall's work only
 _ADMIT_ALL = Admission(0)
 T = TypeVar("T")
@@ -181,6 +195,7 @@ def recall(
     keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
     outdated_by: dict[str, str] = {}
     if config.current_first and period is None and not asks_about_past(query):
+        dim = token_encoder.dim if token_encoder is not None else 0
         with stage("current_first"):
             outdated_by = put_current_first(
                 candidates,
@@ -190,7 +205,15 @@ def recall(
                 outdated=config.outdated_factor,
                 places=config.change_places,
                 change_expected=expects_change(query),
+                same_subject=lambda new, old: (
+                    new.tokens is not None
+                    and old.tokens is not None
+                    and text_similarity(new.tokens, old.tokens, dim) >= config.same_subject
+                ),
             )
+    answers_for: dict[str, str] = {}  # displaced id -> the id that now answers in its place
+    if config.current_first and period is None and asks_about_earlier_state(query):
+        answers_for = put_past_first(candidates, margin=config.replace_margin, places=config.change_places)
 
     confidences = {
         c.memory.id: confidence(
@@ -198,9 +221,10 @@ def recall(
         )
         for c in candidates
     }
-    for _ in outdated_by:  # a successor answers what its predecessor answered, down a chain too
+    answers_for |= outdated_by
+    for _ in answers_for:  # a successor answers what its predecessor answered, down a chain too
         raised = False
-        for old_id, new_id in outdated_by.items():
+        for old_id, new_id in answers_for.items():
             if confidences[old_id] > confidences[new_id]:
                 confidences[new_id], raised = confidences[old_id], True
         if not raised:
@@ -284,6 +308,7 @@ def apply_late_interaction(
         return public_failure(exc, "late interaction")  # logged there; no driver text in explain
     for candidate, raw, score, covered in zip(head, scores, normalised(scores), coverages, strict=True):
         candidate.late, candidate.late_raw, candidate.coverage = score, raw, covered
+        candidate.tokens = blobs.get(candidate.memory.id)
     return None
 
 
@@ -362,18 +387,21 @@ def keep_scores_ordered(tiers: list[list[Candidate]]) -> None:
 
 
 def normalised(scores: list[float]) -> list[float]:
-    """Min-max scaling into [0, 1]: ``(s - min) / (max - min)``, all 1.0 when the scores are equal.
+    """Min-max scaling into [f, 1]: ``f + (1 - f) (s - min) / (max - min)`` with ``f = LATE_FLOOR``, all
+    1.0 when the scores are equal.
 
     MaxSim scores are mean cosines bunched in a narrow band (~0.5-0.8), where a multiplier such as
     the catalog prior 0.85 would outweigh any difference in relevance; spread over [0, 1] within the
     head, they weigh against the multipliers as the cross-encoder's probabilities do. Measured: own
     evaluation dev split R@10 0.934 raw -> 0.977 scaled; LoCoMo dev unchanged (docs/benchmarks.md).
-    Example: [0.5, 0.6, 0.7] -> [0.0, 0.5, 1.0].
+    The floor keeps the last of the head above 0, where no multiplier could lift it: with two turns,
+    "we moved to Edinburgh last week!" scored 0 and could never go above "we live in Bristol btw".
+    Example: [0.5, 0.6, 0.7] -> [0.01, 0.505, 1.0].
     """
     low, high = min(scores, default=0.0), max(scores, default=0.0)
     if high <= low:
         return [1.0] * len(scores)
-    return [(s - low) / (high - low) for s in scores]
+    return [LATE_FLOOR + (1.0 - LATE_FLOOR) * (s - low) / (high - low) for s in scores]
 
 
 def apply_rerank(
