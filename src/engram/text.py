@@ -109,12 +109,14 @@ def user_id_words(user_id: str) -> frozenset[str]:
 
 
 def user_named_in(query: str, user_id: str) -> str | None:
-    """The user's own name as ``query`` writes it, when it names them (a word of ``user_id_words``),
-    else None. ``("Where does Aisha's brother live?", "aisha")`` -> "Aisha"; ``("where do I live?",
-    "aisha")`` -> None."""
+    """The user's own name as ``query`` writes it, when it names them (a word of ``user_id_words``,
+    capitalised: a user called May or Mark is not named by "may I ..." or "mark it done"), else None.
+    ``("Where does Aisha's brother live?", "aisha")`` -> "Aisha"; ``("where do I live?", "aisha")``,
+    ``("what may I eat?", "may")`` -> None."""
     for word in sorted(user_id_words(user_id)):
-        if found := re.search(rf"(?<!\w){re.escape(word)}(?!\w)", query, re.IGNORECASE):
-            return found.group(0)
+        for found in re.finditer(rf"(?<!\w){re.escape(word)}(?!\w)", query, re.IGNORECASE):
+            if found.group(0)[0].isupper():
+                return found.group(0)
     return None
 
 

@@ -48,6 +48,8 @@ async def _exercise(session: ClientSession) -> dict:
     assert old_id in {h["id"] for h in history.structured_content["hits"]}
     bad = await session.call_tool("write_memory", {"text": ""})
     assert bad.is_error and "invalid_input" in bad.content[0].text
+    blank = await session.call_tool("recall_memory", {"query": "   "})  # refused by the engine, not the schema
+    assert blank.is_error and blank.content[0].text.startswith("invalid_input: "), blank.content[0].text
     again = await session.call_tool("write_memory", {"text": "x", "supersedes_id": old_id})
     assert again.is_error and "already superseded" in again.content[0].text
     forgotten = await session.call_tool("forget_memory", {"memory_id": new_id})

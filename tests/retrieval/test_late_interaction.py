@@ -178,8 +178,10 @@ def test_user_named_in_finds_the_users_name_as_the_query_writes_it():
     from engram.text import user_named_in
 
     assert user_named_in("Where does Aisha's brother live?", "aisha") == "Aisha"
-    assert user_named_in("what car does alice smith drive?", "alice.smith@example.com") == "alice"
+    assert user_named_in("what car does Alice Smith drive?", "alice.smith@example.com") == "Alice"
     assert user_named_in("where do I live?", "aisha") is None
+    assert user_named_in("what may I eat before a run?", "may") is None  # a word, not the user
+    assert user_named_in("what does aisha do?", "aisha") is None  # uncapitalised: read as a word
     assert user_named_in("what did Aishah say?", "aisha") is None  # a whole word, not a prefix
 
 

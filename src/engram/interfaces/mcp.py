@@ -141,6 +141,8 @@ class EngramMCPServer(MCPServer):
         except ToolError as exc:
             if isinstance(exc.__cause__, ValidationError) and not isinstance(exc, UnexpectedToolError):
                 raise ToolError(f"invalid_input: {argument_problems(exc.__cause__)}") from exc.__cause__
+            if isinstance(exc.__cause__, ToolError):  # ours (``_call``): "<code>: <message>", no SDK prefix
+                raise ToolError(str(exc.__cause__)) from exc.__cause__
             raise
 
 

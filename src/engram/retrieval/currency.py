@@ -48,7 +48,8 @@ EARLIER_STATE_WORDS = frozenset(
     "before previous previously prior former formerly old older originally original earlier used ago".split()  # noqa: SIM905
 )
 # ... as does past tense ("where did I live?"), but that also asks about events ("when did I go to Rome?").
-PAST_WORDS = EARLIER_STATE_WORDS | frozenset("first did was were had ever".split())  # noqa: SIM905
+PAST_TENSE = frozenset("did was were had used".split())  # noqa: SIM905
+PAST_WORDS = EARLIER_STATE_WORDS | PAST_TENSE | frozenset(("first", "ever"))
 # ... unless it also says it wants the present ("what did I say my new address was?").
 PRESENT_WORDS = frozenset("now current currently new these still latest today anymore".split())  # noqa: SIM905
 # A turn with one of these announces a change ("we moved...", "switched to", "no more nights", "sorry, I
@@ -84,11 +85,12 @@ def asks_about_past(query: str) -> bool:
 
 
 def asks_about_earlier_state(query: str) -> bool:
-    """Whether the query asks what something was before it changed, by a word that says so (not past
-    tense alone, which also asks about events). Examples: "which phone did I have before this one?",
-    "what was my old number?" -> True; "when did I go to Rome?", "where do I live?" -> False."""
+    """Whether the query asks what something was before it changed: a word that says so, in the past
+    tense (past tense alone also asks about events; "before" alone is also a preposition of time).
+    Examples: "which phone did I have before this one?", "what was my old number?" -> True; "when did
+    I go to Rome?", "how do I carb load before a race?", "where do I live?" -> False."""
     words = _past_words(query)
-    return bool(words & EARLIER_STATE_WORDS) and not words & PRESENT_WORDS
+    return bool(words & EARLIER_STATE_WORDS) and bool(words & PAST_TENSE) and not words & PRESENT_WORDS
 
 
 def _past_words(query: str) -> frozenset[str]:

@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
@@ -292,7 +293,7 @@ def apply_late_interaction(
         # the user's own name: left out of MaxSim as it is of coverage (late_score's docstring)
         named = (
             sorted(set(query_content_positions(encoder, query_text, frozenset())) - set(content))
-            if own_name & query_words(query_text)
+            if user_named_in(query_text, tenant or "")
             else []
         )
         maxima = dict(
@@ -383,6 +384,10 @@ def keep_scores_ordered(tiers: list[list[Candidate]]) -> None:
             scale = floor / top
             for c in tier:
                 c.multipliers["stage_scale"] = scale
+            while max(c.final for c in tier) > floor:  # an ulp above by rounding: a later sort swaps
+                scale = math.nextafter(scale, 0.0)
+                for c in tier:
+                    c.multipliers["stage_scale"] = scale
         floor = min(c.final for c in tier)
 
 
