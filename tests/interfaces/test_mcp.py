@@ -48,7 +48,7 @@ async def _exercise(session: ClientSession) -> dict:
     assert old_id in {h["id"] for h in history.structured_content["hits"]}
     bad = await session.call_tool("write_memory", {"text": ""})
     assert bad.is_error and "invalid_input" in bad.content[0].text
-    blank = await session.call_tool("recall_memory", {"query": "   "})  # the engine refuses it, not the schema
+    blank = await session.call_tool("recall_memory", {"query": "   "})  # refused by the engine
     assert blank.is_error and blank.content[0].text.startswith("invalid_input: "), blank.content[0].text
     again = await session.call_tool("write_memory", {"text": "x", "supersedes_id": old_id})
     assert again.is_error and "already superseded" in again.content[0].text
