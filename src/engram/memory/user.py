@@ -282,7 +282,7 @@ class UserMemory(TenantHandle):
         """
         engram = self._engram
         query = engram._check_text(query, "query")
-        if not isinstance(k, int) or not 1 <= k <= MAX_RECALL_K:
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_RECALL_K:  # True is no k
             raise InvalidInput(f"k must be an integer in [1, {MAX_RECALL_K}]")
         check_recall_options(min_confidence, view)
         narrow = recall_filter(session_id, time_from, time_to, metadata)
