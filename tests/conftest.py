@@ -47,9 +47,12 @@ STORE_KINDS = ["sqlite", "postgres", "opensearch"]
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """`-n auto` (addopts): one worker per core, at most two. The CI machine has two; more workers would
-    each load the models and start PostgreSQL for little gain (PYTEST_XDIST_AUTO_NUM_WORKERS overrides)."""
+    each load the models and start PostgreSQL for little gain. PYTEST_XDIST_AUTO_NUM_WORKERS, when set,
+    is read by xdist's own hook (None here hands over to it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
     return min(2, os.cpu_count() or 1)
 
 
