@@ -6,6 +6,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,57 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 STORE_KINDS = ["sqlite", "postgres", "opensearch"]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` (addopts): one worker per core, at most two. The CI machine has two; more workers would
+    each load the models and start PostgreSQL for little gain. PYTEST_XDIST_AUTO_NUM_WORKERS, when set,
+    is read by xdist's own hook (None here hands over to it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return min(2, os.cpu_count() or 1)
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit a worker runs whole (`--dist loadscope`, addopts): every test that needs the OpenSearch
+    node (its file or its store parameter says so) in one, so one JVM starts for the run and its index
+    prefixes are reused; any other test with the rest of its module, whose module fixtures (the eval
+    gate's corpus, the browser) are then made once."""
+    return "opensearch" if "opensearch" in nodeid else nodeid.split("::", 1)[0]
+
+
+# Handed out first (xdist otherwise starts the units with the most tests): the longest units, each
+# ~20-90 s of one core, so that neither worker is left running one of them alone at the end.
+LONG_SCOPES = (
+    "opensearch",
+    "tests/test_eval_gate.py",
+    "tests/interfaces/test_openapi_fuzz.py",
+    "tests/interfaces/test_serve.py",
+    "tests/test_client_parity.py",
+    "tests/clients/test_typescript_client.py",
+)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """loadscope with the scopes above. (xdist's own grouping by mark, loadgroup, rewrites node ids,
+    which pytest 9.2 no longer lets it do: the marks are silently ignored, pytest-xdist#1386.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OpenSearchTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            first = next((scope for scope in LONG_SCOPES if scope in self.workqueue), None)
+            if first is not None:
+                self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
+
+    return OpenSearchTogether(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -150,7 +150,10 @@ def test_engram_chat_in_a_terminal_stays_clean_through_failures(tmp_path, fake_c
         lambda body: (200, HTML),
     ]
     scripted(fake_chat, chat_steps, consolidation_steps)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_") and k != "FORCE_COLOR"}
+    # The window's size is tmux's 200x50: COLUMNS/LINES from outside (pytest-xdist's workers have 80x24)
+    # would make rich wrap the lines the test reads at 80.
+    outside = {"FORCE_COLOR", "COLUMNS", "LINES"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_") and k not in outside}
     env.update(
         ENGRAM_HOME=str(tmp_path),
         ENGRAM_LLM_BASE_URL=fake_chat.url,
