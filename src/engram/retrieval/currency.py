@@ -16,7 +16,10 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
   "switched", "cancelled", "anymore", "sorry ... wrong" ...) replaces it if late interaction or the
   embedder finds it at least as close to the query, or if it is among the first ``places`` of the
-  ranking (settings ``change_places``) and within ``margin`` of the leader's raw MaxSim.
+  ranking (settings ``change_places``) and within ``margin`` of the leader's raw MaxSim, or within twice
+  that when the speaker says they changed it ("we moved", ``says_own_change``) and the two turns'
+  token vectors match each other (``same_subject``: the README's "we live in Bristol btw" -> "we moved
+  to Edinburgh last week!", which the query matches 0.08 less than Bristol).
 
 How far a replaced memory falls depends on the evidence (``put_current_first``): supersession is a
 recorded fact, and so is a change the query itself expects (``expects_change``: "now", "these days",
@@ -25,11 +28,14 @@ other present query is a guess from words, so it only swaps places: the newer tu
 older one, which keeps its score (measured: demoting there cost LoCoMo dev 0.007 R@10; swapping gained
 0.004, docs/benchmarks.md "Current truth").
 
-A successor scored 0 (the bottom of a min-max-scaled head) cannot be lifted by a multiplier, so such a
-pair is left alone. Measured on bench/updates.py and LoCoMo (docs/benchmarks.md, "Current truth").
+A successor scored 0 cannot be lifted by a multiplier, so such a pair is left alone (the pipeline
+keeps the bottom of its min-max-scaled head above 0 for this). Measured on bench/updates.py and LoCoMo
+(docs/benchmarks.md, "Current truth").
 
 Only for queries about the present: a query that names a period (``temporal.time_window``) or asks about
-an earlier state (``asks_about_past``: "before", "used to", "old", "did" ...) is left as it was.
+the past (``asks_about_past``: "before", "used to", "old", "did" ...) is left as it was, except that a
+question about an earlier state ("which phone did I have before this one?") gets an older near match
+first (``put_past_first``).
 """
 
 from __future__ import annotations
