@@ -245,41 +245,24 @@ def test_a_turn_where_the_speaker_says_they_changed_something_is_told_from_other
     assert says_own_change(text) is own
 
 
+def replaced_on_one_subject(order: list[Candidate]) -> dict[str, str]:
+    """put_current_first where the two turns' token vectors always match (``same_subject``)."""
+    return put_current_first(
+        order, nothing_superseded, NOW, margin=0.05, outdated=0.5, places=5, same_subject=lambda n, o: True
+    )
+
+
 def test_a_move_the_speaker_announces_replaces_the_leader_only_on_the_same_subject_and_near_the_query():
     bristol = cand(turn(1, "we live in Bristol btw", 200), final=1.0, late=0.84, dense=0.6)
     moved = cand(turn(2, "we moved to Edinburgh last week!", 10), final=0.01, late=0.76, dense=0.54)
     order = [bristol, moved]
     assert put_current_first(order, nothing_superseded, NOW, margin=0.05, outdated=0.5, places=5) == {}
-    found = put_current_first(
-        order,
-        nothing_superseded,
-        NOW,
-        margin=0.05,
-        outdated=0.5,
-        places=5,
-        same_subject=lambda new, old: True,
-    )
-    assert found == {bristol.memory.id: moved.memory.id} and order[0] is moved
+    assert replaced_on_one_subject(order) == {bristol.memory.id: moved.memory.id} and order[0] is moved
     assert "outdated" not in bristol.multipliers  # words only: a swap
-    walls = cand(
-        turn(3, "we live in Bristol btw, walls are a meter thick", 200), final=1.0, late=0.85, dense=0.6
-    )
-    far = cand(
-        turn(4, "we moved to Edinburgh last week!", 10), final=0.01, late=0.68, dense=0.4
-    )  # "how thick?"
-    kept = [walls, far]
-    assert (
-        put_current_first(
-            kept,
-            nothing_superseded,
-            NOW,
-            margin=0.05,
-            outdated=0.5,
-            places=5,
-            same_subject=lambda new, old: True,
-        )
-        == {}
-    )
+    # "how thick are my walls?": the move matches it 0.17 below the walls turn, past twice the margin
+    walls = cand(turn(3, "we live in Bristol, walls a meter thick", 200), final=1.0, late=0.85, dense=0.6)
+    far = cand(turn(4, "we moved to Edinburgh last week!", 10), final=0.01, late=0.68, dense=0.4)
+    assert replaced_on_one_subject([walls, far]) == {}
 
 
 def test_for_a_question_about_before_an_older_near_match_goes_first():
