@@ -188,12 +188,19 @@ def make_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
     return PostgresStore(runtime, admin_url=admin)
 
 
-@pytest.fixture(params=STORE_KINDS)
-def store(request: pytest.FixtureRequest, tmp_path: Path, embedder: OnnxEmbedder) -> Iterator[Store]:
-    s = make_store(request.param, tmp_path, request)
+def opened_store(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, embedder: OnnxEmbedder
+) -> Iterator[Store]:
+    """A fixture's body: a store of ``kind`` with the embedder's model registered, closed afterwards."""
+    s = make_store(kind, tmp_path, request)
     s.ensure_model(embedder.name, embedder.dim)
     yield s
     s.close()
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path, embedder: OnnxEmbedder) -> Iterator[Store]:
+    yield from opened_store(request.param, tmp_path, request, embedder)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from engram.storage.base import ConsolidationWrite, SearchFilter, Supersession
 from engram.storage.opensearch import OpenSearchStore
 from engram.storage.opensearch import _client as os_client
 from engram.storage.opensearch._statements import OpenSearchRows
-from tests.conftest import make_store
+from tests.conftest import opened_store
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 TTL_MS = 400  # the leases of the dying writes expire this soon, so the reopened store may settle them
@@ -37,10 +37,7 @@ class Died(BaseException):
 
 @pytest.fixture
 def store(request, tmp_path, embedder):
-    s = make_store("opensearch", tmp_path, request)
-    s.ensure_model(embedder.name, embedder.dim)
-    yield s
-    s.close()
+    yield from opened_store("opensearch", tmp_path, request, embedder)
 
 
 @contextmanager

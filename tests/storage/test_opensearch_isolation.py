@@ -17,7 +17,7 @@ import pytest
 from engram import Engram, NotFound
 from engram.errors import StorageError
 from engram.storage.opensearch import MAPPING_VERSION, OpenSearchOptions, OpenSearchStore
-from tests.conftest import make_store, opensearch_options
+from tests.conftest import make_store, opened_store, opensearch_options
 from tests.opensearch_node.node import OpenSearchNode
 from tests.test_isolation import (  # the same suite, on OpenSearch (the eng fixture below)
     tenants,  # noqa: F401
@@ -139,7 +139,4 @@ def test_indices_are_versioned_behind_aliases(store, request):
 
 @pytest.fixture
 def store(request, tmp_path, embedder):
-    s = make_store("opensearch", tmp_path, request)
-    s.ensure_model(embedder.name, embedder.dim)
-    yield s
-    s.close()
+    yield from opened_store("opensearch", tmp_path, request, embedder)

@@ -14,7 +14,7 @@ from engram.models import EpisodicMemory, Tombstone, new_id, search_text_of
 from engram.storage.base import ConsolidationWrite, SearchFilter, Supersession
 from engram.storage.opensearch import MAPPING_VERSION, migrate
 from engram.storage.opensearch._layout import KINDS, index_body
-from tests.conftest import make_store
+from tests.conftest import opened_store
 from tests.storage.test_opensearch_migrate import aliased, ok, open_store, options_for
 from tests.storage.test_opensearch_writes import T0, fact, put
 
@@ -25,10 +25,7 @@ EVERYTHING = SearchFilter(
 
 @pytest.fixture
 def store(request, tmp_path, embedder):
-    s = make_store("opensearch", tmp_path, request)
-    s.ensure_model(embedder.name, embedder.dim)
-    yield s
-    s.close()
+    yield from opened_store("opensearch", tmp_path, request, embedder)
 
 
 def turn(user, text, **kw):

@@ -16,17 +16,14 @@ from engram import Engram
 from engram.models import EpisodicMemory, SemanticMemory, new_id, search_text_of
 from engram.storage.base import Supersession
 from engram.storage.opensearch._statements import OpenSearchRows
-from tests.conftest import make_store
+from tests.conftest import opened_store
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 @pytest.fixture
 def store(request, tmp_path, embedder):
-    s = make_store("opensearch", tmp_path, request)
-    s.ensure_model(embedder.name, embedder.dim)
-    yield s
-    s.close()
+    yield from opened_store("opensearch", tmp_path, request, embedder)
 
 
 @contextmanager

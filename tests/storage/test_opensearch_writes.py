@@ -21,17 +21,14 @@ from engram.storage.opensearch import _store as os_store
 from engram.storage.opensearch._layout import Names, tenant_role
 from engram.storage.opensearch._meta import OpenSearchMeta
 from engram.storage.opensearch._statements import OpenSearchRows
-from tests.conftest import make_store
+from tests.conftest import opened_store
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
 
 
 @pytest.fixture
 def store(request, tmp_path, embedder):
-    s = make_store("opensearch", tmp_path, request)
-    s.ensure_model(embedder.name, embedder.dim)
-    yield s
-    s.close()
+    yield from opened_store("opensearch", tmp_path, request, embedder)
 
 
 def fact(user, text, **kw):
