@@ -16,10 +16,12 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
   "switched", "cancelled", "anymore", "sorry ... wrong" ...) replaces it if late interaction or the
   embedder finds it at least as close to the query, or if it is among the first ``places`` of the
-  ranking (settings ``change_places``) and within ``margin`` of the leader's raw MaxSim, or within twice
-  that when the speaker says they changed it ("we moved", ``says_own_change``) and the two turns'
-  token vectors match each other (``same_subject``: the README's "we live in Bristol btw" -> "we moved
-  to Edinburgh last week!", which the query matches 0.08 less than Bristol).
+  ranking (settings ``change_places``) and within ``margin`` of the leader's raw MaxSim. Within twice
+  that margin among those places, two more cues count: the speaker saying they changed something ("we
+  moved", ``says_own_change``) between two turns whose token vectors match each other (``same_subject``:
+  the README's "we live in Bristol btw" -> "we moved to Edinburgh last week!", which the query matches
+  0.08 less than Bristol), and a turn that calls new what the older one called the speaker's
+  (``calls_new``: "my phone number is ..." -> "new number: 0131 ...").
 
 How far a replaced memory falls depends on the evidence (``put_current_first``): supersession is a
 recorded fact, and so is a change the query itself expects (``expects_change``: "now", "these days",
@@ -66,16 +68,28 @@ CHANGE_WORDS = frozenset(
     "anymore longer instead actually sorry wrong dropped stopped gave broke cancelled canceled dropping "
     "stopping".split()
 )
+# ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24"; not "no more": "works a
+# treat, no more blinding light" tells what a change did, not what replaced it).
+# "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
+_CHANGE_PHRASE = re.compile(
+    r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops)\b"
+)
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
 # "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
 CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these moment latest".split())  # noqa: SIM905
 # The speaker says they changed something: "we moved", "I've just switched", "I quit" (not "the church
-# hall moved us", "he's moving here"): a first-person subject within two words before a change word.
+# hall moved us", "he's moving here", "the coffee machine broke"): a first-person subject within two
+# words before a change word.
 _OWN_CHANGE = re.compile(
     r"\b(?:i|we|i've|we've|i'm|we're|i'd|we'd|ive|im)\b(?:\W+\w+){0,2}?\W+(?:"
     + "|".join(sorted(CHANGE_WORDS))
     + r")\b"
 )
+_CALLED_NEW = re.compile(r"\bnew\s+(\w+)")  # "new number", "a new dentist"
+# What the speaker calls theirs: up to three words after "my"/"our" ("my phone number is ...").
+_OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
+# "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does.
+_GOT_PARTICIPLE = re.compile(r"\bgot\s+\w+(?:ed|en)\b", re.IGNORECASE)
 _HOW_OLD = re.compile(r"\bhow\s+old\b", re.IGNORECASE)  # "how old is my son?" asks about the present
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
 
@@ -101,6 +115,8 @@ def asks_about_earlier_state(query: str) -> bool:
 
 def _past_words(query: str) -> frozenset[str]:
     words = query_words(query)
+    if _GOT_PARTICIPLE.search(query):
+        words |= {"did"}
     return words - {"old"} if _HOW_OLD.search(query) else words
 
 
@@ -110,14 +126,28 @@ def expects_change(query: str) -> bool:
 
 
 def announces_change(text: str) -> bool:
-    """Whether a turn says that something changed. Example: "we moved to Edinburgh last week!" -> True."""
-    return bool(query_words(text) & CHANGE_WORDS)
+    """Whether a turn says that something changed (``CHANGE_WORDS``, ``_CHANGE_PHRASE``). Examples: "we
+    moved to Edinburgh last week!", "I'm not vegetarian any more" -> True; "we live in Bristol" -> False."""
+    return bool(query_words(text) & CHANGE_WORDS) or bool(_CHANGE_PHRASE.search(text.casefold()))
 
 
 def says_own_change(text: str) -> bool:
     """Whether the speaker says they changed something (``_OWN_CHANGE``). Examples: "we moved to
     Edinburgh last week!", "I've just switched to Vodafone" -> True; "the church hall moved us" -> False."""
     return bool(_OWN_CHANGE.search(text.casefold()))
+
+
+def calls_new(text: str, older: str) -> bool:
+    """Whether a turn calls new what the older turn called the speaker's own: the word after "new" is
+    one of the three after "my"/"our" there (a plural "s" aside). Examples: ("new number: 0131 555
+    9876", "my phone number is 0117 555 1234") -> True; ("checking out a new trail", "found some more
+    amazing trails in my town") -> False: one more trail, not a replaced one."""
+    owned = {_singular(w) for found in _OWNED.finditer(older.casefold()) for w in found.groups() if w}
+    return any(_singular(found.group(1)) in owned for found in _CALLED_NEW.finditer(text.casefold()))
+
+
+def _singular(word: str) -> str:
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
 def recorded_successors(
@@ -154,9 +184,10 @@ def announced_successor(
 ) -> tuple[str, Candidate] | None:
     """(leader id, the turn that replaces it) when a newer turn of the leader's speaker announces a
     change and matches the query as well as the leader, or is among the first ``places`` within
-    ``margin`` of its raw MaxSim (settings ``change_places``), or is among them within twice the margin,
-    says the speaker changed something (``says_own_change``) and speaks of the leader's subject
-    (``same_subject``); None otherwise, or when the leader is not a turn or is already ``replaced``."""
+    ``margin`` of its raw MaxSim (settings ``change_places``), or is among them within twice the margin
+    and either says the speaker changed something (``says_own_change``) on the leader's subject
+    (``same_subject``) or calls new what the leader called the speaker's (``calls_new``); None
+    otherwise, or when the leader is not a turn or is already ``replaced``."""
     old = order[0] if order else None  # a turn is checked for a newer one only when it leads
     if old is None or old.memory.id in replaced or not isinstance(old.memory, EpisodicMemory):
         return None
@@ -167,16 +198,22 @@ def announced_successor(
         if isinstance(c.memory, EpisodicMemory)
         and at < c.memory.timestamp <= now
         and speaker_of(c.memory) == speaker  # people update what they said themselves
-        and announces_change(c.memory.text)
         and (
-            _matches_as_well(c, old, 0.0)
-            or _embeds_as_close(c, old)
-            or (place < places and _matches_as_well(c, old, margin))
+            (
+                announces_change(c.memory.text)
+                and (
+                    _matches_as_well(c, old, 0.0)
+                    or _embeds_as_close(c, old)
+                    or (place < places and _matches_as_well(c, old, margin))
+                )
+            )
             or (
                 place < places
-                and says_own_change(c.memory.text)
                 and _matches_as_well(c, old, 2 * margin)  # not "how thick are my walls?" for a move
-                and same_subject(c, old)
+                and (
+                    (says_own_change(c.memory.text) and same_subject(c, old))
+                    or calls_new(c.memory.text, old.memory.text)
+                )
             )
         )
     ]
