@@ -1,7 +1,7 @@
 """LangChain over Engram: a chat history that stores each user turn in Engram (``remember_turn``), and a
 retriever that recalls them, with the facts, as ``Document``s carrying score and event time.
 
-Run it: ``pip install 'engram-memory[langchain]' && python examples/langchain_memory.py``
+Run it: ``pip install -e '.[langchain]' && python examples/langchain_memory.py``
 (no LLM needed: a function stands in for the chat model).
 """
 

@@ -1,7 +1,7 @@
 """A LangGraph graph whose long-term memory is Engram: ``EngramStore`` is handed to the graph at compile
 time, and its node reads and writes memories through ``runtime.store`` as with any LangGraph store.
 
-Run it: ``pip install 'engram-memory[langgraph]' && python examples/langgraph_store.py``
+Run it: ``pip install -e '.[langgraph]' && python examples/langgraph_store.py``
 (no LLM needed: the node answers with the best memory recall finds).
 """
 

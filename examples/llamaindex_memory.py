@@ -2,7 +2,7 @@
 that leave the short-term buffer are stored in Engram; each ``aget`` recalls what fits the latest user
 message), and ``EngramRetriever`` for recall as nodes.
 
-Run it: ``pip install 'engram-memory[llamaindex]' && python examples/llamaindex_memory.py`` (no LLM needed).
+Run it: ``pip install -e '.[llamaindex]' && python examples/llamaindex_memory.py`` (no LLM needed).
 """
 
 from __future__ import annotations

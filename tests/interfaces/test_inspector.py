@@ -135,6 +135,8 @@ def test_sign_in_cookie_sign_out_and_revocation(service):
 
     out = anon.post("/inspector/sign-out")
     assert out.status_code == 303 and 'engram_inspector=""' in out.headers["set-cookie"]
+    assert out.headers["location"] == "/inspector/sign-in?ended=signed-out"
+    assert "You are signed out." in anon.get(out.headers["location"]).text
     assert anon.get("/inspector/semantic").status_code == 303
 
     # a key revoked while signed in stops working at the next request
@@ -172,6 +174,7 @@ def test_signing_out_ends_the_session_on_the_server(service):
     assert first.get("/inspector/semantic").status_code == 200  # refused: nothing ended
     out = second.post("/inspector/sign-out-everywhere")
     assert out.status_code == 303 and 'engram_inspector=""' in out.headers["set-cookie"]
+    assert out.headers["location"] == "/inspector/sign-in?ended=signed-out-everywhere"
     for client in (first, second, copied):
         assert client.get("/inspector/semantic").status_code == 303
     assert bob.get("/inspector/semantic").status_code == 200

@@ -211,7 +211,8 @@ def test_admin_picks_a_user_reads_and_signs_out(tab, service):
     assert "we moved to Edinburgh last week!" in tab.text() and "9931" not in tab.text()
 
     page.click("#sign-out")
-    page.wait_for_url("**/inspector/sign-in")
+    page.wait_for_url("**/inspector/sign-in?ended=signed-out")
+    assert "You are signed out." in page.text_content("body")
     page.goto(f"{tab.url}/inspector/semantic?user=bob")
     page.wait_for_url("**/inspector/sign-in")
     assert "Bob" not in tab.text()

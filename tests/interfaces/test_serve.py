@@ -93,8 +93,8 @@ def test_keys_cli_create_and_revoke(tmp_path):
     assert records[0]["label"] == "laptop" and key not in json.dumps(records)
     engram("keys", "revoke", key_id)
     assert json.loads(engram("keys", "list", "--json").stdout)[0]["revoked_at"] is not None
-    listed = engram("keys", "list").stdout.split()  # one key a line: id, user, created, state, label
-    assert listed[:2] == [key_id, "bob"] and listed[4:] == ["revoked", listed[5], "laptop"]
+    listed = engram("keys", "list").stdout.split()  # one key a line: user, created, state, label, id
+    assert listed[0] == "bob" and listed[3:] == ["revoked", listed[4], "laptop", key_id]
 
 
 def test_mcp_config_is_pasteable_json(tmp_path):

@@ -2,11 +2,11 @@
 ``Engram`` or a ``Client``):
 
 - ``engram.adapters.langgraph_store``: ``EngramStore``, a LangGraph ``BaseStore``
-  (``engram-memory[langgraph]``)
+  (``pip install -e '.[langgraph]'``)
 - ``engram.adapters.langchain``: ``EngramRetriever`` and ``EngramChatMessageHistory``
-  (``engram-memory[langchain]``)
+  (``pip install -e '.[langchain]'``)
 - ``engram.adapters.llamaindex``: ``EngramMemoryBlock`` and ``EngramRetriever``
-  (``engram-memory[llamaindex]``)
+  (``pip install -e '.[llamaindex]'``)
 
 Nothing is imported here, so ``import engram`` never needs a framework; import the module you use.
 """

@@ -1,4 +1,4 @@
-"""LangChain over Engram (``pip install 'engram-memory[langchain]'``): ``EngramRetriever`` (recall as
+"""LangChain over Engram (``pip install -e '.[langchain]'``): ``EngramRetriever`` (recall as
 ``Document``s) and ``EngramChatMessageHistory`` (a chat history that stores each user turn in Engram).
 
 ::

@@ -1,5 +1,5 @@
 """``EngramStore``: a LangGraph ``BaseStore`` whose items are Engram memories, so a LangGraph agent, and
-LangMem's memory tools, keep their long-term memory in Engram (``pip install 'engram-memory[langgraph]'``).
+LangMem's memory tools, keep their long-term memory in Engram (``pip install -e '.[langgraph]'``).
 
 ::
 

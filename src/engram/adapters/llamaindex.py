@@ -1,4 +1,4 @@
-"""LlamaIndex over Engram (``pip install 'engram-memory[llamaindex]'``): ``EngramMemoryBlock``, a long-term
+"""LlamaIndex over Engram (``pip install -e '.[llamaindex]'``): ``EngramMemoryBlock``, a long-term
 memory block for ``llama_index.core.memory.Memory``, and ``EngramRetriever``, recall as nodes.
 
 ::

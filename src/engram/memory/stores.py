@@ -65,6 +65,9 @@ def _open_opensearch(url: str, settings: EngramSettings) -> Store:
     try:
         from engram.storage.opensearch import OpenSearchOptions, OpenSearchStore
     except ImportError as exc:
-        raise ConfigError(f"{exc}: install engram-memory[opensearch] for opensearch:// stores") from exc
+        raise ConfigError(
+            f"{exc}: opensearch:// stores need the opensearch extra "
+            "(pip install -e '.[opensearch]' in Engram's checkout)"
+        ) from exc
 
     return OpenSearchStore(url, OpenSearchOptions.from_settings(settings))

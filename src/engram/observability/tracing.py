@@ -17,7 +17,7 @@ from engram.errors import ConfigError
 
 log = logging.getLogger(__name__)
 TRACER_NAME = "engram"
-NEEDS_EXTRA = "ENGRAM_OTEL is on but OpenTelemetry is not installed: pip install 'engram-memory[otel]'"
+NEEDS_EXTRA = "ENGRAM_OTEL is on but OpenTelemetry is not installed: pip install -e '.[otel]'"
 
 
 class Tracing:

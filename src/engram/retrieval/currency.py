@@ -71,9 +71,7 @@ CHANGE_WORDS = frozenset(
 # ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24"; not "no more": "works a
 # treat, no more blinding light" tells what a change did, not what replaced it).
 # "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
-_CHANGE_PHRASE = re.compile(
-    r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops)\b"
-)
+_CHANGE_PHRASE = re.compile(r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops)\b")
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
 # "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
 CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these moment latest".split())  # noqa: SIM905

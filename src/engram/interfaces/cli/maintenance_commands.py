@@ -225,6 +225,6 @@ def eval_(
             ablation_chart(stages, chart)
             console.print(f"chart: {chart}")
         except ImportError:
-            console.print("chart skipped: install matplotlib (pip install 'engram-memory[eval]')")
+            console.print("chart skipped: install matplotlib (pip install -e '.[eval]' in Engram's checkout)")
     if json_path:
         json_path.write_text(json.dumps(result, indent=2, default=str))

@@ -92,7 +92,8 @@ def print_forgotten(tombstone: Tombstone, as_json: bool) -> None:
 
 
 def print_keys(records: Iterable[ApiKeyRecord], as_json: bool) -> None:
-    """Keys one a line: id, user ("(admin)" for the admin key), created, live or revoked, label last."""
+    """Keys one a line: user ("(admin)" for the admin key), created, live or revoked, label, and the id
+    last, as in every list (``awk '{print $NF}'``)."""
     records = list(records)
     if as_json:
         _print_json([r.__dict__ for r in records])
@@ -106,7 +107,8 @@ def print_keys(records: Iterable[ApiKeyRecord], as_json: bool) -> None:
         if r.expires_at is not None and not r.revoked_at:
             state += f" {'expired' if r.expires_at <= utcnow() else 'expires'} {r.expires_at:%Y-%m-%d}"
         owner = r.user_id or "(admin)"
-        line = f"{r.id}  {owner}  created {r.created_at:%Y-%m-%d}  {state}  {r.label}".rstrip()
+        label = f"  {r.label}" if r.label else ""
+        line = f"{owner}  created {r.created_at:%Y-%m-%d}  {state}{label}  {r.id}"
         console.print(Text(printable(line)), highlight=False)
 
 

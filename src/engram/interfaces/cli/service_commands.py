@@ -241,7 +241,7 @@ def keys_list(
     as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """List keys (ids, users, dates; never the keys), one a line: id, user, created, state, label."""
+    """List keys (ids, users, dates; never the keys), one a line: user, created, state, label, id."""
     from engram.auth import ApiKeys
     from engram.interfaces.cli.output import print_keys
 

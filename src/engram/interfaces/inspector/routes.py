@@ -123,7 +123,7 @@ def sign_out(request: Request) -> Response:
     """End this session: its token stops working for every process of the service, not only here."""
     same_origin(request)
     request.app.state.keys.end_session(request.cookies.get(COOKIE))
-    return _signed_out()
+    return _signed_out("signed-out")
 
 
 @router.post(f"{ROOT}/sign-out-everywhere")
@@ -134,11 +134,11 @@ def sign_out_everywhere(request: Request) -> Response:
     principal = keys.resolve_session(request.cookies.get(COOKIE))
     if principal is not None:
         keys.end_sessions(principal.key_id)
-    return _signed_out()
+    return _signed_out("signed-out-everywhere")
 
 
-def _signed_out() -> Response:
-    response = RedirectResponse(f"{ROOT}/sign-in", status_code=303)
+def _signed_out(reason: str) -> Response:
+    response = RedirectResponse(f"{ROOT}/sign-in?ended={reason}", status_code=303)
     forget_cookies(response)
     return response
 

@@ -45,6 +45,8 @@ ENDED = {  # ?ended= on the sign-in page: why the last session stopped working
     "expired": "Your session expired (sessions last 8 hours). Sign in again.",
     "ended": "Your session has ended: it was signed out (here, or everywhere from another browser), "
     "or it expired. Sign in again.",
+    "signed-out": "You are signed out.",
+    "signed-out-everywhere": "You are signed out, in every browser that used this key.",
 }
 
 # Autoescape everything, whatever the file name: stored text is data, never markup.

@@ -302,7 +302,7 @@ class BodyLimit:
         if route_for == "user" and principal.user_id is None:
             return _error(403, "forbidden", "the admin key manages keys and the catalog; use a user key")
         if not principal.may_write:
-            return _error(403, "forbidden", READ_ONLY)
+            return _error(403, "permission_denied", READ_ONLY)  # as a write route says it
         return None
 
 
