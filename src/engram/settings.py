@@ -76,11 +76,11 @@ DEFAULT_SAME_SUBJECT = 0.72
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
 # fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).
 # Coverage: the hit's match for the query's least-matched content word (late_interaction.query_coverage).
-DEFAULT_CONFIDENCE_RERANK = (0.184, 2.522, -2.370)  # (a, b, c): σ(a·logit(cross-encoder p) + b·coverage + c)
-DEFAULT_CONFIDENCE_LATE = (14.265, 3.581, -15.229)  # (a, b, c): σ(a·MaxSim + b·coverage + c), no reranker
-DEFAULT_CONFIDENCE_DENSE = (10.371, -8.143)  # (a, c): σ(a·cosine + c) without late interaction
-DEFAULT_CONFIDENCE_LEADER = (3.616, 3.355, -5.110)  # (a, b, c): as late, a leader no other raw turn came near
-DEFAULT_CONFIDENCE_COVERAGE_MEAN = 0.564  # the fitted hits' mean coverage: stands in when it is missing
+DEFAULT_CONFIDENCE_RERANK = (0.223, 1.650, -1.534)  # (a, b, c): σ(a·logit(cross-encoder p) + b·coverage + c)
+DEFAULT_CONFIDENCE_LATE = (14.034, 3.651, -15.095)  # (a, b, c): σ(a·MaxSim + b·coverage + c), no reranker
+DEFAULT_CONFIDENCE_DENSE = (10.326, -8.132)  # (a, c): σ(a·cosine + c) without late interaction
+DEFAULT_CONFIDENCE_LEADER = (2.958, 3.322, -4.450)  # (a, b, c): as late, a leader no other raw turn came near
+DEFAULT_CONFIDENCE_COVERAGE_MEAN = 0.563  # the fitted hits' mean coverage: stands in when it is missing
 # The agent's and the MCP tool's default min_confidence: hits below it are not shown to a model.
 DEFAULT_MIN_CONFIDENCE = 0.1
 # A local model on CPUs answers one tool round in tens of seconds; a person waits for a reply about this long.

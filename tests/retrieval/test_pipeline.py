@@ -559,18 +559,20 @@ def test_a_question_naming_the_user_finds_their_own_turn_among_facts_that_name_t
     assert first_person[0].memory.id == turn.id
 
 
-def test_rerank_text_names_the_user_on_their_own_turns_only():
-    from engram.models import EpisodicMemory, SemanticMemory, new_id
+def test_rerank_text_reads_the_users_facts_in_their_own_voice_and_turns_as_said():
+    from engram.models import CatalogItem, EpisodicMemory, SemanticMemory, new_id
     from engram.retrieval.pipeline import rerank_text
 
     now = utcnow()
     row = {"user_id": "aisha", "created_at": now}
     own = EpisodicMemory(id=new_id("episodic"), text="we're in Moseley", timestamp=now, **row)
     other = EpisodicMemory(
-        id=new_id("episodic"), text="see you at 6", timestamp=now, metadata={"speaker": "Priya"}, **row
+        id=new_id("episodic"), text="Aisha is late", timestamp=now, metadata={"speaker": "Priya"}, **row
     )
     fact = SemanticMemory(id=new_id("semantic"), text="Aisha lives in Moseley", **row)
-    assert rerank_text(own, "Aisha") == "Aisha: we're in Moseley"
-    assert rerank_text(own, None) == "we're in Moseley"
-    assert rerank_text(other, "Aisha") == "Priya: see you at 6"
-    assert rerank_text(fact, "Aisha") == "Aisha lives in Moseley"
+    item = CatalogItem(id=new_id("catalog"), text="Aisha is a hub model", user_id=None, created_at=now)
+    assert rerank_text(own, "aisha") == "we're in Moseley"
+    assert rerank_text(other, "aisha") == "Priya: Aisha is late"  # another speaker's words stay theirs
+    assert rerank_text(fact, "aisha") == "I live in Moseley"
+    assert rerank_text(fact, "u_123") == "Aisha lives in Moseley"  # an id that names nobody
+    assert rerank_text(item, "aisha") == "Aisha is a hub model"

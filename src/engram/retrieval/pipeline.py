@@ -11,7 +11,8 @@
 5. The cross-encoder scores the top ``rerank_window`` candidates when they hold a distilled memory;
    among raw turns only the contested places (``contenders.contenders``: the leader's near-ties by
    late-interaction MaxSim, within ``rerank_gap``, or a row both legs rank first), and nothing when
-   none is contested (explain ``"rerank": "skipped: uncontested ..."``).
+   none is contested (explain ``"rerank": "skipped: uncontested ..."``). It reads the query and the
+   user's facts in the user's own voice (``own_voice``: "What is Sarah's job?" -> "What is my job?").
 6. Final score = relevance × Π multipliers (relevance = rerank probability, else late-interaction
    score, else RRF). Each stage re-orders only its head: reranked candidates rank above the rest
    of the late-interaction head, which ranks above the RRF tail, and a ``stage_scale`` factor keeps
@@ -41,7 +42,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from engram.errors import public_failure
-from engram.models import EpisodicMemory, Hit, Memory, MemoryType, event_time, search_text_of
+from engram.models import CatalogItem, EpisodicMemory, Hit, Memory, MemoryType, event_time, search_text_of
 from engram.observability import Telemetry
 from engram.providers.base import Embedder, Reranker, TokenEncoder, query_content_positions
 from engram.recall_filter import NO_FILTER, RecallFilter
@@ -66,7 +67,8 @@ from engram.retrieval.late_interaction import (
     text_similarity,
     token_maxima,
 )
-from engram.retrieval.scoring import multipliers, named_speakers, speaker_of
+from engram.retrieval.own_voice import own_voice
+from engram.retrieval.scoring import multipliers, named_speakers
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
 from engram.text import query_words, user_id_words, user_named_in
@@ -180,9 +182,7 @@ def recall(
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
             if admitted:  # a shed recall's skipped stage is counted as shed, not timed as a rerank
                 with stage("rerank"):
-                    rerank_error = apply_rerank(
-                        reranker, query, window, config.rerank_weight, user_named_in(query, tenant or "")
-                    )
+                    rerank_error = apply_rerank(reranker, query, window, config.rerank_weight, tenant or "")
         if not admitted:
             notes["rerank"] = "skipped: load"
         elif rerank_error is None:
@@ -314,20 +314,14 @@ def apply_late_interaction(
     return None
 
 
-def rerank_text(memory: Memory, user_name: str | None) -> str:
-    """What the cross-encoder reads for a row: ``search_text_of``, and for a turn of the user's own (no
-    speaker named) ``"<user_name>: <turn>"`` when the query names the user.
-
-    A question an agent rewrote in the third person ("Where does Aisha's brother live?") names the user,
-    and so does every fact consolidation wrote about them ("Aisha's niece Zara is 8"), but not their
-    turns ("my brother Imran moved to Dubai"): the cross-encoder ranked every fact that named her above
-    the turn that answered. Read as a transcript line, the turn names her too (docs/benchmarks.md, "The
-    user's own name"). Example: ("we're in Moseley", "Aisha") -> "Aisha: we're in Moseley".
-    """
+def rerank_text(memory: Memory, user_id: str) -> str:
+    """What the cross-encoder reads for a row: ``search_text_of``, a fact or playbook in the user's own
+    voice (``own_voice``: "Aisha's niece Zara is 8" -> "my niece Zara is 8"), as their turns are; a turn
+    another speaker said and a catalog item as they are."""
     text = search_text_of(memory)
-    if user_name and isinstance(memory, EpisodicMemory) and speaker_of(memory) is None:
-        return f"{user_name}: {text}"
-    return text
+    if isinstance(memory, EpisodicMemory | CatalogItem):
+        return text
+    return own_voice(text, user_id)
 
 
 def _in_background(nice: int, work: Callable[..., T], *args: Any) -> Future[T]:
@@ -411,12 +405,13 @@ def normalised(scores: list[float]) -> list[float]:
 
 
 def apply_rerank(
-    reranker: Reranker, query: str, window: list[Candidate], weight: float = 1.0, user_name: str | None = None
+    reranker: Reranker, query: str, window: list[Candidate], weight: float = 1.0, user_id: str = ""
 ) -> str | None:
-    """Set each window candidate's rerank probability; return an error text instead of raising.
-    ``user_name``: the user's name as the query writes it, when it names them (``rerank_text``)."""
+    """Set each window candidate's rerank probability; return an error text instead of raising. The
+    query and the user's facts are read in the user's own voice (``rerank_text``)."""
     try:
-        scores = reranker.score(query, [rerank_text(c.memory, user_name) for c in window])
+        passages = [rerank_text(c.memory, user_id) for c in window]
+        scores = reranker.score(own_voice(query, user_id), passages)
         if len(scores) != len(window):
             raise ValueError(f"reranker returned {len(scores)} scores for {len(window)} passages")
     except Exception as exc:  # recall must never fail because of the reranker
