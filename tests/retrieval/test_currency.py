@@ -63,6 +63,7 @@ def nothing_superseded(ids):
         ("how old is my son?", False),  # an age, not an earlier state (an outside review's repro)
         ("which bike got stolen?", True),  # got + participle: an event, as "did" asks
         ("what car have I got?", False),
+        ("what have I got planned for Saturday?", False),  # have ... got: the present
     ],
 )
 def test_a_question_about_an_earlier_state_is_told_from_one_about_the_present(query, past):
@@ -261,6 +262,8 @@ def test_a_turn_where_the_speaker_says_they_changed_something_is_told_from_other
         ("got new glasses at last", "my glasses are cracked", True),  # a plural is its singular
         ("been seeing someone new, Hannah", "my twin brother Chidi is getting married", False),
         ("checking out a new trail", "found some more amazing trails in my town", False),  # one more
+        ("my sister just found a new dentist she likes", "my dentist is Dr Patel", False),  # hers
+        ("happy new year!", "my year has been rough", False),
         ("the new series is out", "my phone number is 0117 555 1234", False),
     ],
 )

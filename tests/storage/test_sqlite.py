@@ -79,7 +79,7 @@ def test_an_older_file_is_upgraded_and_a_newer_one_refused(tmp_path, embedder):
     assert old_key is not None and (old_key.scope, old_key.expires_at) == ("write", None)
     store._conn().execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     store.close()
-    with pytest.raises(StorageError, match="upgrade engram-memory"):
+    with pytest.raises(StorageError, match="upgrade Engram"):
         SQLiteStore(tmp_path / "x.db")
 
 

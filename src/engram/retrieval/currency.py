@@ -83,11 +83,22 @@ _OWN_CHANGE = re.compile(
     + "|".join(sorted(CHANGE_WORDS))
     + r")\b"
 )
-_CALLED_NEW = re.compile(r"\bnew\s+(\w+)")  # "new number", "a new dentist"
+# The speaker's own new thing: "I've got a new dentist", "my new phone", "got a new bike" (a sentence
+# that drops its "I"), "new number: ..." (a label); not "my sister found a new dentist", "happy new year".
+_CALLED_NEW = re.compile(
+    r"(?:\b(?:i|we|i've|we've|i'm|we're|ive|im)\b(?:\W+\w+){0,2}?\W+|\b(?:my|our)\s+"
+    r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+(\w+)"
+    r"|(?:^|[.!?]\s*)new\s+(\w+)\s*:"
+)
 # What the speaker calls theirs: up to three words after "my"/"our" ("my phone number is ...").
 _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
-# "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does.
-_GOT_PARTICIPLE = re.compile(r"\bgot\s+\w+(?:ed|en)\b", re.IGNORECASE)
+# "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does; not
+# "what have I got planned?", "have I got ten minutes?" (have ... got is the present).
+_GOT_PARTICIPLE = re.compile(
+    r"(?<!\bhave )(?<!\bhas )(?<!'ve )(?<!\bhave i )(?<!\bhave we )(?<!\bhas he )(?<!\bhas she )"
+    r"\bgot\s+(?!(?:ten|seven|eleven|often|golden|garden)\b)\w+(?:ed|en)\b",
+    re.IGNORECASE,
+)
 _HOW_OLD = re.compile(r"\bhow\s+old\b", re.IGNORECASE)  # "how old is my son?" asks about the present
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
 
@@ -136,12 +147,15 @@ def says_own_change(text: str) -> bool:
 
 
 def calls_new(text: str, older: str) -> bool:
-    """Whether a turn calls new what the older turn called the speaker's own: the word after "new" is
-    one of the three after "my"/"our" there (a plural "s" aside). Examples: ("new number: 0131 555
-    9876", "my phone number is 0117 555 1234") -> True; ("checking out a new trail", "found some more
-    amazing trails in my town") -> False: one more trail, not a replaced one."""
+    """Whether a turn calls new, as the speaker's own (``_CALLED_NEW``), what the older turn called the
+    speaker's: the word after "new" is one of the three after "my"/"our" there (a plural "s" aside).
+    Examples: ("new number: 0131 555 9876", "my phone number is 0117 555 1234") -> True; ("checking out
+    a new trail", "found some more amazing trails in my town") -> False: one more trail, not a replaced
+    one; ("my sister found a new dentist", "my dentist is Dr Patel") -> False: hers."""
     owned = {_singular(w) for found in _OWNED.finditer(older.casefold()) for w in found.groups() if w}
-    return any(_singular(found.group(1)) in owned for found in _CALLED_NEW.finditer(text.casefold()))
+    return any(
+        _singular(w) in owned for found in _CALLED_NEW.finditer(text.casefold()) for w in found.groups() if w
+    )
 
 
 def _singular(word: str) -> str:

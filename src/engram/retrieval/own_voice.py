@@ -10,16 +10,15 @@ alike (0.99) and the never-said one 0.05 (docs/benchmarks.md, "The user's own vo
 
 ``own_voice`` rewrites the user's name (a word of their user id, written capitalised) with a few
 English rules: "Sarah's" -> "my", "is Sarah" -> "am I", "Sarah is" -> "I am", "Sarah lives" -> "I
-live", "with Sarah" -> "with me", any other "Sarah" -> "I". The rewrite is for the cross-encoder's
-input only; nothing stored or shown changes.
+live", "with Sarah", "Tom loves Sarah" -> "me", any other "Sarah" -> "I". The rewrite is for the
+cross-encoder's input only; nothing stored or shown changes.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
-from engram.text import user_id_words
+from engram.text import STOPWORDS, user_id_words
 
 # question inversions ("is Sarah vegetarian?") and a subject's auxiliary ("Sarah is a nurse")
 _ASKED = {"is": "am I", "was": "was I", "does": "do I", "did": "did I", "has": "have I"}
@@ -33,33 +32,60 @@ _TOLD = {
     "hasn't": "I haven't",
     "doesn't": "I don't",
 }
-# words after which the user is the object: "with Sarah" -> "with me"
-_OBJECT_AFTER = "to with for at from about of by and tell told ask asked give gave call called meet met"
 _ES_ENDINGS = ("sses", "shes", "ches", "xes", "zes", "oes")  # "watches" -> "watch", "goes" -> "go"
+# A month is rarely the user ("in May", "3 June"); "user" names nobody ("user42").
+_NOT_NAMES = frozenset(
+    "user january february march april may june july august september october november december".split()  # noqa: SIM905
+)
+_CONJUNCTIONS = frozenset("and or but then so nor yet".split())  # noqa: SIM905 ("Tom and Sarah went": subject)
+_TITLE = re.compile(r"(?:Mr|Mrs|Ms|Miss|Dr|Prof|Sir|Dame)\.?\s+$")
+_WORD_BEFORE = re.compile(r"([\w'’-]+)\W*$")
 
 
 def own_voice(text: str, user_id: str) -> str:
     """``text`` with the user's name (capitalised words of ``user_id``, ``text.user_id_words``) in the
     first person. ``("What is Sarah's brother's name?", "sarah")`` -> "What is my brother's name?";
-    ``("Sarah lives in Leith", "sarah")`` -> "I live in Leith"; ``("where do I live?", "sarah")`` and
-    any text for a user id with no name in it are returned as they are."""
-    names = sorted((w for w in user_id_words(user_id) if w != "user"), key=len, reverse=True)
+    ``("Sarah lives in Leith", "sarah")`` -> "I live in Leith"; ``("Tom loves Sarah", "sarah")`` -> "Tom
+    loves me". Left as written: a name after a title or another capitalised word ("Mrs Jones", "Amazing
+    Grace") or before one ("Sarah Jones"), and any text for a user id with no name in it."""
+    names = sorted((w for w in user_id_words(user_id) if w not in _NOT_NAMES), key=len, reverse=True)
     if not names or not any(n.capitalize() in text for n in names):
         return text
     one = "|".join(re.escape(n.capitalize()) for n in names)
-    # "Alice Smith" is one mention; "Sarah Jones" is someone else when the user id says only "sarah"
-    name = rf"(?<![\w'’-])(?:{one})(?:\s+(?:{one}))*(?![\w-])(?!\s+[A-Z][a-z])"
-    rules: list[tuple[str, Callable[[re.Match[str]], str]]] = [
-        (rf"{name}['’]s\b", lambda m: "my"),
-        (rf"\b((?i:is|was|does|did|has))\s+{name}", lambda m: _ASKED[m.group(1).lower()]),
-        (rf"{name}\s+(is|was|has|does|isn't|wasn't|hasn't|doesn't)\b", lambda m: _TOLD[m.group(1)]),
-        (rf"{name}\s+([a-z]+s)\b", lambda m: "I " + _base_form(m.group(1))),
-        (rf"\b((?i:{'|'.join(_OBJECT_AFTER.split())}))\s+{name}", lambda m: f"{m.group(1)} me"),
-        (name, lambda m: "I"),
-    ]
-    for pattern, replace in rules:
-        text = re.sub(pattern, replace, text)
-    return text
+    mention = re.compile(
+        rf"(?P<aux>\b(?i:is|was|does|did|has)\s+)?"
+        rf"(?<![\w'’-])(?P<name>(?:{one})(?>(?:\s+(?:{one}))*))(?![\w-])(?!\s+[A-Z][a-z])"
+        rf"(?P<after>['’]s\b|\s+(?:is|was|has|does|isn't|wasn't|hasn't|doesn't)\b|\s+[a-z]+s\b)?"
+    )
+    return mention.sub(_first_person, text)
+
+
+def names_user_uncapitalised(text: str, user_id: str) -> bool:
+    """Whether ``text`` writes a word of the user's name in lower case ("where does sarah live?"), which
+    ``own_voice`` leaves alone: then nothing should be rewritten, or the facts would speak in a voice
+    the query does not."""
+    names = [w for w in user_id_words(user_id) if w not in _NOT_NAMES]
+    return any(re.search(rf"(?<![\w'’-]){re.escape(n)}(?![\w-])", text) for n in names)
+
+
+def _first_person(m: re.Match[str]) -> str:
+    before = m.string[max(0, m.start("name") - 16) : m.start("name")]  # a bounded look back: linear
+    word = _WORD_BEFORE.search(m.string[max(0, m.start() - 48) : m.start()])
+    host = re.sub(r"['’]\w*$", "", word.group(1)).lower() if word else ""  # "What's" -> "what"
+    if _TITLE.search(before) or (word and word.group(1)[0].isupper() and host not in STOPWORDS):
+        return m.group(0)  # "Mrs Jones", "Amazing Grace", "Mark Jones": someone or something else
+    aux, after = m.group("aux"), (m.group("after") or "")
+    if after.startswith(("'", "’")):
+        return (aux or "") + "my"
+    if aux:
+        return _ASKED[aux.strip().lower()] + after
+    if after.strip() in _TOLD:
+        return _TOLD[after.strip()]
+    if after:
+        return "I " + _base_form(after.strip())
+    if word and word.group(1).islower() and word.group(1) not in _CONJUNCTIONS:
+        return "me"  # "Tom loves Sarah", "with Sarah", "my mum calls Sarah"
+    return "I"
 
 
 def _base_form(verb: str) -> str:

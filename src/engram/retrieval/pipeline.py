@@ -67,8 +67,8 @@ from engram.retrieval.late_interaction import (
     text_similarity,
     token_maxima,
 )
-from engram.retrieval.own_voice import own_voice
-from engram.retrieval.scoring import multipliers, named_speakers
+from engram.retrieval.own_voice import names_user_uncapitalised, own_voice
+from engram.retrieval.scoring import multipliers, named_speakers, speaker_of
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
 from engram.text import query_words, user_id_words, user_named_in
@@ -408,7 +408,12 @@ def apply_rerank(
     reranker: Reranker, query: str, window: list[Candidate], weight: float = 1.0, user_id: str = ""
 ) -> str | None:
     """Set each window candidate's rerank probability; return an error text instead of raising. The
-    query and the user's facts are read in the user's own voice (``rerank_text``)."""
+    query and the user's facts are read in the user's own voice (``rerank_text``), unless the query
+    writes the user's name in lower case or another speaker's turn is in the window."""
+    if names_user_uncapitalised(query, user_id) or any(
+        isinstance(c.memory, EpisodicMemory) and speaker_of(c.memory) for c in window
+    ):
+        user_id = ""  # read as written: own_voice would rewrite the facts, not "sarah", nor a group chat
     try:
         passages = [rerank_text(c.memory, user_id) for c in window]
         scores = reranker.score(own_voice(query, user_id), passages)

@@ -116,8 +116,7 @@ def prepare(conn: apsw.Connection, path: Path) -> None:
         conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     elif version > SCHEMA_VERSION:
         raise StorageError(
-            f"{path} has schema version {version}; this Engram knows up to {SCHEMA_VERSION}: "
-            "upgrade engram-memory"
+            f"{path} has schema version {version}; this Engram knows up to {SCHEMA_VERSION}: upgrade Engram"
         )
     elif version < SCHEMA_VERSION:  # 2's changes were additive (CREATE IF NOT EXISTS)
         if version < 3:
