@@ -76,7 +76,7 @@ DEFAULT_SAME_SUBJECT = 0.72
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
 # fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).
 # Coverage: the hit's match for the query's least-matched content word (late_interaction.query_coverage).
-DEFAULT_CONFIDENCE_RERANK = (0.223, 1.650, -1.534)  # (a, b, c): σ(a·logit(cross-encoder p) + b·coverage + c)
+DEFAULT_CONFIDENCE_RERANK = (0.214, 1.811, -1.712)  # (a, b, c): σ(a·logit(cross-encoder p) + b·coverage + c)
 DEFAULT_CONFIDENCE_LATE = (14.034, 3.651, -15.095)  # (a, b, c): σ(a·MaxSim + b·coverage + c), no reranker
 DEFAULT_CONFIDENCE_DENSE = (10.326, -8.132)  # (a, c): σ(a·cosine + c) without late interaction
 DEFAULT_CONFIDENCE_LEADER = (2.958, 3.322, -4.450)  # (a, b, c): as late, a leader no other raw turn came near
