@@ -94,11 +94,8 @@ _CALLED_NEW = re.compile(
 _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
 # "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does; not
 # "what have I got planned?", "have I got ten minutes?" (have ... got is the present).
-_GOT_PARTICIPLE = re.compile(
-    r"(?<!\bhave )(?<!\bhas )(?<!'ve )(?<!\bhave i )(?<!\bhave we )(?<!\bhas he )(?<!\bhas she )"
-    r"\bgot\s+(?!(?:ten|seven|eleven|often|golden|garden)\b)\w+(?:ed|en)\b",
-    re.IGNORECASE,
-)
+_GOT_PARTICIPLE = re.compile(r"\bgot\s+(?!(?:ten|seven|eleven|often|golden|garden)\b)\w+(?:ed|en)\b", re.I)
+_HAVE_GOT = re.compile(r"(?:\b(?:have|has)|'ve)\s+(?:\w+\s+)?got\b", re.I)
 _HOW_OLD = re.compile(r"\bhow\s+old\b", re.IGNORECASE)  # "how old is my son?" asks about the present
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
 
@@ -124,7 +121,7 @@ def asks_about_earlier_state(query: str) -> bool:
 
 def _past_words(query: str) -> frozenset[str]:
     words = query_words(query)
-    if _GOT_PARTICIPLE.search(query):
+    if _GOT_PARTICIPLE.search(query) and not _HAVE_GOT.search(query):
         words |= {"did"}
     return words - {"old"} if _HOW_OLD.search(query) else words
 
