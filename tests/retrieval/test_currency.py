@@ -64,6 +64,9 @@ def nothing_superseded(ids):
         ("which bike got stolen?", True),  # got + participle: an event, as "did" asks
         ("what car have I got?", False),
         ("what have I got planned for Saturday?", False),  # have ... got: the present
+        ("which laptop did I have before the current one?", True),  # "current" names the later one
+        ("what do we use to manage python dependencies?", False),  # "use to" is not "used to"
+        ("what is my current job?", False),
     ],
 )
 def test_a_question_about_an_earlier_state_is_told_from_one_about_the_present(query, past):
@@ -232,6 +235,7 @@ def test_a_fact_written_after_the_recalls_present_replaces_nothing():
         ("where did I live?", False),
         ("how old is my son?", False),
         ("what was my old address, and what is it now?", False),
+        ("where was I working before my current job?", True),
     ],
 )
 def test_a_question_about_what_something_was_before_is_told_by_its_words(query, earlier):

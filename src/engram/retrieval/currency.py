@@ -97,6 +97,8 @@ _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
 _GOT_PARTICIPLE = re.compile(r"\bgot\s+(?!(?:ten|seven|eleven|often|golden|garden)\b)\w+(?:ed|en)\b", re.I)
 _HAVE_GOT = re.compile(r"(?:\b(?:have|has)|'ve)\s+(?:\w+\s+)?got\b", re.I)
 _HOW_OLD = re.compile(r"\bhow\s+old\b", re.IGNORECASE)  # "how old is my son?" asks about the present
+# "before my current job", "before the new one": the present word names what came after the answer
+_BEFORE_PRESENT = re.compile(r"\bbefore\s+(?:the\s+|my\s+|our\s+|this\s+)?(current|new|latest)\b", re.I)
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
 
 
@@ -120,7 +122,7 @@ def asks_about_earlier_state(query: str) -> bool:
 
 
 def _past_words(query: str) -> frozenset[str]:
-    words = query_words(query)
+    words = query_words(query) - {found.group(1).lower() for found in _BEFORE_PRESENT.finditer(query)}
     if _GOT_PARTICIPLE.search(query) and not _HAVE_GOT.search(query):
         words |= {"did"}
     return words - {"old"} if _HOW_OLD.search(query) else words
