@@ -71,3 +71,17 @@ def test_a_question_in_either_person_gets_the_same_confidence(eng):
     # "sarah" in lower case is not rewritten, so neither are the facts: the two still meet on the name
     lower = mem.recall("what is sarah's brother's name?", k=1, record_use=False)[0]
     assert lower.memory.text == "Sarah's brother is called Tom" and lower.confidence > 0.5
+
+
+def test_a_group_chat_is_read_as_written(eng):
+    """Another speaker names the user in the third person ("Jen: Tom's birthday ..."): rewriting the
+    question to "when is my birthday?" took that turn's cross-encoder score from 0.84 to 0.49 (an
+    outside review's probe), so a window with another speaker's turn is read as written."""
+    mem = eng.for_user("tom")
+    told = mem.remember_turn(
+        "Tom's birthday is on the 14th, we should get a cake", metadata={"speaker": "Jen"}
+    )
+    mem.remember_turn("good idea, I'll bring candles", metadata={"speaker": "Priya"})
+    mem.write("Tom works at Kestrel Labs")
+    hits = mem.recall("When is Tom's birthday?", k=3, record_use=False)
+    assert hits[0].memory.id == told.id and hits[0].explain["rerank"] > 0.8
