@@ -236,6 +236,9 @@ def test_a_fact_written_after_the_recalls_present_replaces_nothing():
         ("how old is my son?", False),
         ("what was my old address, and what is it now?", False),
         ("where was I working before my current job?", True),
+        ("what was Dan's old laptop?", True),
+        ("What surprising old picture of his grandmother did he dig up?", False),  # an old thing
+        ("Where did he go instead of the city that was originally planned?", False),  # the new one
     ],
 )
 def test_a_question_about_what_something_was_before_is_told_by_its_words(query, earlier):

@@ -59,7 +59,7 @@ EARLIER_STATE_WORDS = frozenset(
 PAST_TENSE = frozenset("did was were had used".split())  # noqa: SIM905
 PAST_WORDS = EARLIER_STATE_WORDS | PAST_TENSE | frozenset(("first", "ever"))
 # ... unless it also says it wants the present ("what did I say my new address was?").
-PRESENT_WORDS = frozenset("now current currently new these still latest today anymore".split())  # noqa: SIM905
+PRESENT_WORDS = frozenset("now current currently new these still latest today anymore instead".split())  # noqa: SIM905
 # A turn with one of these announces a change ("we moved...", "switched to", "no more nights", "sorry, I
 # got it wrong"). Without this test, any newer turn that matched as well replaced the top one, and the
 # "unchanged" questions of bench/updates.py lost most of their R@1 to newer chatter (docs/benchmarks.md).
@@ -96,7 +96,9 @@ _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
 # "what have I got planned?", "have I got ten minutes?" (have ... got is the present).
 _GOT_PARTICIPLE = re.compile(r"\bgot\s+(?!(?:ten|seven|eleven|often|golden|garden)\b)\w+(?:ed|en)\b", re.I)
 _HAVE_GOT = re.compile(r"(?:\b(?:have|has)|'ve)\s+(?:\w+\s+)?got\b", re.I)
-_HOW_OLD = re.compile(r"\bhow\s+old\b", re.IGNORECASE)  # "how old is my son?" asks about the present
+# "my old number", "Dan's old laptop" ask about an earlier state; "how old is my son?", "what old picture
+# did he find?" do not: "old" counts after a possessive only.
+_OWNED_OLD = re.compile(r"(?:\b(?:my|our|your|his|her|their)|\w['’]s)\s+old\b", re.IGNORECASE)
 # "before my current job", "before the new one": the present word names what came after the answer
 _BEFORE_PRESENT = re.compile(r"\bbefore\s+(?:the\s+|my\s+|our\s+|this\s+)?(current|new|latest)\b", re.I)
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
@@ -125,7 +127,7 @@ def _past_words(query: str) -> frozenset[str]:
     words = query_words(query) - {found.group(1).lower() for found in _BEFORE_PRESENT.finditer(query)}
     if _GOT_PARTICIPLE.search(query) and not _HAVE_GOT.search(query):
         words |= {"did"}
-    return words - {"old"} if _HOW_OLD.search(query) else words
+    return words if _OWNED_OLD.search(query) else words - {"old"}
 
 
 def expects_change(query: str) -> bool:
