@@ -78,15 +78,14 @@ CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these 
 # The speaker says they changed something: "we moved", "I've just switched", "I quit" (not "the church
 # hall moved us", "he's moving here", "the coffee machine broke"): a first-person subject within two
 # words before a change word.
+_FIRST_PERSON = r"i|we|i've|we've|i'm|we're|ive|im"  # a speaker's own subject, casefolded
 _OWN_CHANGE = re.compile(
-    r"\b(?:i|we|i've|we've|i'm|we're|i'd|we'd|ive|im)\b(?:\W+\w+){0,2}?\W+(?:"
-    + "|".join(sorted(CHANGE_WORDS))
-    + r")\b"
+    rf"\b(?:{_FIRST_PERSON}|i'd|we'd)\b(?:\W+\w+){{0,2}}?\W+(?:" + "|".join(sorted(CHANGE_WORDS)) + r")\b"
 )
 # The speaker's own new thing: "I've got a new dentist", "my new phone", "got a new bike" (a sentence
 # that drops its "I"), "new number: ..." (a label); not "my sister found a new dentist", "happy new year".
 _CALLED_NEW = re.compile(
-    r"(?:\b(?:i|we|i've|we've|i'm|we're|ive|im)\b(?:\W+\w+){0,2}?\W+|\b(?:my|our)\s+"
+    rf"(?:\b(?:{_FIRST_PERSON})\b(?:\W+\w+){{0,2}}?\W+|\b(?:my|our)\s+"
     r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+(\w+)"
     r"|(?:^|[.!?]\s*)new\s+(\w+)\s*:"
 )
