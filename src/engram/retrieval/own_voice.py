@@ -17,6 +17,7 @@ cross-encoder's input only; nothing stored or shown changes.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from engram.text import STOPWORDS, user_id_words
 
@@ -48,15 +49,9 @@ def own_voice(text: str, user_id: str) -> str:
     ``("Sarah lives in Leith", "sarah")`` -> "I live in Leith"; ``("Tom loves Sarah", "sarah")`` -> "Tom
     loves me". Left as written: a name after a title or another capitalised word ("Mrs Jones", "Amazing
     Grace") or before one ("Sarah Jones"), and any text for a user id with no name in it."""
-    names = sorted((w for w in user_id_words(user_id) if w not in _NOT_NAMES), key=len, reverse=True)
-    if not names or not any(n.capitalize() in text for n in names):
+    names, mention = _voice_of(user_id)
+    if mention is None or not any(n.capitalize() in text for n in names):
         return text
-    one = "|".join(re.escape(n.capitalize()) for n in names)
-    mention = re.compile(
-        rf"(?P<aux>\b(?i:is|was|does|did|has)\s+)?"
-        rf"(?<![\w'’-])(?P<name>(?:{one})(?>(?:\s+(?:{one}))*))(?![\w-])(?!\s+[A-Z][a-z])"
-        rf"(?P<after>['’]s\b|\s+(?:is|was|has|does|isn't|wasn't|hasn't|doesn't)\b|\s+[a-z]+s\b)?"
-    )
     return mention.sub(_first_person, text)
 
 
@@ -64,8 +59,23 @@ def names_user_uncapitalised(text: str, user_id: str) -> bool:
     """Whether ``text`` writes a word of the user's name in lower case ("where does sarah live?"), which
     ``own_voice`` leaves alone: then nothing should be rewritten, or the facts would speak in a voice
     the query does not."""
-    names = [w for w in user_id_words(user_id) if w not in _NOT_NAMES]
-    return any(re.search(rf"(?<![\w'’-]){re.escape(n)}(?![\w-])", text) for n in names)
+    return any(re.search(rf"(?<![\w'’-]){re.escape(n)}(?![\w-])", text) for n in _voice_of(user_id)[0])
+
+
+@lru_cache(maxsize=1024)
+def _voice_of(user_id: str) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """The user's name words (longest first) and the pattern of a mention of them, made once per user
+    id: a recall rewrites its query and up to a window of passages."""
+    names = tuple(sorted((w for w in user_id_words(user_id) if w not in _NOT_NAMES), key=len, reverse=True))
+    if not names:
+        return names, None
+    one = "|".join(re.escape(n.capitalize()) for n in names)
+    mention = re.compile(
+        rf"(?P<aux>\b(?i:is|was|does|did|has)\s+)?"
+        rf"(?<![\w'’-])(?P<name>(?:{one})(?>(?:\s+(?:{one}))*))(?![\w-])(?!\s+[A-Z][a-z])"
+        rf"(?P<after>['’]s\b|\s+(?:is|was|has|does|isn't|wasn't|hasn't|doesn't)\b|\s+[a-z]+s\b)?"
+    )
+    return names, mention
 
 
 def _first_person(m: re.Match[str]) -> str:
