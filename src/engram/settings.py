@@ -53,6 +53,9 @@ DEFAULT_RERANK_WEIGHT = 1.0
 # "Cross-encoder on near-ties"). Raw MaxSim moves by up to 0.014 between CPU kinds: a tie this close
 # can go either way on another machine, as the order itself can.
 DEFAULT_RERANK_GAP = 0.01
+# ... in a window holding a fact, playbook or catalog item, within this (and the leader): 0.05 ranked as
+# the whole window did on the eval corpus's dev splits with 41% fewer pairs (docs/benchmarks.md).
+DEFAULT_RERANK_GAP_DISTILLED = 0.05
 DEFAULT_LATE_WINDOW = 160  # late interaction scores every fused candidate (2 legs x 80): ~0.1 ms each
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
 DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
@@ -186,10 +189,10 @@ class EngramSettings(BaseSettings):
         default=DEFAULT_RERANK_GAP,
         ge=0,
         description="among raw turns, the cross-encoder scores only the leader's near-ties (raw "
-        "late-interaction MaxSim within this of the leader's) and a row both legs rank first; a window "
-        "holding a fact, playbook or catalog item is scored whole; a large value (e.g. 1) scores every "
-        "window of two or more whole",
+        "late-interaction MaxSim within this of the leader's) and a row both legs rank first; a large "
+        "value (e.g. 1) scores every window of two or more whole",
     )
+    rerank_gap_distilled: float = Field(default=DEFAULT_RERANK_GAP_DISTILLED, ge=0)
     recall_gate: bool = Field(
         default=False,
         description="queue and shed recalls under load (recall_concurrency, rerank_queue): `engram serve` "
@@ -228,9 +231,7 @@ class EngramSettings(BaseSettings):
     catalog_prior: float = Field(default=DEFAULT_CATALOG_PRIOR, gt=0)
     time_match_boost: float = Field(default=DEFAULT_TIME_MATCH_BOOST, ge=1)
     speaker_match_boost: float = Field(default=DEFAULT_SPEAKER_MATCH_BOOST, ge=1)
-    current_first: bool = Field(
-        default=True, description="a newer memory that replaces an older one ranks first (present queries)"
-    )
+    current_first: bool = Field(default=True, description="a newer memory replacing an older one ranks first")
     replace_margin: float = Field(default=DEFAULT_REPLACE_MARGIN, ge=0, le=1)
     change_places: int = Field(default=DEFAULT_CHANGE_PLACES, ge=0, le=1000)
     same_subject: float = Field(default=DEFAULT_SAME_SUBJECT, ge=-1, le=1.01)  # above 1: never
@@ -311,10 +312,8 @@ class EngramSettings(BaseSettings):
     consolidation_worker: bool = Field(default=True, description="run consolidation inside `engram serve`")
     consolidate_every_episodes: int = Field(default=20, ge=1, description="new turns that trigger a run")
     consolidate_every_hours: float = Field(default=24.0, gt=0, description="a run at least this often")
-    consolidation_runs: int = Field(
-        default=2,
-        ge=1,
-        description="runs started over REST/MCP a server runs at once (one per user); more queue",
+    consolidation_runs: int = Field(  # one per user
+        default=2, ge=1, description="runs started over REST/MCP a server runs at once; more queue"
     )
     # The support agent (engram.agent, `engram chat`) talks to the same LLM as consolidation.
     agent_max_tool_rounds: int = Field(

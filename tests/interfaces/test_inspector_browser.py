@@ -64,7 +64,9 @@ def test_sign_in_browse_the_tabs_and_recall_with_explain(tab, service, tmp_path)
     top = hits.filter(has_text="Sarah lives in Edinburgh").first
     stages = top.locator(".stage b").all_inner_texts()
     assert stages == ["BM25", "dense", "RRF", "late interaction", "cross-encoder"]
-    assert top.locator(".stage.used b").inner_text() == "cross-encoder"
+    assert top.locator(".stage.used b").inner_text() in {"late interaction", "cross-encoder"}
+    # the cross-encoder always scores the leader of a window holding a fact (its contested places)
+    assert hits.first.locator(".stage.used b").inner_text() == "cross-encoder"
     multipliers = top.locator(".mult").all_inner_texts()  # only those that changed the score
     assert multipliers and all(not m.endswith(" 1") for m in multipliers)
     assert "more at ×1" in top.locator(".neutral").inner_text()

@@ -57,9 +57,13 @@ def test_a_row_both_legs_rank_first_is_contested_up_to_its_place():
     assert contenders(split, 0.015, "E-4012?") == 0
 
 
-def test_a_window_holding_a_distilled_memory_is_scored_whole():
-    assert contenders(head(0.86, 0.82, 0.80, fact_at=0), 0.015, "which battery?") == 3
-    assert contenders(head(0.86, 0.82, 0.80, fact_at=2), 0.015, "which battery?") == 3
+def test_a_window_holding_a_distilled_memory_counts_near_ties_by_its_own_gap_and_always_its_leader():
+    assert contenders(head(0.86, 0.82, 0.80, fact_at=0), 0.015, "which battery?", 0.05) == 2
+    assert contenders(head(0.86, 0.82, 0.80, fact_at=2), 0.015, "which battery?", 0.07) == 3
+    assert contenders(head(0.86, 0.70, fact_at=1), 0.015, "which battery?", 0.05) == 1  # the leader alone
+    assert contenders(head(0.86, 0.70, fact_at=1), 0.015, "which battery?", 1.0) == 2  # the whole window
+    assert contenders(head(0.86, 0.70, 0.69, fact_at=0, firsts_by_both_legs=2), 0.015, "E-4012?", 0.05) == 3
+    assert contenders(head(0.86, None, fact_at=0), 0.015, "which battery?", 0.05) == 2  # no late score
 
 
 def test_the_query_echoed_by_a_stored_turn_does_not_lead_the_contest():
@@ -71,7 +75,9 @@ def test_the_query_echoed_by_a_stored_turn_does_not_lead_the_contest():
     assert contenders(head(0.99, 0.76, 0.755), 0.015, query) == 0  # not an echo: it leads alone
     assert contenders(head(0.99, texts=(query,)), 0.015, query) == 0  # only the echo
     fact_echo = head(0.99, 0.76, 0.70, texts=(query,), fact_at=0)  # a fact is never an echo
-    assert contenders(fact_echo, 0.015, query) == 3
+    assert contenders(fact_echo, 0.015, query, 0.05) == 1
+    fact_after_echo = head(0.99, 0.76, 0.74, texts=(query,), fact_at=2)
+    assert contenders(fact_after_echo, 0.015, query, 0.05) == 3  # the echo, the leader and its near-tie
 
 
 def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
@@ -104,9 +110,15 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     assert "rerank_contenders" not in whole[0].explain
     facts = eng.for_user("lena")
     for text in (twin, "Lena's dog chews cables", "Lena lives in Leith"):
-        facts.write(text)  # distilled memories: the whole window, whatever the gap
-    distilled = facts.recall(query, config=eng.config.but(rerank_gap=1e-6))
-    assert [h.explain["relevance"] for h in distilled] == ["rerank"] * 3
+        facts.write(text)  # distilled memories: their own gap, and the leader always
+    narrow = eng.config.but(rerank_gap=1.0, rerank_gap_distilled=1e-6)
+    distilled = facts.recall(query, config=narrow)
+    assert [h.explain["relevance"] for h in distilled] == ["rerank", "late_interaction", "late_interaction"]
+    assert distilled[0].memory.text == twin and distilled[0].explain["rerank_contenders"].startswith(
+        "the first 1"
+    )
+    wide = facts.recall(query, config=eng.config.but(rerank_gap=1e-6, rerank_gap_distilled=1.0))
+    assert [h.explain["relevance"] for h in wide] == ["rerank"] * 3
 
 
 def test_a_single_turn_is_no_clear_leader(eng):

@@ -26,12 +26,14 @@ def test_a_recall_on_opensearch_runs_late_interaction_and_the_cross_encoder(eng)
     you.write("Sarah's dog is called Biscuit")
     you.remember_turn("I had a rash after the amoxicillin last spring", session_id="health")
     you.remember_turn("the doctor said it was the antibiotic", session_id="health")
-    hits = you.recall("which antibiotics should Sarah avoid?", record_use=False)
+    whole = eng.config.but(rerank_gap_distilled=1.0)  # every place of the window contested
+    hits = you.recall("which antibiotics should Sarah avoid?", record_use=False, config=whole)
     assert hits and "penicillin" in hits[0].memory.text
     for hit in hits:
         assert not [k for k in hit.explain if k.endswith("_error")], hit.explain
         assert not isinstance(hit.explain["rerank"], str), hit.explain["rerank"]  # no "skipped: ..."
         assert hit.explain["late_interaction"] is not None
-    # a window holding a fact is scored whole by the cross-encoder
     assert all(isinstance(h.explain["rerank"], float) for h in hits)
     assert hits[0].explain["relevance"] == "rerank"
+    leader = you.recall("which antibiotics should Sarah avoid?", record_use=False)[0]
+    assert leader.memory.id == hits[0].memory.id and leader.explain["relevance"] == "rerank"  # always scored

@@ -29,6 +29,7 @@ class RetrievalConfig:
     rerank_window: int = s.DEFAULT_RERANK_WINDOW
     rerank_weight: float = s.DEFAULT_RERANK_WEIGHT  # cross-encoder's share of a reranked relevance
     rerank_gap: float = s.DEFAULT_RERANK_GAP  # raw turns: only contested places reranked (contenders.py)
+    rerank_gap_distilled: float = s.DEFAULT_RERANK_GAP_DISTILLED  # ... in a window holding a fact
     multipliers: bool = True  # decay, use-count boost and catalog prior
     decay_offset_days: float = s.DEFAULT_DECAY_OFFSET_DAYS
     decay_scale_days: float = s.DEFAULT_DECAY_SCALE_DAYS
@@ -62,6 +63,7 @@ class RetrievalConfig:
             rerank_window=settings.rerank_window,
             rerank_weight=settings.rerank_weight,
             rerank_gap=settings.rerank_gap,
+            rerank_gap_distilled=settings.rerank_gap_distilled,
             decay_offset_days=settings.decay_offset_days,
             decay_scale_days=settings.decay_scale_days,
             decay_value=settings.decay_value,

@@ -8,10 +8,11 @@
    stored token vectors (``late_interaction.late_score``, min-max scaled within the head): cheap
    enough to score every fused candidate, so a relevant row deep in one leg can still reach the
    cross-encoder's window.
-5. The cross-encoder scores the top ``rerank_window`` candidates when they hold a distilled memory;
-   among raw turns only the contested places (``contenders.contenders``: the leader's near-ties by
-   late-interaction MaxSim, within ``rerank_gap``, or a row both legs rank first), and nothing when
-   none is contested (explain ``"rerank": "skipped: uncontested ..."``). It reads the query and the
+5. The cross-encoder scores the contested places of the top ``rerank_window`` candidates
+   (``contenders.contenders``: the leader's near-ties by late-interaction MaxSim, within
+   ``rerank_gap`` among raw turns and ``rerank_gap_distilled`` in a window holding a distilled memory,
+   whose leader it always scores, or a row both legs rank first); among raw turns nothing when none is
+   contested (explain ``"rerank": "skipped: uncontested ..."``). It reads the query and the
    user's facts in the user's own voice (``own_voice``: "What is Sarah's job?" -> "What is my job?").
 6. Final score = relevance × Π multipliers (relevance = rerank probability, else late-interaction
    score, else RRF). Each stage re-orders only its head: reranked candidates rank above the rest
@@ -167,7 +168,7 @@ def recall(
         else:
             errors["late_interaction"] = late_error
     window = candidates[: config.rerank_window] if config.rerank and reranker is not None else []
-    contested = contenders(window, config.rerank_gap, query)
+    contested = contenders(window, config.rerank_gap, query, config.rerank_gap_distilled)
     uncontested: Candidate | None = None  # the leader no other raw turn came near: its own calibration
     if window and not contested:
         others = [c for c in window if not is_echo(c, query)]
