@@ -31,9 +31,7 @@ from engram.threads import available_cores
 # --- recall (the reference design's values unless said otherwise) ---------------------------------
 DEFAULT_LEG_CANDIDATES = 80  # each leg over-fetches enough that RRF sees both legs' long tails
 DEFAULT_RRF_K = 30  # tighter than the usual 60, so top ranks of each leg weigh more
-DEFAULT_RERANK_WINDOW = (
-    10  # measured: windows 20-80 gave no better R@1/MRR at 1.4-5x the latency (docs/benchmarks.md)
-)
+DEFAULT_RERANK_WINDOW = 10  # windows 20-80: no better R@1/MRR at 1.4-5x the latency (docs/benchmarks.md)
 # Recalls in the cross-encoder stage at once; past it one is shed. Measured on 2 cores (bench/load.py):
 # 8 sheds none at 8 clients and keeps recall p95 under 1 s at 32; 4 shed 59% already at 8 clients.
 DEFAULT_RERANK_QUEUE = 8
@@ -76,6 +74,8 @@ DEFAULT_CHANGE_PLACES = 5
 # ... or when the speaker says they changed it ("we moved") and the two turns' token vectors match each
 # other this well (same subject: the README's Bristol -> Edinburgh pair 0.74; docs/benchmarks.md).
 DEFAULT_SAME_SUBJECT = 0.72
+# ... and a turn announcing any change, above this ("the German one is cancelled" matched an orchestra 0.66)
+DEFAULT_RELATED_SUBJECT = 0.70
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
 # fitted by bench/calibrate.py on the development sets with the packaged models (docs/benchmarks.md).
 # Coverage: the hit's match for the query's least-matched content word (late_interaction.query_coverage).
@@ -235,6 +235,7 @@ class EngramSettings(BaseSettings):
     replace_margin: float = Field(default=DEFAULT_REPLACE_MARGIN, ge=0, le=1)
     change_places: int = Field(default=DEFAULT_CHANGE_PLACES, ge=0, le=1000)
     same_subject: float = Field(default=DEFAULT_SAME_SUBJECT, ge=-1, le=1.01)  # above 1: never
+    related_subject: float = Field(default=DEFAULT_RELATED_SUBJECT, ge=-1, le=1.01)  # -1: any subject
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
     confidence_rerank: CoverageCalibration = Field(DEFAULT_CONFIDENCE_RERANK, description="reranked: a, b, c")
     confidence_late: CoverageCalibration = Field(DEFAULT_CONFIDENCE_LATE, description="not reranked: a, b, c")

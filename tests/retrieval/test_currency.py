@@ -290,10 +290,18 @@ def test_a_newer_turn_that_calls_the_leaders_subject_new_replaces_it_within_twic
     assert kept == {}
 
 
-def replaced_on_one_subject(order: list[Candidate]) -> dict[str, str]:
-    """put_current_first where the two turns' token vectors always match (``same_subject``)."""
+def replaced_on_one_subject(order: list[Candidate], match: float = 0.9) -> dict[str, str]:
+    """put_current_first where any two turns' token vectors match ``match`` (``subject_match``)."""
     return put_current_first(
-        order, nothing_superseded, NOW, margin=0.05, outdated=0.5, places=5, same_subject=lambda n, o: True
+        order,
+        nothing_superseded,
+        NOW,
+        margin=0.05,
+        outdated=0.5,
+        places=5,
+        subject_match=lambda n, o: match,
+        same_subject=0.72,
+        related=0.70,
     )
 
 
@@ -308,6 +316,23 @@ def test_a_move_the_speaker_announces_replaces_the_leader_only_on_the_same_subje
     walls = cand(turn(3, "we live in Bristol, walls a meter thick", 200), final=1.0, late=0.85, dense=0.6)
     far = cand(turn(4, "we moved to Edinburgh last week!", 10), final=0.01, late=0.68, dense=0.4)
     assert replaced_on_one_subject([walls, far]) == {}
+
+
+def test_a_change_announced_on_an_unrelated_subject_replaces_nothing():
+    """ "which orchestra do I play in now?": the newer turn says something was cancelled, near the
+    query, but about health insurance: its token vectors match the orchestra turn 0.66."""
+    orchestra = cand(turn(1, "I play cello in an amateur orchestra", 300), final=1.0, late=0.82, dense=0.55)
+    insurance = cand(
+        turn(2, "signed up with Helsana, the German one is cancelled", 20), final=0.5, late=0.78, dense=0.44
+    )
+    assert replaced_on_one_subject([orchestra, insurance], match=0.66) == {}
+    assert replaced_on_one_subject([orchestra, insurance], match=0.75) == {
+        orchestra.memory.id: insurance.memory.id
+    }  # on a related subject it does (the words say something changed)
+    unknown = put_current_first(  # no token vectors to compare: the words alone decide, as before
+        [orchestra, insurance], nothing_superseded, NOW, margin=0.05, outdated=0.5, places=5, related=0.70
+    )
+    assert unknown == {orchestra.memory.id: insurance.memory.id}
 
 
 def test_for_a_question_about_before_an_older_near_match_goes_first():

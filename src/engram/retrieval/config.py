@@ -45,6 +45,7 @@ class RetrievalConfig:
     replace_margin: float = s.DEFAULT_REPLACE_MARGIN
     change_places: int = s.DEFAULT_CHANGE_PLACES  # for a query that expects a change (currency.py)
     same_subject: float = s.DEFAULT_SAME_SUBJECT  # two turns' token-vector match: one subject (currency.py)
+    related_subject: float = s.DEFAULT_RELATED_SUBJECT  # ... a related one
     outdated_factor: float = s.DEFAULT_OUTDATED_FACTOR
     calibration: Calibration = DEFAULT_CALIBRATION  # raw stage scores -> confidence (retrieval.confidence)
 
@@ -76,6 +77,7 @@ class RetrievalConfig:
             replace_margin=settings.replace_margin,
             change_places=settings.change_places,
             same_subject=settings.same_subject,
+            related_subject=settings.related_subject,
             outdated_factor=settings.outdated_factor,
             calibration=Calibration(
                 settings.confidence_rerank,

@@ -14,7 +14,9 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   nothing.
 * **A newer turn that announces a change** (raw turns, no LLM needed): when a turn leads the ranking,
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
-  "switched", "cancelled", "anymore", "sorry ... wrong" ...) replaces it if late interaction or the
+  "switched", "cancelled", "anymore", "sorry ... wrong" ...) on a related subject (the two turns'
+  token vectors match at least ``related_subject``: a cancelled health insurance is no successor to
+  an orchestra, whatever the query says) replaces it if late interaction or the
   embedder finds it at least as close to the query, or if it is among the first ``places`` of the
   ranking (settings ``change_places``) and within ``margin`` of the leader's raw MaxSim. Within twice
   that margin among those places, two more cues count: the speaker saying they changed something ("we
@@ -192,14 +194,21 @@ def announced_successor(
     margin: float,
     places: int,
     replaced: Collection[str] = (),
-    same_subject: Callable[[Candidate, Candidate], bool] = lambda new, old: False,
+    subject_match: Callable[[Candidate, Candidate], float | None] = lambda new, old: None,
+    same_subject: float = 1.01,
+    related: float = -1.0,
 ) -> tuple[str, Candidate] | None:
     """(leader id, the turn that replaces it) when a newer turn of the leader's speaker announces a
-    change and matches the query as well as the leader, or is among the first ``places`` within
-    ``margin`` of its raw MaxSim (settings ``change_places``), or is among them within twice the margin
-    and either says the speaker changed something (``says_own_change``) on the leader's subject
-    (``same_subject``) or calls new what the leader called the speaker's (``calls_new``); None
-    otherwise, or when the leader is not a turn or is already ``replaced``."""
+    change on a related subject and matches the query as well as the leader, or is among the first
+    ``places`` within ``margin`` of its raw MaxSim (settings ``change_places``), or is among them
+    within twice the margin and either says the speaker changed something (``says_own_change``) on
+    the leader's subject or calls new what the leader called the speaker's (``calls_new``); None
+    otherwise, or when the leader is not a turn or is already ``replaced``. ``subject_match`` is how
+    closely two turns' token vectors match (None when unknown): at least ``related`` for a change
+    announced by its words (an unknown match counts), at least ``same_subject`` for the speaker's own
+    change. Example: "signed up with Helsana ... the German one is cancelled" announces a change but
+    matches "I play cello in an amateur orchestra" 0.66: it does not replace it for "which orchestra
+    do I play in now?" (related 0.70)."""
     old = order[0] if order else None  # a turn is checked for a newer one only when it leads
     if old is None or old.memory.id in replaced or not isinstance(old.memory, EpisodicMemory):
         return None
@@ -213,6 +222,7 @@ def announced_successor(
         and (
             (
                 announces_change(c.memory.text)
+                and _at_least(subject_match(c, old), related, unknown=True)
                 and (
                     _matches_as_well(c, old, 0.0)
                     or _embeds_as_close(c, old)
@@ -223,13 +233,17 @@ def announced_successor(
                 place < places
                 and _matches_as_well(c, old, 2 * margin)  # not "how thick are my walls?" for a move
                 and (
-                    (says_own_change(c.memory.text) and same_subject(c, old))
+                    (says_own_change(c.memory.text) and _at_least(subject_match(c, old), same_subject))
                     or calls_new(c.memory.text, old.memory.text)
                 )
             )
         )
     ]
     return (old.memory.id, max(newer, key=lambda c: event_time(c.memory))) if newer else None
+
+
+def _at_least(match: float | None, threshold: float, unknown: bool = False) -> bool:
+    return unknown if match is None else match >= threshold
 
 
 def _live_facts_by_episode(order: Iterable[Candidate]) -> dict[str, list[Candidate]]:
@@ -294,7 +308,9 @@ def put_current_first(
     outdated: float,
     places: int = 0,
     change_expected: bool = False,
-    same_subject: Callable[[Candidate, Candidate], bool] = lambda new, old: False,
+    subject_match: Callable[[Candidate, Candidate], float | None] = lambda new, old: None,
+    same_subject: float = 1.01,
+    related: float = -1.0,
 ) -> dict[str, str]:
     """Re-rank ``order`` (final order, best first) in place and return old id -> successor id.
 
@@ -305,7 +321,9 @@ def put_current_first(
     fact 0.661 (lift 12.0), the turn 0.33.
     """
     recorded = recorded_successors(order, superseded, now, margin)
-    announced = announced_successor(order, now, margin, places, recorded, same_subject)
+    announced = announced_successor(
+        order, now, margin, places, recorded, subject_match, same_subject, related
+    )
     found = recorded | dict([announced]) if announced else recorded
     pairs = {old: new for old, new in found.items() if new.final > 0}
     by_id = {c.memory.id: c for c in order}

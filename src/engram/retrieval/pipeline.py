@@ -208,11 +208,13 @@ def recall(
                 outdated=config.outdated_factor,
                 places=config.change_places,
                 change_expected=expects_change(query),
-                same_subject=lambda new, old: (
-                    new.tokens is not None
-                    and old.tokens is not None
-                    and text_similarity(new.tokens, old.tokens, dim) >= config.same_subject
+                subject_match=lambda new, old: (
+                    text_similarity(new.tokens, old.tokens, dim)
+                    if new.tokens is not None and old.tokens is not None
+                    else None
                 ),
+                same_subject=config.same_subject,
+                related=config.related_subject,
             )
     answers_for: dict[str, str] = {}  # displaced id -> the id that now answers in its place
     if config.current_first and period is None and asks_about_earlier_state(query):
