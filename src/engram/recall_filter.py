@@ -71,6 +71,8 @@ def recall_filter(
     ):
         raise InvalidInput(f"session_id must be a string of 1 to {MAX_SESSION_ID_CHARS} characters")
     start, end = _utc(time_from, "time_from"), _utc(time_to, "time_to")  # an empty range matches nothing
+    if start is not None and end is not None and start > end:  # inverted: a caller's mistake
+        raise InvalidInput(f"time_from ({start.isoformat()}) is after time_to ({end.isoformat()})")
     pairs: tuple[tuple[str, MetadataValue], ...] = ()
     if metadata is not None:
         if not isinstance(metadata, Mapping):

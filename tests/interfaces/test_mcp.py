@@ -309,6 +309,9 @@ def test_recall_is_compact_by_default_and_says_when_nothing_is_confident(service
     everything, nothing = anyio.run(main)
     assert len(everything.structured_content["hits"]) == 5
     assert len(everything.content[0].text) <= 1500, everything.content[0].text
+    # the text a model reads is the structured result as JSON on one line (the SDK indents it)
+    assert json.loads(everything.content[0].text) == everything.structured_content
+    assert "\n" not in everything.content[0].text
     assert nothing.structured_content == {
         "hits": [],
         "note": "no stored memory matches with confidence >= 0.1: nothing relevant is known; "

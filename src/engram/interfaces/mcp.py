@@ -7,13 +7,14 @@ HTTP the bearer key checked by the REST app's middleware; over stdio the user fi
 
 # No ``from __future__ import annotations``: the tools' parameter types are built from this server's
 # settings inside build_mcp_server, and the SDK reads them from the evaluated signatures.
+import json
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.types import CallToolResult, InputRequiredResult
+from mcp.types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictStr, ValidationError
 
 from engram.auth import READ_ONLY
@@ -137,13 +138,31 @@ class EngramMCPServer(MCPServer):
                 f"(it takes {', '.join(sorted(known))})"
             )
         try:
-            return await super().call_tool(name, arguments, context)
+            return _compact_text(await super().call_tool(name, arguments, context))
         except ToolError as exc:
             if isinstance(exc.__cause__, ValidationError) and not isinstance(exc, UnexpectedToolError):
                 raise ToolError(f"invalid_input: {argument_problems(exc.__cause__)}") from exc.__cause__
             if isinstance(exc.__cause__, ToolError):  # ours (``_call``): "<code>: <message>", no SDK prefix
                 raise ToolError(str(exc.__cause__)) from exc.__cause__
             raise
+
+
+def _compact_text(result: CallToolResult | InputRequiredResult) -> CallToolResult | InputRequiredResult:
+    """The SDK writes a tool's result as JSON indented by 2, which a model pays for in tokens (a recall
+    of five one-line memories: 1,383 characters indented, 1,117 without): the same JSON on one line."""
+    if isinstance(result, CallToolResult) and not result.is_error:
+        result.content = [
+            _one_line(block) if isinstance(block, TextContent) else block for block in result.content
+        ]
+    return result
+
+
+def _one_line(block: TextContent) -> TextContent:
+    try:
+        value = json.loads(block.text)
+    except ValueError:  # plain text: as it is
+        return block
+    return block.model_copy(update={"text": json.dumps(value, ensure_ascii=False)})
 
 
 def build_mcp_server(

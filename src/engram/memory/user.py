@@ -285,8 +285,15 @@ class UserMemory(TenantHandle):
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_RECALL_K:  # True is no k
             raise InvalidInput(f"k must be an integer in [1, {MAX_RECALL_K}]")
         check_recall_options(min_confidence, view)
+        for name, flag in (("include_catalog", include_catalog), ("include_superseded", include_superseded)):
+            if not isinstance(flag, bool):  # "no" is truthy: refused here as REST and MCP refuse it
+                raise InvalidInput(f"{name} must be true or false")
+        if record_use is not None and not isinstance(record_use, bool):
+            raise InvalidInput("record_use must be true, false or None")
         narrow = recall_filter(session_id, time_from, time_to, metadata)
         types = set(MEMORY_TYPES if memory_types is None else check_types(memory_types))
+        if not types:  # an empty list finds nothing: a caller's mistake, not a question
+            raise InvalidInput(f"memory_types is empty; name at least one of {MEMORY_TYPES}")
         if not include_catalog:
             types.discard("catalog")
         now = utcnow()
