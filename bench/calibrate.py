@@ -12,6 +12,8 @@ fitted on those hits, one per stage that can give a hit its confidence:
   being collinear on the reranked head);
 * late interaction alone: the raw MaxSim and the coverage (the same hits, as if the cross-encoder had
   been skipped);
+* the same two features on the hits that get them in a recall: a clear leader the cross-encoder left
+  alone ("leader"), and the hits below what it judged that it did not score ("below");
 * dense alone: the dense cosine.
 
 It prints the coefficients to put in engram.settings (DEFAULT_CONFIDENCE_*), each calibration's
@@ -122,6 +124,7 @@ def main():
         "late": lambda r: [r["late"], r["coverage"]] if r["late"] is not None else None,
         "dense": lambda r: [r["dense"]] if r["dense"] is not None else None,
         "leader": lambda r: [r["late"], r["coverage"]] if leads_uncontested(r) else None,
+        "below": lambda r: [r["late"], r["coverage"]] if r["rerank"] is None and r["rank"] > 1 else None,
     }
     for name, feature in specs.items():
         kept = [(f, r["relevant"]) for r in rows if (f := feature(r)) is not None and None not in f]

@@ -305,6 +305,7 @@ def test_recall_gives_confidence_and_event_time_and_a_compact_view(side: Side) -
         memory_type="procedural",
         name="Re-pair a Zigbee sensor",
         trigger_text="a Zigbee sensor is offline",
+        description="Only for Aqara sensors; never factory-reset the hub itself",
         steps=[{"order": 1, "instruction": "hold reset 10 s"}],
     )
     hits = mem.recall("error E-4021 on the hub", record_use=False)
@@ -328,6 +329,12 @@ def test_recall_gives_confidence_and_event_time_and_a_compact_view(side: Side) -
     }
     (pb,) = mem.recall("a Zigbee sensor is offline", memory_types=["procedural"], view="compact")
     assert pb.id == playbook.id and pb.name == "Re-pair a Zigbee sensor" and pb.steps == playbook.steps
+    assert pb.description == "Only for Aqara sensors; never factory-reset the hub itself"
+    assert isinstance(playbook, ProceduralMemory)  # after a failure, the refined steps are the ones to follow
+    refined = [Step(order=1, instruction="remove the battery"), Step(order=2, instruction="hold reset 10 s")]
+    better = playbook.model_copy(update={"refined_steps": refined, "version": 2})
+    hit = Hit(memory=better, score=1.0, rank=1, confidence=0.9, event_time=better.created_at, explain={})
+    assert hit.compact().steps == refined
     for bad in (-0.1, 1.5, "high", True):
         with pytest.raises(InvalidInput, match="min_confidence"):
             mem.recall("error E-4021", min_confidence=bad)  # type: ignore[arg-type]

@@ -6,7 +6,9 @@ Margins (the policy in tests/retrieval/conftest.py: a threshold at least two que
 an AVX-512 VNNI and an AVX2 CPU measure, as the INT8 models score differently per CPU kind). Measured
 on AVX-512 VNNI and on AVX2 (qemu -cpu EPYC-Rome, docs/benchmarks.md "Scores across CPUs") alike: own
 questions R@10 0.943, R@5 0.914 of 210, 9 and 24 questions above the gate; agent voice R@10 0.950,
-R@5 0.933-0.942 of 120, 12 and 22 questions above it. (R@1, not gated, moved by a few questions between
+R@5 0.933-0.942 of 120, 12 and 22 questions above it. Since the cross-encoder scores a fact window's
+contested places only (2026-12-02, AVX-512 VNNI): own R@5 0.910 (191, 23 above the gate), agent voice
+R@5 0.950. (R@1, not gated, moved by a few questions between
 runs that also ran different versions of the retrieval code.) With the lean token vectors
 (docs/benchmarks.md "Lean token vectors", AVX-512 VNNI only so far): own R@10 0.933, R@5 0.910 (7 and
 23 questions above the gate), agent voice R@10 0.950, R@5 0.942."""

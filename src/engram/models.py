@@ -297,8 +297,13 @@ class Hit(BaseModel):
             extra["speaker"] = named_speaker(m)
         elif isinstance(m, SemanticMemory | ProceduralMemory):
             extra["superseded_by"] = m.superseded_by
-        if isinstance(m, ProceduralMemory):
-            extra.update(name=m.name, trigger_text=m.trigger_text or None, steps=m.steps)
+        if isinstance(m, ProceduralMemory):  # the refined steps, when a failure brought better ones
+            extra.update(
+                name=m.name,
+                trigger_text=m.trigger_text or None,
+                description=m.description or None,
+                steps=m.refined_steps or m.steps,
+            )
         elif isinstance(m, CatalogItem):
             extra["title"] = m.title or None
         return CompactHit(
@@ -330,7 +335,10 @@ class CompactHit(BaseModel):
     superseded_by: str | None = Field(default=None, description="the fact or playbook that replaced this one")
     name: str | None = Field(default=None, description="a playbook's name")
     trigger_text: str | None = Field(default=None, description="when a playbook applies")
-    steps: list[Step] | None = Field(default=None, description="a playbook's steps, in order")
+    description: str | None = Field(default=None, description="a playbook's notes: scope, cautions")
+    steps: list[Step] | None = Field(
+        default=None, description="a playbook's steps, in order (its refined ones after a failure)"
+    )
     title: str | None = Field(default=None, description="a catalog row's title")
 
     @field_serializer("event_time")

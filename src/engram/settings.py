@@ -84,6 +84,7 @@ DEFAULT_CONFIDENCE_LATE = (14.034, 3.651, -15.095)  # (a, b, c): σ(a·MaxSim + 
 DEFAULT_CONFIDENCE_DENSE = (10.326, -8.132)  # (a, c): σ(a·cosine + c) without late interaction
 DEFAULT_CONFIDENCE_LEADER = (2.958, 3.322, -4.450)  # (a, b, c): as late, a leader no other raw turn came near
 DEFAULT_CONFIDENCE_COVERAGE_MEAN = 0.563  # the fitted hits' mean coverage: stands in when it is missing
+DEFAULT_CONFIDENCE_BELOW = (6.405, 3.255, -9.671)  # (a, b, c): as late, a hit below what was judged
 # The agent's and the MCP tool's default min_confidence: hits below it are not shown to a model.
 DEFAULT_MIN_CONFIDENCE = 0.1
 # A local model on CPUs answers one tool round in tens of seconds; a person waits for a reply about this long.
@@ -190,9 +191,11 @@ class EngramSettings(BaseSettings):
         ge=0,
         description="among raw turns, the cross-encoder scores only the leader's near-ties (raw "
         "late-interaction MaxSim within this of the leader's) and a row both legs rank first; a large "
-        "value (e.g. 1) scores every window of two or more whole",
+        "value (e.g. 1) scores every window of raw turns of two or more whole",
     )
-    rerank_gap_distilled: float = Field(default=DEFAULT_RERANK_GAP_DISTILLED, ge=0)
+    rerank_gap_distilled: float = Field(
+        default=DEFAULT_RERANK_GAP_DISTILLED, ge=0, description="rerank_gap for a window holding a fact"
+    )
     recall_gate: bool = Field(
         default=False,
         description="queue and shed recalls under load (recall_concurrency, rerank_queue): `engram serve` "
@@ -212,17 +215,11 @@ class EngramSettings(BaseSettings):
         "for the cross-encoder) and keep it, shared among the users waiting; one past its user's share "
         "is shed; 0: never shed",
     )
-    request_threads: int = Field(
-        default=DEFAULT_REQUEST_THREADS,
-        ge=2,
-        description="threads serving requests in `engram serve`; at most half wait for a recall slot",
+    request_threads: int = Field(  # at most half wait for a recall slot
+        default=DEFAULT_REQUEST_THREADS, ge=2, description="threads serving requests in `engram serve`"
     )
-    recall_nice: int = Field(
-        default=DEFAULT_RECALL_NICE,
-        ge=0,
-        le=19,
-        description="CPU priority (Linux nice) of recall's helper threads, so writes win the cores "
-        "under load; 0: the same as everything else",
+    recall_nice: int = Field(  # 0: the same as everything else
+        default=DEFAULT_RECALL_NICE, ge=0, le=19, description="Linux nice of recall's helper threads"
     )
     decay_offset_days: float = Field(default=DEFAULT_DECAY_OFFSET_DAYS, ge=0)
     decay_scale_days: float = Field(default=DEFAULT_DECAY_SCALE_DAYS, gt=0)
@@ -243,6 +240,7 @@ class EngramSettings(BaseSettings):
         default=DEFAULT_CONFIDENCE_DENSE, description="calibration without late interaction: a, c"
     )
     confidence_leader: CoverageCalibration = Field(DEFAULT_CONFIDENCE_LEADER, description="leader: a, b, c")
+    confidence_below: CoverageCalibration = Field(DEFAULT_CONFIDENCE_BELOW, description="below: a, b, c")
     confidence_coverage_mean: float = Field(
         default=DEFAULT_CONFIDENCE_COVERAGE_MEAN, ge=-1, le=1, description="coverage assumed when missing"
     )

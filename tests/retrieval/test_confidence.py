@@ -42,6 +42,14 @@ def test_an_uncontested_leader_has_its_own_late_interaction_calibration():
     assert confidence(CAL, 0.9, 0.7, 0.7, uncontested=True) == pytest.approx(0.9)  # reranked all the same
 
 
+def test_a_hit_below_what_the_cross_encoder_judged_has_its_own_calibration():
+    below = Calibration(**{**CAL.__dict__, "below": (10.0, 0.0, -8.0)})
+    assert confidence(below, None, 0.7, 0.7, below=True) == pytest.approx(sigmoid(-1.0))
+    assert confidence(below, None, 0.7, 0.7) == pytest.approx(0.5)  # the general late calibration
+    assert confidence(below, 0.9, 0.7, 0.7, below=True) == pytest.approx(0.9)  # scored: its own score
+    assert confidence(CAL, None, 0.7, 0.7, below=True) == pytest.approx(0.5)  # no such coefficients
+
+
 def test_a_hit_that_covers_the_query_less_is_less_likely_relevant():
     """The coverage term: the docstring example, the same stage score with coverage 0.2 vs 0.8, and a
     missing coverage standing at the calibration's mean."""

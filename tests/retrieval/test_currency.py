@@ -1,7 +1,9 @@
 """Current truth first (engram.retrieval.currency): the pure rule on candidates whose scores the test
 sets, then recall on a real store with fixtures where the newer statement is decisively the answer."""
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -374,6 +376,30 @@ def test_recall_puts_the_newer_statement_first_and_marks_the_older_one(eng):
     # A question about the past is left as relevance ranks it: nothing is marked outdated.
     past = mem.recall("where did I live before?", record_use=False)
     assert all("outdated_by" not in h.explain for h in past)
+
+
+def test_a_change_on_another_subject_does_not_replace_the_answer_on_a_real_conversation(eng):
+    """Lena's 64 turns (bench/data/updates.json, check split): "Which orchestra does Lena play in now?"
+    was led by "signed up with Helsana ... the German one is cancelled", a newer turn near the query
+    with a change word, about health insurance; with ``related_subject`` it replaces nothing."""
+    data = json.loads((Path(__file__).parents[2] / "bench" / "data" / "updates.json").read_text())
+    lena = next(u for u in data["users"] if u["user_id"] == "lena")
+    mem = eng.for_user("lena")
+    ids = {
+        t["key"]: mem.remember_turn(
+            t["text"], at=datetime.fromisoformat(t["at"]), session_id=t["session_id"]
+        ).id
+        for t in lena["turns"]
+    }
+    question = next(q for q in lena["questions"] if q["id"] == "lena-q10")
+    asked = datetime.fromisoformat(question["asked_at"])
+
+    def top(config: RetrievalConfig) -> str:
+        hits = mem.recall(question["query"], k=3, as_of=asked, record_use=False, config=config)
+        return hits[0].memory.id
+
+    assert top(eng.config) != ids["t048"]  # the insurance turn
+    assert top(eng.config.but(related_subject=-1.0)) == ids["t048"]  # any subject: the bug it fixes
 
 
 def test_after_consolidation_the_live_fact_replaces_the_turn_it_superseded(eng):

@@ -159,6 +159,10 @@ def test_keep_scores_ordered_follows_its_docstring():
     tiers = [tier(0.6, 0.4), tier(0.9, 0.3)]
     keep_scores_ordered(tiers)
     assert [round(c.final, 4) for t in tiers for c in t] == [0.6, 0.4, 0.4, 0.1333]
+    assert tiers[1][0].final < tiers[0][1].final  # just below: no tie across tiers
+    zero = [tier(0.5, 0.0), tier(0.3, 0.2)]  # a floor of 0: the tier goes to 0, and the loop ends
+    keep_scores_ordered(zero)
+    assert [c.final for c in zero[1]] == [0.0, 0.0]
 
 
 def test_blended_relevance_follows_its_docstring():

@@ -547,8 +547,13 @@ export interface components {
              */
             trigger_text?: string | null;
             /**
+             * Description
+             * @description a playbook's notes: scope, cautions
+             */
+            description?: string | null;
+            /**
              * Steps
-             * @description a playbook's steps, in order
+             * @description a playbook's steps, in order (its refined ones after a failure)
              */
             steps?: components["schemas"]["Step"][] | null;
             /**
@@ -1070,7 +1075,10 @@ export interface components {
              * @default 10
              */
             k: number;
-            /** Memory Types */
+            /**
+             * Memory Types
+             * @description default: all
+             */
             memory_types?: ("episodic" | "semantic" | "procedural" | "catalog")[] | null;
             /**
              * Include Catalog
@@ -1116,7 +1124,7 @@ export interface components {
             time_from?: string | null;
             /**
              * Time To
-             * @description only rows whose event time is before this (exclusive)
+             * @description only rows whose event time is before this (exclusive); not before time_from
              */
             time_to?: string | null;
             /**

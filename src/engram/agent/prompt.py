@@ -9,11 +9,11 @@ and the line separators are escaped in its JSON (``tools.as_data``, as in tool r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from engram.agent.handle import MemoryHandle
 from engram.agent.tools import as_data
-from engram.models import Memory, SemanticMemory
+from engram.models import Memory, SemanticMemory, event_time
 
 PROFILE_SCAN = 500  # newest live facts the profile is chosen from: one bounded read per turn
 PROFILE_RULE = "live facts, most used first, then newest"
@@ -57,6 +57,13 @@ def profile_facts(memory: MemoryHandle, limit: int) -> list[SemanticMemory]:
     return sorted(facts, key=lambda f: -f.use_count)[:limit]
 
 
+def _profile_entry(fact: Memory) -> dict[str, str]:
+    """A fact as the profile shows it, with its event time (as recall's hits carry it), so the model can
+    tell the newer of two facts that disagree."""
+    at = event_time(fact).astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return {"id": fact.id, "text": fact.text, "event_time": at}
+
+
 def system_prompt(facts: Sequence[Memory], now: datetime, limit: int) -> str:
     lines = [RULES, "", f"Current date and time: {now.isoformat(timespec='minutes')}", ""]
     if limit > 0 and not facts:
@@ -66,5 +73,5 @@ def system_prompt(facts: Sequence[Memory], now: datetime, limit: int) -> str:
             f"User profile ({len(facts)} core facts, at most {limit}: {PROFILE_RULE}), stored data, one "
             f"JSON object a line between {PROFILE_OPEN} and {PROFILE_CLOSE}:"
         )
-        lines += [PROFILE_OPEN, *(as_data({"id": f.id, "text": f.text}) for f in facts), PROFILE_CLOSE]
+        lines += [PROFILE_OPEN, *(as_data(_profile_entry(f)) for f in facts), PROFILE_CLOSE]
     return "\n".join(lines)

@@ -215,7 +215,7 @@ def build_mcp_server(
     def recall_memory(
         query: Text,
         ctx: Context,
-        memory_types: list[MemoryType] | None = None,
+        memory_types: Annotated[list[MemoryType], Field(min_length=1)] | None = None,
         k: RecallK = 10,
         include_catalog: StrictBool = True,
         include_superseded: StrictBool = False,

@@ -12,7 +12,9 @@ ranks hits only as well as its stage (docs/benchmarks.md):
 * late interaction only: ``σ(a · late + b · coverage + c)`` with ``late`` the raw MaxSim (mean cosine,
   before min-max scaling); the leader of raw turns that the cross-encoder left alone, as no other came near
   it (``contenders``), has its own coefficients: standing alone is evidence, and the general ones put
-  such leaders at 0.21 where half of them were relevant (development hits, docs/benchmarks.md);
+  such leaders at 0.21 where half of them were relevant (development hits, docs/benchmarks.md), and so
+  have the hits below what the cross-encoder judged (its contested places, or such a leader) that it
+  left unscored: the general ones, fitted on every hit, put them at twice their share relevant;
 * neither (late interaction off or failed): ``σ(a · dense + c)`` with the dense leg's cosine; a row
   that only BM25 found gets 0, as nothing absolute says it is relevant.
 
@@ -42,6 +44,7 @@ class Calibration:
     dense: tuple[float, float]
     leader: tuple[float, float, float]  # late interaction's, for an uncontested leader
     coverage_mean: float  # stands in for a missing coverage (late interaction off or failed)
+    below: tuple[float, float, float] | None = None  # ... for a hit below what was judged (None: late)
 
 
 def sigmoid(z: float) -> float:
@@ -65,10 +68,13 @@ def confidence(
     dense: float | None,
     uncontested: bool = False,
     coverage: float | None = None,
+    below: bool = False,
 ) -> float:
     """The calibrated probability that a hit is relevant (module docstring), in [0, 1];
-    ``uncontested``: the hit leads a recall whose cross-encoder had nothing to decide; ``coverage``: how
-    well it covers the query's least-matched content word (the calibration's mean when missing).
+    ``uncontested``: the hit leads a recall whose cross-encoder had nothing to decide; ``below``: it
+    ranks below what the cross-encoder judged (scored, or left alone as such a leader) and was not
+    scored itself; ``coverage``: how well it covers the query's least-matched content word (the
+    calibration's mean when missing).
 
     Example with rerank (1.0, 2.0, -1.0): p = 0.5, coverage 0.5 -> σ(0 + 1 - 1) = 0.5; with late
     (10.0, 0.0, -7.0) and no rerank: MaxSim 0.7 -> σ(0) = 0.5.
@@ -78,7 +84,13 @@ def confidence(
         a, b, c = calibration.rerank
         return sigmoid(a * logit(rerank) + b * covered + c)
     if _finite(late):
-        a, b, c = calibration.leader if uncontested else calibration.late
+        a, b, c = (
+            calibration.leader
+            if uncontested
+            else calibration.below
+            if below and calibration.below is not None
+            else calibration.late
+        )
         return sigmoid(a * late + b * covered + c)
     if _finite(dense):
         a, c = calibration.dense

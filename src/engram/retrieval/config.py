@@ -15,6 +15,7 @@ DEFAULT_CALIBRATION = Calibration(
     s.DEFAULT_CONFIDENCE_DENSE,
     s.DEFAULT_CONFIDENCE_LEADER,
     s.DEFAULT_CONFIDENCE_COVERAGE_MEAN,
+    s.DEFAULT_CONFIDENCE_BELOW,
 )
 
 
@@ -85,5 +86,6 @@ class RetrievalConfig:
                 settings.confidence_dense,
                 settings.confidence_leader,
                 settings.confidence_coverage_mean,
+                settings.confidence_below,
             ),
         )

@@ -170,6 +170,7 @@ def recall(
     window = candidates[: config.rerank_window] if config.rerank and reranker is not None else []
     contested = contenders(window, config.rerank_gap, query, config.rerank_gap_distilled)
     uncontested: Candidate | None = None  # the leader no other raw turn came near: its own calibration
+    reranked = False  # the cross-encoder scored the window's contested places
     if window and not contested:
         others = [c for c in window if not is_echo(c, query)]
         if len(others) > 1:  # alone in the window, a row is no clear leader: nothing came near to lose
@@ -187,11 +188,14 @@ def recall(
         if not admitted:
             notes["rerank"] = "skipped: load"
         elif rerank_error is None:
-            if partial:
+            if partial and contested == 1:  # a window holding a fact: its leader's confidence
+                notes["rerank_contenders"] = "the leader only: nothing near it, scored for its confidence"
+            elif partial:
                 notes["rerank_contenders"] = f"the first {contested} of the window: its contested places"
             window.sort(key=lambda c: -c.final)
             candidates[: len(window)] = window
             heads.append(len(window))
+            reranked = True
         else:
             errors["rerank"] = rerank_error
     bounds = sorted(set(heads))
@@ -220,9 +224,16 @@ def recall(
     if config.current_first and period is None and asks_about_earlier_state(query):
         answers_for = put_past_first(candidates, margin=config.replace_margin, places=config.change_places)
 
+    judged = reranked or uncontested is not None  # what ranks below it was left unscored on purpose
     confidences = {
         c.memory.id: confidence(
-            config.calibration, c.rerank, c.late_raw, c.dense_score, c is uncontested, c.coverage
+            config.calibration,
+            c.rerank,
+            c.late_raw,
+            c.dense_score,
+            c is uncontested,
+            c.coverage,
+            below=judged and c is not uncontested,
         )
         for c in candidates
     }
@@ -367,8 +378,9 @@ def _search_legs(
 
 def keep_scores_ordered(tiers: list[list[Candidate]]) -> None:
     """Make scores fall with rank across stages: each tier (the reranked window, the rest of the
-    late-interaction head, the RRF tail) is scaled so its best score is at most the worst of the tier
-    above, ``stage_scale = min(above) / max(tier)`` (only when needed; ratios within a tier stay).
+    late-interaction head, the RRF tail) is scaled so its best score is just below the worst of the tier
+    above, ``stage_scale = min(above) / max(tier)`` less an ulp (only when needed; ratios within a tier
+    stay), so a client sorting by score meets no tie across tiers.
 
     Each stage's relevance has its own scale (a cross-encoder probability can be 1e-5 where a
     min-max-scaled late score is 0.9), and rank follows the stages, so without this a client sorting
@@ -378,11 +390,11 @@ def keep_scores_ordered(tiers: list[list[Candidate]]) -> None:
     floor: float | None = None
     for tier in tiers:
         top = max(c.final for c in tier)
-        if floor is not None and top > floor and top > 0:
+        if floor is not None and top >= floor and top > 0:
             scale = floor / top
             for c in tier:
                 c.multipliers["stage_scale"] = scale
-            while max(c.final for c in tier) > floor:  # an ulp above by rounding: a later sort swaps
+            while max(c.final for c in tier) >= floor and scale > 0:  # strictly below, past rounding
                 scale = math.nextafter(scale, 0.0)
                 for c in tier:
                     c.multipliers["stage_scale"] = scale

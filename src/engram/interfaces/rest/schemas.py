@@ -184,7 +184,7 @@ class MemoryCreate(_Request):
 class RecallRequest(_Request):
     query: str = _text("what to search for")
     k: JsonInt = Field(default=10, ge=1, le=MAX_SERVICE_RECALL_K)
-    memory_types: list[MemoryType] | None = None
+    memory_types: list[MemoryType] | None = Field(default=None, min_length=1, description="default: all")
     include_catalog: bool = True
     include_superseded: bool = False
     as_of: IsoDatetime | None = Field(
@@ -218,7 +218,8 @@ class RecallRequest(_Request):
         default=None, description="only rows whose event time is at or after this (inclusive)"
     )
     time_to: IsoDatetime | None = Field(
-        default=None, description="only rows whose event time is before this (exclusive)"
+        default=None,
+        description="only rows whose event time is before this (exclusive); not before time_from",
     )
     metadata: dict[MetadataKey, MetadataScalar] | None = Field(
         default=None,
