@@ -219,6 +219,22 @@ def test_a_turn_that_also_said_something_still_true_keeps_it_for_a_question_abou
     }
 
 
+def test_a_question_that_expects_a_change_follows_the_recorded_chain_however_the_fact_matches_it():
+    """ "do I still live in Bristol?" names the old value: the turn that said it matches far better than
+    "Sarah lives in Edinburgh", which superseded its fact; the chain is the evidence, not the match."""
+    said = turn(1, "we live in Bristol btw", 500)
+    old = fact(1, "Sarah lives in Bristol", 500, supports=[said.id], superseded_by="sem_" + "2".zfill(22))
+    live = fact(2, "Sarah lives in Edinburgh", 30, supersedes=old.id)
+
+    def ranked():
+        return [cand(said, 0.6, late=0.85), cand(live, 0.02, late=0.70)]  # 0.15 apart: past any margin
+
+    assert put_current_first(ranked(), lambda ids: [old], NOW, margin=0.05, outdated=0.5) == {}
+    order = ranked()
+    found = put_current_first(order, lambda ids: [old], NOW, margin=0.05, outdated=0.5, change_expected=True)
+    assert found == {said.id: live.id} and order[0].memory.id == live.id
+
+
 def test_a_fact_written_after_the_recalls_present_replaces_nothing():
     said = turn(1, "we live in Bristol", 500)
     old = fact(1, "Sarah lives in Bristol", 500, supports=[said.id], superseded_by="sem_" + "2".zfill(22))

@@ -8,10 +8,11 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   supports "Sarah lives in Bristol", superseded by "Sarah lives in Leith, Edinburgh"); a superseded
   fact shown with ``include_superseded`` is replaced by the live fact at the end of its chain. The
   live fact must match the query nearly as well as what it replaces (raw MaxSim at least the old one's
-  less ``margin``), and at least as well as any other live fact the episode supports: it replaces the
-  Bristol turn for "where do I live?", not for "how thick are my walls?" nor, when the turn also said
-  "I work as a nurse", for "where do I work?". A fact written after the recall's present replaces
-  nothing.
+  less ``margin``; for a query that expects a change, "do I still live in Bristol?", which names the old
+  value, the chain alone), and at least as well as any other live fact the episode supports: it
+  replaces the Bristol turn for "where do I live?", not for "how thick are my walls?" nor, when the
+  turn also said "I work as a nurse", for "where do I work?". A fact written after the recall's
+  present replaces nothing.
 * **A newer turn that announces a change** (raw turns, no LLM needed): when a turn leads the ranking,
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
   "switched", "cancelled", "anymore", "sorry ... wrong" ...) on a related subject (the two turns'
@@ -165,11 +166,17 @@ def _singular(word: str) -> str:
 
 
 def recorded_successors(
-    order: Sequence[Candidate], superseded: Callable[[list[str]], list[Memory]], now: datetime, margin: float
+    order: Sequence[Candidate],
+    superseded: Callable[[list[str]], list[Memory]],
+    now: datetime,
+    margin: float,
+    change_expected: bool = False,
 ) -> dict[str, Candidate]:
     """Old id -> the live fact that supersedes it (or a fact its turn supports). ``superseded`` fetches
     facts by id (the superseded ones a live fact's chain points back to); ``now`` is the recall's
-    present: nothing written after it replaces anything."""
+    present: nothing written after it replaces anything. A query that expects a change ("do I still
+    live in Bristol?") names the old value, which the live fact does not say: then the chain alone
+    decides, not how well the live fact matches the query."""
     found: dict[str, Candidate] = {}
     by_id = {c.memory.id: c for c in order}
     still_said = _live_facts_by_episode(order)
@@ -178,7 +185,7 @@ def recorded_successors(
         if (
             old is not None
             and event_time(new.memory) <= now
-            and _matches_as_well(new, old, margin)
+            and (change_expected or _matches_as_well(new, old, margin))
             # a turn that also said something still true keeps it when the query is about that
             and all(
                 _matches_as_well(new, other, 0.0) for other in still_said.get(old_id, []) if other is not new
@@ -320,7 +327,7 @@ def put_current_first(
     its score (module docstring). Example: Bristol turn 0.66, Edinburgh fact 0.055, outdated 0.5 -> the
     fact 0.661 (lift 12.0), the turn 0.33.
     """
-    recorded = recorded_successors(order, superseded, now, margin)
+    recorded = recorded_successors(order, superseded, now, margin, change_expected)
     announced = announced_successor(
         order, now, margin, places, recorded, subject_match, same_subject, related
     )
