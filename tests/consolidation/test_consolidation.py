@@ -174,6 +174,11 @@ def test_scripted_scenario_ends_with_the_right_memory(eng, fake_llm):
         "Sarah lives in Edinburgh",
     }
     assert facts["Sarah lives in Bristol"].superseded_by == facts["Sarah lives in Edinburgh"].id
+    # a fact is valid from when the user said it (its event time), not from when the run wrote it
+    turns = {e.text: e for e in mem.list("episodic", limit=100)}
+    moved = turns["big news, we moved to Edinburgh last month"]
+    edinburgh = facts["Sarah lives in Edinburgh"]
+    assert edinburgh.valid_from == moved.timestamp < edinburgh.created_at
     assert len(facts["Sarah owns a Lumio Hub v2"].supporting_episode_ids) == 2  # merged provenance
     own_episodes = {e.id for e in mem.list("episodic", limit=100)}
     assert all(

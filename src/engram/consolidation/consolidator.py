@@ -195,6 +195,12 @@ class Consolidator:
             EXTRACT_SYSTEM, extraction_prompt(episodes, facts, playbooks), Extraction
         )
         batch = {e.id: e for e in episodes}
+
+        def said_at(support: list[str]) -> datetime:
+            """A fact's valid_from: when the user last said it, not when this run wrote it down (its event
+            time: a model told "the later one is the current truth" compares it with turns)."""
+            return max(batch[i].timestamp for i in support)
+
         assistant = [
             e.metadata[ASSISTANT_CONTEXT_KEY]
             for e in episodes
@@ -255,6 +261,7 @@ class Consolidator:
                 supporting_episode_ids=support,
                 supersedes=s.fact_id,
                 contradiction=s.contradiction,
+                valid_from=said_at(support),
             )
             rows.append(row)
             supersede[row.id] = Supersession(old_id=s.fact_id, retract=harsh, at=now)
@@ -274,7 +281,7 @@ class Consolidator:
             elif kind == "judge":
                 unclear.append((fact.text, neighbours, support, fact))
             else:
-                rows.append(self._fact_row(user, fact, support, now))
+                rows.append(self._fact_row(user, fact, support, now, said_at(support)))
         if unclear:
             verdicts = self.llm.complete_json(
                 JUDGE_SYSTEM, judge_prompt([(t, n) for t, n, _, _ in unclear]), JudgeVerdicts
@@ -285,7 +292,7 @@ class Consolidator:
                 if target is not None:
                     self._merge(target, support, rows, merges)
                 else:
-                    rows.append(self._fact_row(user, fact, support, now))
+                    rows.append(self._fact_row(user, fact, support, now, said_at(support)))
 
         for pb in extraction.playbooks:
             support = admissible(pb.name, pb.supporting_episode_ids, 1.0, facts_only=False)
@@ -375,7 +382,9 @@ class Consolidator:
         merges.setdefault(target.id, set()).update(support)
 
     @staticmethod
-    def _fact_row(user: str, fact: NewFact, support: list[str], now: datetime) -> SemanticMemory:
+    def _fact_row(
+        user: str, fact: NewFact, support: list[str], now: datetime, said: datetime
+    ) -> SemanticMemory:
         return SemanticMemory(
             id=new_id("semantic"),
             text=fact.text,
@@ -384,4 +393,5 @@ class Consolidator:
             fact_type=fact.fact_type,
             confidence=fact.confidence,
             supporting_episode_ids=support,
+            valid_from=said,
         )
