@@ -154,6 +154,19 @@ def test_remember_turn_and_its_old_name_store_turns(tmp_path):
     shown = runner.invoke(app, ["--help"]).output
     assert "│ remember-turn " in shown and "│ remember " not in shown  # the commands table
     assert "Old name of `remember-turn`" in runner.invoke(app, ["remember", "--help"]).output
+    said = [
+        "remember-turn",
+        "we live in Bristol btw",
+        "-u",
+        "sarah",
+        "--at",
+        "2024-05-01T10:00:00Z",
+        "--json",
+    ]
+    back = runner.invoke(app, [*said, *store])
+    assert back.exit_code == 0 and json.loads(back.output)["timestamp"].startswith("2024-05-01T10:00:00")
+    garbled = runner.invoke(app, ["remember-turn", "hi", "-u", "sarah", "--at", "last may", *store])
+    assert garbled.exit_code != 0 and "--at must be an ISO 8601" in garbled.output
 
 
 def test_demo_loads_into_the_store_serve_uses_once(tmp_path):

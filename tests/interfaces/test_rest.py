@@ -390,3 +390,5 @@ def test_recall_takes_min_confidence_and_a_compact_view(service):
     for bad in ({"min_confidence": 2}, {"min_confidence": "high"}, {"view": "tiny"}):
         refused = sarah.post("/v1/recall", json={"query": "router", **bad})
         assert refused.status_code == 422 and refused.json()["error"] == "invalid_input", bad
+    stale = sarah.post("/v1/recall", json={"query": "router", "as_of": "yesterday"}).json()
+    assert stale["message"].startswith("as_of: expected an ISO 8601"), stale  # ours, not "Value error, "

@@ -244,12 +244,16 @@ def remember_turn(
             "--session-id", "--session", help="the conversation; the turn is searched with its previous one"
         ),
     ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", help="when it was said (ISO 8601; default: now), e.g. replaying a log"),
+    ] = None,
     as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Store a user turn verbatim (episodic memory)."""
     with _engram(store) as eng:
-        row = eng.for_user(user).remember_turn(text, session_id=session)
+        row = eng.for_user(user).remember_turn(text, session_id=session, at=_when(at, "--at"))
     print_record(row, as_json)
 
 

@@ -326,7 +326,8 @@ def _problem(err: Any, content_type: str) -> str:
     if loc == ("body",) and "json" not in content_type.lower():
         sent = f"this request's is {content_type}" if content_type else "this request has none"
         return f"body: {msg} (send JSON with Content-Type: application/json; {sent})"
-    return f"{_where(loc)}: {msg}"
+    # A validator's ValueError comes back as "Value error, <ours>": the prefix is pydantic's (as in MCP).
+    return f"{_where(loc)}: {str(msg).removeprefix('Value error, ')}"
 
 
 def _where(loc: Sequence[str | int]) -> str:
