@@ -271,6 +271,11 @@ def event_time(memory: Memory) -> datetime:
     return memory.created_at
 
 
+def to_the_second(at: datetime) -> str:
+    """An event time as a model reads it: UTC, to the second, with Z. Example: 2025-03-01T09:30:00Z."""
+    return at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 class Hit(BaseModel):
     """One recall result: the row, its final score, its 1-based rank, how the score was made, the
     row's event time and a calibrated ``confidence``."""
@@ -336,14 +341,12 @@ class CompactHit(BaseModel):
     name: str | None = Field(default=None, description="a playbook's name")
     trigger_text: str | None = Field(default=None, description="when a playbook applies")
     description: str | None = Field(default=None, description="a playbook's notes: scope, cautions")
-    steps: list[Step] | None = Field(
-        default=None, description="a playbook's steps, in order (its refined ones after a failure)"
-    )
+    steps: list[Step] | None = Field(default=None, description="a playbook's steps (refined after a failure)")
     title: str | None = Field(default=None, description="a catalog row's title")
 
     @field_serializer("event_time")
     def _to_the_second(self, at: datetime) -> str:
-        return at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        return to_the_second(at)
 
     def as_json(self) -> dict[str, Any]:
         """The JSON a model reads: every character is paid for in its context, so the fields that do not

@@ -553,7 +553,7 @@ export interface components {
             description?: string | null;
             /**
              * Steps
-             * @description a playbook's steps, in order (its refined ones after a failure)
+             * @description a playbook's steps (refined after a failure)
              */
             steps?: components["schemas"]["Step"][] | null;
             /**

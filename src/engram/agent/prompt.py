@@ -9,11 +9,11 @@ and the line separators are escaped in its JSON (``tools.as_data``, as in tool r
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from engram.agent.handle import MemoryHandle
 from engram.agent.tools import as_data
-from engram.models import Memory, SemanticMemory, event_time
+from engram.models import Memory, SemanticMemory, event_time, to_the_second
 
 PROFILE_SCAN = 500  # newest live facts the profile is chosen from: one bounded read per turn
 PROFILE_RULE = "live facts, most used first, then newest"
@@ -60,8 +60,7 @@ def profile_facts(memory: MemoryHandle, limit: int) -> list[SemanticMemory]:
 def _profile_entry(fact: Memory) -> dict[str, str]:
     """A fact as the profile shows it, with its event time (as recall's hits carry it), so the model can
     tell the newer of two facts that disagree."""
-    at = event_time(fact).astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    return {"id": fact.id, "text": fact.text, "event_time": at}
+    return {"id": fact.id, "text": fact.text, "event_time": to_the_second(event_time(fact))}
 
 
 def system_prompt(facts: Sequence[Memory], now: datetime, limit: int) -> str:
