@@ -160,14 +160,14 @@ async def client_loop(i: int, url: str, key: str, stop: float, out: dict) -> Non
 
 
 def cross_encoder_use(hits: list[dict]) -> str:
-    """What the cross-encoder did for one recall, from its hits' explain: "reranked", "shed" (skipped
-    under load), "uncontested" (raw turns with a clear leader: nothing for it to change) or "none" (no
-    hit, or its stage failed)."""
+    """What the cross-encoder did for one recall, from its hits' explain: "uncontested" (a clear
+    leader, judged alone for its confidence or, shed, calibrated as such: nothing for it to change),
+    "reranked", "shed" (skipped under load) or "none" (no hit, or its stage failed)."""
     said = hits[0]["explain"].get("rerank") if hits else None
+    if hits and str(hits[0]["explain"].get("rerank_contenders", "")).startswith("the leader only"):
+        return "uncontested"
     if said == "skipped: load":
         return "shed"
-    if isinstance(said, str) and said.startswith("skipped: uncontested"):
-        return "uncontested"
     return "reranked" if any(isinstance(h["explain"].get("rerank"), float) for h in hits) else "none"
 
 

@@ -319,6 +319,24 @@ def test_time_window_fields_round_trip(eng):
     assert (got.valid_from, got.valid_to) == (start, start + timedelta(days=700))
 
 
+def test_a_fact_holds_from_when_its_newest_supporting_turn_was_said_unless_told_otherwise(eng):
+    """Its event time is what a model compares with the turns' ("the later one is current"): a fact
+    written today about what the user said in March is March's, as consolidation writes it."""
+    mem = eng.for_user("sarah")
+    march, may = datetime(2025, 3, 1, tzinfo=UTC), datetime(2025, 5, 1, tzinfo=UTC)
+    first = mem.remember_turn("we live in Bristol btw", at=march)
+    again = mem.remember_turn("still in Bristol, love it", at=may)
+    fact = mem.write("Sarah lives in Bristol", supporting_episode_ids=[first.id, again.id])
+    assert fact.valid_from == may and mem.get(fact.id).valid_from == may
+    given = mem.write(
+        "Sarah lives in Bristol", supporting_episode_ids=[first.id], valid_from=march - timedelta(1)
+    )
+    assert given.valid_from == march - timedelta(1)
+    ended = mem.write("Sarah lived in Bath", supporting_episode_ids=[again.id], valid_to=march)  # ends before
+    assert ended.valid_from is None and ended.valid_to == march
+    assert mem.write("Sarah likes tea").valid_from is None  # no source turn: no start
+
+
 def test_recalls_past_the_concurrency_limit_wait_their_turn_and_past_the_queue_shed(make_engram):
     """ENGRAM_RECALL_CONCURRENCY leaves CPU to writes under load: every recall past it waits for a
     slot; one that finds the queue (ENGRAM_RERANK_QUEUE) full is computed without the cross-encoder

@@ -36,12 +36,12 @@ def head(
     ("raws", "gap", "expected"),
     [
         ((0.86, 0.85, 0.80, 0.855), 0.015, 3),  # the docstring's example: three near-ties, first three scored
-        ((0.86, 0.82, 0.80), 0.015, 0),  # a clear leader: nothing to decide
-        ((0.86,), 0.015, 0),  # one row
+        ((0.86, 0.82, 0.80), 0.015, 1),  # a clear leader: nothing to decide but its confidence
+        ((0.86,), 0.015, 1),  # one row: its confidence
         ((0.86, 0.82, 0.80), 1.0, 3),  # a wide gap: the whole window, as before the stage existed
         ((0.86, None, 0.80), 0.015, 3),  # a row without a late score: the whole window
         ((float("nan"), 0.85, 0.80), 0.015, 3),  # nor a finite one
-        ((0.86,), 1.0, 0),  # a single turn, whatever the gap: nothing to order
+        ((0.86,), 1.0, 1),  # a single turn, whatever the gap: nothing to order, its confidence to judge
         ((), 0.015, 0),
     ],
 )
@@ -51,10 +51,10 @@ def test_only_the_leaders_near_ties_are_contested(raws, gap, expected):
 
 def test_a_row_both_legs_rank_first_is_contested_up_to_its_place():
     assert contenders(head(0.86, 0.82, 0.80, firsts_by_both_legs=2), 0.015, "E-4012?") == 3
-    assert contenders(head(0.86, 0.82, 0.80, firsts_by_both_legs=0), 0.015, "E-4012?") == 0
+    assert contenders(head(0.86, 0.82, 0.80, firsts_by_both_legs=0), 0.015, "E-4012?") == 1
     split = head(0.86, 0.82, 0.80)
     split[1].bm25_rank, split[2].dense_rank = 1, 1  # the legs disagree: late interaction's order stands
-    assert contenders(split, 0.015, "E-4012?") == 0
+    assert contenders(split, 0.015, "E-4012?") == 1
 
 
 def test_a_window_holding_a_distilled_memory_counts_near_ties_by_its_own_gap_and_always_its_leader():
@@ -71,8 +71,8 @@ def test_the_query_echoed_by_a_stored_turn_does_not_lead_the_contest():
     echo_then_ties = head(0.99, 0.76, 0.755, 0.70, texts=(f"  {query.upper()} ",))
     assert contenders(echo_then_ties, 0.015, query) == 3  # the echo and both near-ties
     echo_then_leader = head(0.99, 0.76, 0.70, texts=(query,))
-    assert contenders(echo_then_leader, 0.015, query) == 0
-    assert contenders(head(0.99, 0.76, 0.755), 0.015, query) == 0  # not an echo: it leads alone
+    assert contenders(echo_then_leader, 0.015, query) == 2  # the echo and the leader, alone
+    assert contenders(head(0.99, 0.76, 0.755), 0.015, query) == 1  # not an echo: it leads alone
     assert contenders(head(0.99, texts=(query,)), 0.015, query) == 0  # only the echo
     fact_echo = head(0.99, 0.76, 0.70, texts=(query,), fact_at=0)  # a fact is never an echo
     assert contenders(fact_echo, 0.015, query, 0.05) == 1
@@ -96,15 +96,21 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     other.remember_turn("Marco's dog chews cables")
     other.remember_turn("Marco lives in Leith")
     alone = other.recall(query, config=eng.config.but(rerank_gap=1e-6))
-    assert all(h.explain["rerank"].startswith("skipped: uncontested") for h in alone)
-    assert alone[0].memory.text == twin and alone[0].explain["relevance"] == "late_interaction"
+    assert [h.explain["relevance"] for h in alone] == ["rerank", "late_interaction", "late_interaction"]
+    assert alone[0].memory.text == twin  # the leader alone is judged, for its confidence
+    assert all(h.explain["rerank_contenders"].startswith("the leader only") for h in alone)
     from engram.retrieval.confidence import confidence
 
-    lead = alone[0].explain["late_interaction_raw"]  # calibrated as a leader no other came near
     cal, (first, second) = eng.config.calibration, (h.explain["query_coverage"] for h in alone[:2])
-    assert alone[0].confidence == confidence(cal, None, lead, None, uncontested=True, coverage=first)
+    assert alone[0].confidence == confidence(cal, alone[0].explain["rerank"], None, None, coverage=first)
     runner_up = alone[1].explain["late_interaction_raw"]  # below what was judged: its own calibration
     assert alone[1].confidence == confidence(cal, None, runner_up, None, coverage=second, below=True)
+    shed = run_recall(other, query, eng.config.but(rerank_gap=1e-6), shed=True)  # the stage shed: the
+    lead = shed[0].explain["late_interaction_raw"]  # leader's own calibration, for one no other came near
+    assert shed[0].explain["rerank"] == "skipped: load" and shed[0].memory.text == twin
+    assert shed[0].explain["rerank_contenders"].endswith("calibrated as such (not scored)")
+    assert shed[0].confidence == confidence(cal, None, lead, None, uncontested=True, coverage=first)
+    assert shed[1].confidence == confidence(cal, None, runner_up, None, coverage=second, below=True)
     unjudged = other.recall(query, config=eng.config.but(rerank=False))[1]  # no verdict above it
     raw, covered = unjudged.explain["late_interaction_raw"], unjudged.explain["query_coverage"]
     assert unjudged.confidence == confidence(cal, None, raw, None, coverage=covered)
@@ -130,7 +136,37 @@ def test_a_single_turn_is_no_clear_leader(eng):
     mem = eng.for_user("nora")
     mem.remember_turn("my garage sensor runs on a CR2032 coin cell")
     (hit,) = mem.recall("which battery does the garage sensor take?")
-    assert hit.explain["rerank"] == "skipped: uncontested (a single candidate)"
-    raw = hit.explain["late_interaction_raw"]  # the general calibration: nothing came near to lose
-    covered = hit.explain["query_coverage"]
-    assert hit.confidence == confidence(eng.config.calibration, None, raw, None, coverage=covered)
+    assert hit.explain["relevance"] == "rerank"  # judged for its confidence
+    (shed,) = run_recall(mem, "which battery does the garage sensor take?", eng.config, shed=True)
+    raw = shed.explain["late_interaction_raw"]  # shed: the general calibration, nothing came near to lose
+    covered = shed.explain["query_coverage"]
+    assert shed.confidence == confidence(eng.config.calibration, None, raw, None, coverage=covered)
+
+
+def test_only_the_querys_own_turn_leaves_nothing_to_judge(eng):
+    mem = eng.for_user("olga")
+    mem.remember_turn("which battery does the garage sensor take?")
+    (hit,) = mem.recall("which battery does the garage sensor take?")
+    assert hit.explain["rerank"] == "skipped: nothing but the query's own turn"
+
+
+def run_recall(mem, query, config, shed=False):
+    """A recall through the pipeline itself, with the cross-encoder's stage shed when asked."""
+    from engram.models import MEMORY_TYPES, utcnow
+    from engram.retrieval.pipeline import recall
+
+    e = mem._engram
+    return recall(
+        e.store,
+        e.embedder,
+        e.reranker,
+        e.token_encoder,
+        mem.user_id,
+        query,
+        k=10,
+        memory_types=frozenset(MEMORY_TYPES),
+        include_superseded=False,
+        config=config,
+        now=utcnow(),
+        shed_rerank=shed,
+    )

@@ -235,6 +235,25 @@ def test_a_question_that_expects_a_change_follows_the_recorded_chain_however_the
     assert found == {said.id: live.id} and order[0].memory.id == live.id
 
 
+def test_a_turn_the_live_fact_stands_on_replaces_the_old_turn_when_the_fact_is_worded_unlike_the_query():
+    """ "which team am I playing in this season?": "Rohan is in Wolverton Town's 1st XI squad for 2025"
+    matches far less than the turn it superseded ("I play for Wolverton Town, 2nd XI"); the turn that
+    said the change ("I'm in the 1st XI squad for next season!") matches nearly as well: the chain says
+    it replaced the old turn, so it goes first. Not a turn older than the old one, nor one off the query."""
+    said = turn(1, "I play for Wolverton Town, 2nd XI", 400)
+    told = turn(2, "I've been told I'm in the 1st XI squad for next season!", 150)
+    old = fact(1, "Rohan plays for the 2nd XI", 400, supports=[said.id], superseded_by="sem_" + "2".zfill(22))
+    live = fact(2, "Rohan is in Wolverton Town's 1st XI squad for 2025", 150, [told.id], supersedes=old.id)
+
+    def ranked(told_late: float) -> list[Candidate]:
+        return [cand(said, 0.87, late=0.80), cand(told, 0.80, late=told_late), cand(live, 0.02, late=0.65)]
+
+    order = ranked(told_late=0.77)
+    assert put_current_first(order, lambda ids: [old], NOW, margin=0.05, outdated=0.5) == {said.id: told.id}
+    assert [c.memory.id for c in order][:2] == [told.id, said.id] and order[1].final == pytest.approx(0.435)
+    assert put_current_first(ranked(told_late=0.70), lambda ids: [old], NOW, margin=0.05, outdated=0.5) == {}
+
+
 def test_a_fact_written_after_the_recalls_present_replaces_nothing():
     said = turn(1, "we live in Bristol", 500)
     old = fact(1, "Sarah lives in Bristol", 500, supports=[said.id], superseded_by="sem_" + "2".zfill(22))

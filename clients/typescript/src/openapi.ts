@@ -900,7 +900,7 @@ export interface components {
             contradiction?: ("natural" | "harsh") | null;
             /**
              * Valid From
-             * @description not after valid_to
+             * @description not after valid_to; default: when the newest supporting episode was said
              */
             valid_from?: string | null;
             /** Valid To */

@@ -37,6 +37,7 @@ from engram.models import (
     confident,
     episode_context,
     episode_speaker,
+    event_time,
     is_well_formed_id,
     new_id,
     utcnow,
@@ -132,7 +133,8 @@ class UserMemory(TenantHandle):
         With ``supersedes_id`` the new row replaces that live row of the same type, in one transaction:
         ``contradiction="natural"`` (default: a routine change) or ``"harsh"`` (the old one was never
         true: it is marked retracted and the new fact's confidence is lowered by the penalty).
-        ``created_at`` backdates the row for imports.
+        ``created_at`` backdates the row for imports. A fact with ``supporting_episode_ids`` and no
+        ``valid_from`` holds from when the newest of those turns was said (its event time).
         """
         engram = self._engram
         meta = check_metadata(metadata)  # before any work: JSON must hold it as given
@@ -144,11 +146,13 @@ class UserMemory(TenantHandle):
         if memory_type == "semantic" or text != "":  # a playbook may carry everything in its fields
             text = engram._check_text(text)
         supporting = builtins.list(dict.fromkeys(supporting_episode_ids))
+        said_at: datetime | None = None  # when the user last said what the fact stands on
         if supporting:  # provenance must be this user's own episodes
-            found = {m.id for m in engram.store.fetch(self.user_id, supporting, include_catalog=False)}
+            found = {m.id: m for m in engram.store.fetch(self.user_id, supporting, include_catalog=False)}
             for episode_id in supporting:
                 if episode_id not in found or not episode_id.startswith("epi_"):
                     raise NotFound(str(episode_id))
+            said_at = max(event_time(found[i]) for i in supporting)
         now = utcnow()
         supersede = None
         if supersedes_id is None:
@@ -180,7 +184,9 @@ class UserMemory(TenantHandle):
                 confidence=confidence,
                 supporting_episode_ids=supporting,
                 contradiction=contradiction if supersede else None,
-                valid_from=aware(valid_from),
+                # by default a fact holds from when the user said it, as consolidation writes it: its
+                # event time, which a model compares with the turns' ("the later one is current")
+                valid_from=aware(valid_from) or _unless_after(said_at, aware(valid_to)),
                 valid_to=aware(valid_to),
             )
             if fact.valid_from and fact.valid_to and fact.valid_from > fact.valid_to:
@@ -420,3 +426,8 @@ def _links(row: Memory) -> tuple[str | None, str | None]:
     if isinstance(row, SemanticMemory | ProceduralMemory):
         return row.supersedes, row.superseded_by
     return None, None
+
+
+def _unless_after(at: datetime | None, end: datetime | None) -> datetime | None:
+    """``at``, unless it falls after ``end`` (a fact given an end before its source turn keeps no start)."""
+    return None if at is None or (end is not None and at > end) else at

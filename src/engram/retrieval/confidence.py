@@ -10,11 +10,12 @@ ranks hits only as well as its stage (docs/benchmarks.md):
 
 * reranked: ``σ(a · logit(p) + b · coverage + c)`` with ``p`` the cross-encoder's probability;
 * late interaction only: ``σ(a · late + b · coverage + c)`` with ``late`` the raw MaxSim (mean cosine,
-  before min-max scaling); the leader of raw turns that the cross-encoder left alone, as no other came near
-  it (``contenders``), has its own coefficients: standing alone is evidence, and the general ones put
-  such leaders at 0.21 where half of them were relevant (development hits, docs/benchmarks.md), and so
-  have the hits below what the cross-encoder judged (its contested places, or such a leader) that it
-  left unscored: the general ones, fitted on every hit, put them at twice their share relevant;
+  before min-max scaling); a leader that no other candidate came near (``contenders``), when the
+  cross-encoder that should have judged it alone was shed or failed, has its own coefficients:
+  standing alone is evidence, and the general ones put such leaders at 0.21 where half of them were
+  relevant (development hits, docs/benchmarks.md), and so have the hits below what the cross-encoder
+  judged (its contested places, or such a leader) that it left unscored: the general ones, fitted on
+  every hit, put them at twice their share relevant;
 * neither (late interaction off or failed): ``σ(a · dense + c)`` with the dense leg's cosine; a row
   that only BM25 found gets 0, as nothing absolute says it is relevant.
 
@@ -71,10 +72,10 @@ def confidence(
     below: bool = False,
 ) -> float:
     """The calibrated probability that a hit is relevant (module docstring), in [0, 1];
-    ``uncontested``: the hit leads a recall whose cross-encoder had nothing to decide; ``below``: it
-    ranks below what the cross-encoder judged (scored, or left alone as such a leader) and was not
-    scored itself; ``coverage``: how well it covers the query's least-matched content word (the
-    calibration's mean when missing).
+    ``uncontested``: the hit leads, nothing came near it, and the cross-encoder did not score it;
+    ``below``: it ranks below what the cross-encoder judged (scored, or left alone as such a leader)
+    and was not scored itself; ``coverage``: how well it covers the query's least-matched content word
+    (the calibration's mean when missing).
 
     Example with rerank (1.0, 2.0, -1.0): p = 0.5, coverage 0.5 -> σ(0 + 1 - 1) = 0.5; with late
     (10.0, 0.0, -7.0) and no rerank: MaxSim 0.7 -> σ(0) = 0.5.

@@ -10,9 +10,11 @@ led cost R@1 and MRR on the evaluation corpus's dev split (0.676 -> 0.662, 0.786
 it is the gap that was too narrow: a window holding a distilled memory scored over the leader's
 near-ties within a wider gap (0.05) ranks as the whole window did (own dev R@1 / R@5 / MRR 0.704 /
 0.934 / 0.802 vs 0.704 / 0.934 / 0.805, agent-voice dev the same to the third decimal) with 41% fewer
-pairs. Such a window's leader is always scored, so its confidence still comes from the cross-encoder.
+pairs. A window's leader is always scored, so its confidence comes from the cross-encoder: the
+calibration of a raw-turn leader left unscored put unrelated leaders of small stores at 0.3-0.5 ("what
+car do I drive?" -> "I have two kids, Sam and Lily", 0.32), where the cross-encoder says 0.04.
 Measured on the development sets in docs/benchmarks.md ("Cross-encoder on near-ties", "Distilled
-windows").
+windows", "The leader is always judged").
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_ga
     A window led by ``window[0]`` (the head's best after late interaction and the multipliers):
     ``n = |{i : late_raw_i >= late_raw_0 - gap}|``, the near-ties of the leader, or more when both legs
     put one row first that late interaction did not (``n >= its place + 1``: an exact error code or
-    name that BM25 and the embedder agree on, where MaxSim is a hair off). Raw turns only: 0 when
-    nothing is contested (``n < 2``). A window holding a distilled memory (fact, playbook, catalog
-    item) counts near-ties within ``distilled_gap`` instead, and at least the leader (``n >= 1``). The
+    name that BM25 and the embedder agree on, where MaxSim is a hair off), and at least the leader
+    (``n >= 1``), for its confidence. A window holding a distilled memory (fact, playbook, catalog
+    item) counts near-ties within ``distilled_gap`` instead. The
     count says how many places are contested, the head's order which rows hold them (scoring the
     prefix through the last near-tie instead cost pairs and measured no better). The whole window
     when a raw score is missing or not finite (late interaction off, failed, or skipped).
@@ -42,8 +44,8 @@ def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_ga
     recalls by its words, and that turn, first by far, would otherwise leave every recall uncontested.
 
     Example (turns): raw MaxSims [0.86, 0.85, 0.80, 0.855], gap 0.015 -> 3 (three within 0.015 of the
-    leader); [0.86, 0.82, 0.80] -> 0, or 3 when both legs rank the third first; an echo then
-    [0.76, 0.755] -> 3. The same rows holding a fact, distilled gap 0.05: 3; [0.86, 0.70] -> 1.
+    leader); [0.86, 0.82, 0.80] -> 1 (the leader alone), or 3 when both legs rank the third first; an
+    echo then [0.76, 0.755] -> 3. The same rows holding a fact, distilled gap 0.05: 3; [0.86, 0.70] -> 1.
     """
     echoes = 0
     while echoes < len(window) and is_echo(window[echoes], query):
@@ -61,7 +63,7 @@ def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_ga
     agreed = _first_by_both_legs(rest)
     if agreed is not None:
         n = max(n, agreed + 1)
-    return echoes + n if n >= 2 or distilled else 0
+    return echoes + max(n, 1)
 
 
 def is_echo(candidate: Candidate, query: str) -> bool:

@@ -11,8 +11,11 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   less ``margin``; for a query that expects a change, "do I still live in Bristol?", which names the old
   value, the chain alone), and at least as well as any other live fact the episode supports: it
   replaces the Bristol turn for "where do I live?", not for "how thick are my walls?" nor, when the
-  turn also said "I work as a nurse", for "where do I work?". A fact written after the recall's
-  present replaces nothing.
+  turn also said "I work as a nurse", for "where do I work?". When the live fact is worded unlike the
+  query but a turn it stands on, newer than the old one, matches within ``margin``, that turn
+  replaces it ("I'm in the 1st XI squad for next season!" for "which team am I playing in this
+  season?", where "Rohan is in Wolverton Town's 1st XI squad for 2025" matches less than the old
+  "I play for Wolverton Town, 2nd XI"). A fact written after the recall's present replaces nothing.
 * **A newer turn that announces a change** (raw turns, no LLM needed): when a turn leads the ranking,
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
   "switched", "cancelled", "anymore", "sorry ... wrong" ...) on a related subject (the two turns'
@@ -172,26 +175,38 @@ def recorded_successors(
     margin: float,
     change_expected: bool = False,
 ) -> dict[str, Candidate]:
-    """Old id -> the live fact that supersedes it (or a fact its turn supports). ``superseded`` fetches
-    facts by id (the superseded ones a live fact's chain points back to); ``now`` is the recall's
-    present: nothing written after it replaces anything. A query that expects a change ("do I still
-    live in Bristol?") names the old value, which the live fact does not say: then the chain alone
-    decides, not how well the live fact matches the query."""
+    """Old id -> the live fact that supersedes it (or a fact its turn supports), or a turn that live
+    fact stands on. ``superseded`` fetches facts by id (the superseded ones a live fact's chain points
+    back to); ``now`` is the recall's present: nothing written after it replaces anything. A query
+    that expects a change ("do I still live in Bristol?") names the old value, which the live fact
+    does not say: then the chain alone decides, not how well the live fact matches the query.
+    Otherwise, when the live fact does not match as well, the newest turn it stands on that does (and
+    is newer than the old one) replaces it."""
     found: dict[str, Candidate] = {}
     by_id = {c.memory.id: c for c in order}
     still_said = _live_facts_by_episode(order)
     for old_id, new in _by_supersession(order, superseded).items():
         old = by_id.get(old_id)
-        if (
-            old is not None
-            and event_time(new.memory) <= now
-            and (change_expected or _matches_as_well(new, old, margin))
-            # a turn that also said something still true keeps it when the query is about that
-            and all(
-                _matches_as_well(new, other, 0.0) for other in still_said.get(old_id, []) if other is not new
-            )
+        if old is None or event_time(new.memory) > now:
+            continue
+        # a turn that also said something still true keeps it when the query is about that
+        if not all(
+            _matches_as_well(new, other, 0.0) for other in still_said.get(old_id, []) if other is not new
         ):
+            continue
+        if change_expected or _matches_as_well(new, old, margin):
             found[old_id] = new
+            continue
+        # the live fact is worded unlike the query, but a turn it stands on may say it as the old one did
+        assert isinstance(new.memory, SemanticMemory)
+        stood_on = (by_id[e] for e in new.memory.supporting_episode_ids if e in by_id)
+        said = [
+            c
+            for c in stood_on
+            if event_time(old.memory) < event_time(c.memory) <= now and _matches_as_well(c, old, margin)
+        ]
+        if said:
+            found[old_id] = max(said, key=lambda c: event_time(c.memory))
     return found
 
 

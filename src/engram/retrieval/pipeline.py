@@ -11,9 +11,11 @@
 5. The cross-encoder scores the contested places of the top ``rerank_window`` candidates
    (``contenders.contenders``: the leader's near-ties by late-interaction MaxSim, within
    ``rerank_gap`` among raw turns and ``rerank_gap_distilled`` in a window holding a distilled memory,
-   whose leader it always scores, or a row both legs rank first); among raw turns nothing when none is
-   contested (explain ``"rerank": "skipped: uncontested ..."``). It reads the query and the
-   user's facts in the user's own voice (``own_voice``: "What is Sarah's job?" -> "What is my job?").
+   or a row both legs rank first), and at least the leader, for its confidence: the calibration of a
+   leader left unscored put unrelated ones at 0.3-0.5 in small stores ("where do I teach?" -> "I'm
+   training for the Berlin marathon", 0.51), and now serves only when the stage is shed or fails. It
+   reads the query and the user's facts in the user's own voice (``own_voice``: "What is Sarah's
+   job?" -> "What is my job?").
 6. Final score = relevance × Π multipliers (relevance = rerank probability, else late-interaction
    score, else RRF). Each stage re-orders only its head: reranked candidates rank above the rest
    of the late-interaction head, which ranks above the RRF tail, and a ``stage_scale`` factor keeps
@@ -169,17 +171,15 @@ def recall(
             errors["late_interaction"] = late_error
     window = candidates[: config.rerank_window] if config.rerank and reranker is not None else []
     contested = contenders(window, config.rerank_gap, query, config.rerank_gap_distilled)
-    uncontested: Candidate | None = None  # the leader no other raw turn came near: its own calibration
+    uncontested: Candidate | None = None  # a leader nothing came near, left unscored: its own calibration
     reranked = False  # the cross-encoder scored the window's contested places
-    if window and not contested:
-        others = [c for c in window if not is_echo(c, query)]
-        if len(others) > 1:  # alone in the window, a row is no clear leader: nothing came near to lose
-            uncontested = others[0]
-        notes["rerank"] = "skipped: uncontested (" + (
-            "no other raw turn near the leader by late interaction)" if uncontested else "a single candidate)"
-        )
+    if window and not contested:  # nothing but the query's own echo
+        notes["rerank"] = "skipped: nothing but the query's own turn"
     elif reranker is not None and window:
+        others = [c for c in window if not is_echo(c, query)]
         partial, window = contested < len(window), window[:contested]
+        # the leader is the only row to score, and not for want of others
+        alone = len(others) > 1 and sum(1 for c in window if not is_echo(c, query)) == 1
         rerank_error = None
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
             if admitted:  # a shed recall's skipped stage is counted as shed, not timed as a rerank
@@ -188,7 +188,7 @@ def recall(
         if not admitted:
             notes["rerank"] = "skipped: load"
         elif rerank_error is None:
-            if partial and contested == 1:  # a window holding a fact: its leader's confidence
+            if partial and alone:  # for its confidence (module docstring)
                 notes["rerank_contenders"] = "the leader only: nothing near it, scored for its confidence"
             elif partial:
                 notes["rerank_contenders"] = f"the first {contested} of the window: its contested places"
@@ -198,6 +198,9 @@ def recall(
             reranked = True
         else:
             errors["rerank"] = rerank_error
+        if alone and not reranked:
+            uncontested = others[0]
+            notes["rerank_contenders"] = "the leader only: nothing near it, calibrated as such (not scored)"
     bounds = sorted(set(heads))
     keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
     outdated_by: dict[str, str] = {}

@@ -161,7 +161,9 @@ class MemoryCreate(_Request):
     contradiction: Contradiction | None = Field(
         default=None, description="natural: the world changed; harsh: the old fact was never true"
     )
-    valid_from: IsoDatetime | None = Field(default=None, description="not after valid_to")
+    valid_from: IsoDatetime | None = Field(
+        default=None, description="not after valid_to; default: when the newest supporting episode was said"
+    )
     valid_to: IsoDatetime | None = None
     name: str | None = Field(
         default=None,
