@@ -447,6 +447,9 @@ def test_invalid_input_is_refused_and_changes_nothing(side: Side) -> None:
         ),
         lambda: mem.write("f", created_at="yesterday"),  # type: ignore[arg-type]
         lambda: mem.write("", memory_type="procedural"),  # a playbook needs a name
+        lambda: mem.write("f", name="n", steps=[{"order": 1, "instruction": "x"}]),  # a fact has no steps
+        lambda: mem.write("", memory_type="procedural", name="p", fact_type="preference"),
+        lambda: mem.write("", memory_type="procedural", name="p", valid_to=datetime(2030, 1, 1, tzinfo=UTC)),
         lambda: mem.write(
             "", memory_type="procedural", name="p", steps=[{"order": 1, "instruction": "x" * 2_001}]
         ),

@@ -310,6 +310,28 @@ def test_open_by_url_and_env_home(tmp_path, monkeypatch):
         Engram.open("mysql://localhost/x")
 
 
+@pytest.mark.parametrize(
+    ("url", "module", "extra"),
+    [
+        ("postgresql://u@localhost/db", "psycopg", "postgres"),
+        ("opensearch://localhost:9200", "opensearchpy", "opensearch"),
+    ],
+)
+def test_a_server_store_without_its_extra_says_what_to_install(url, module, extra):
+    """A newcomer's `engram info --store postgresql://...` ended in a 60-line ModuleNotFoundError."""
+    import subprocess
+    import sys
+
+    script = (
+        f"import sys; sys.modules[{module!r}] = None\n"  # as if the extra were not installed
+        "from engram import Engram\nfrom engram.errors import ConfigError\n"
+        f"try:\n    Engram.open({url!r})\nexcept ConfigError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"need the {extra} extra" in out.stdout and f"[{extra}]" in out.stdout
+
+
 def test_time_window_fields_round_trip(eng):
     start = datetime(2020, 1, 1, tzinfo=UTC)
     f = eng.for_user("sarah").write(

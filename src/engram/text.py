@@ -43,12 +43,14 @@ def fts_words(text: str) -> list[str]:
 
 # "Caroline: ..." / "Dr. Ann Lee: ..." at the start of a transcript line: one to three words before ": ".
 _TRANSCRIPT_SPEAKER = re.compile(r"(\w[\w'.-]*(?: \w[\w'.-]*){0,2}): ")
-# Capitalized words that open a line as a label, not as a person's name ("Update: the courier says...");
-# months that are also first names (April, June, August, May) are left out.
+# Capitalized words that open a line as a label, not as a person's name ("Update: the courier says...",
+# "Correction: my dentist is Dr. Lee", "Btw: ..."); months that are also first names (April, June,
+# August, May) are left out.
 LINE_LABELS = frozenset(
     """
-    re fwd fw update edit note notes ps todo reminder summary question answer q a error warning info
-    subject tip step status result fix issue problem solution idea goal plan
+    re fwd fw update updates edit note notes ps todo reminder summary question answer q a error warning
+    info subject tip step status result fix issue problem solution idea goal plan correction
+    corrections sorry actually btw fyi nb psa ok okay oh oops also anyway news change changes heads
     monday tuesday wednesday thursday friday saturday sunday today tomorrow yesterday
     january february march september october november december
     """.split()  # noqa: SIM905 - a word list reads better as text

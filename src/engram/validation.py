@@ -143,3 +143,16 @@ def check_session_id(session_id: object) -> None:
         raise InvalidInput("session_id must be a string")
     if session_id is not None and len(session_id) > MAX_SESSION_ID_CHARS:
         raise InvalidInput(f"session_id is {len(session_id)} characters; the limit is {MAX_SESSION_ID_CHARS}")
+
+
+def check_applies(memory_type: str, fact: Mapping[str, object], playbook: Mapping[str, object]) -> None:
+    """Refuse the fields of the other type that were given (not None, empty or the default), rather
+    than drop them: an agent that forgot ``memory_type="procedural"`` would lose its playbook's steps.
+    ``fact``: fact_type, confidence, supporting_episode_ids, valid_from, valid_to as passed;
+    ``playbook``: name, trigger_text, description, steps."""
+    defaults: dict[str, object] = {"fact_type": "identity", "confidence": 1.0}
+    other = fact if memory_type == "procedural" else playbook
+    given = [k for k, v in other.items() if v not in (None, "", [], ()) and v != defaults.get(k)]
+    if given:
+        kind = "a fact's" if memory_type == "procedural" else "a playbook's (memory_type='procedural')"
+        raise InvalidInput(f"{', '.join(given)}: {kind}, not a {memory_type} memory's; nothing was written")

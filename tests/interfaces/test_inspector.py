@@ -301,6 +301,41 @@ def test_inspector_recall_by_a_user_records_no_use(service):
     assert empty.status_code == 422 and "visible character" in empty.text
 
 
+def test_the_recall_form_refuses_bad_numbers_and_shows_what_an_agent_would_not_see(service):
+    """An outside newcomer's walk: k=0 or "abc" was clamped or replaced in silence, and nothing said
+    that hits below the agent's min_confidence are not what an agent gets."""
+    seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    form = sarah.get("/inspector/recall")
+    assert 'name="min_confidence"' in form.text and 'value="0.1"' in form.text  # the agent's default
+    for k, floor in (("0", "0.1"), ("abc", "0.1"), ("2.5", "0.1"), ("101", "0.1"), ("5", "1.5"), ("5", "x")):
+        page = sarah.post(
+            "/inspector/recall", data={"query": "where does Sarah live", "k": k, "min_confidence": floor}
+        )
+        assert page.status_code == 422 and "must be" in page.text and '<ol class="hits">' not in page.text
+    page = sarah.post(
+        "/inspector/recall",
+        data={"query": "what is my favourite colour?", "k": "5", "min_confidence": "0.99"},
+    )
+    assert page.status_code == 200 and "nothing relevant is known" in page.text
+    assert page.text.count('class="hit below"') == 5
+    page = sarah.post(
+        "/inspector/recall", data={"query": "where does Sarah live", "k": "5", "min_confidence": "0"}
+    )
+    assert "nothing relevant is known" not in page.text and 'class="hit below"' not in page.text
+
+
+def test_a_refused_inspector_request_gets_the_inspectors_page_not_json(service):
+    seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    for params in ({"q": "x" * 600}, {"page": "abc"}):
+        page = sarah.get("/inspector/semantic", params=params)
+        assert page.status_code == 422 and page.headers["content-type"].startswith("text/html")
+        assert "Not a valid request" in page.text and '<nav class="tabs"' in page.text  # header and tabs
+    api = service.client("sarah").get("/v1/memories", params={"type": "nonsense"})
+    assert api.status_code == 422 and api.json()["error"] == "invalid_input"  # the API keeps its JSON
+
+
 def test_stored_markup_is_rendered_as_text(service):
     rows = seed_world(service)
     sarah = sign_in(service, service.user_keys["sarah"])

@@ -14,6 +14,7 @@ from engram.retrieval.currency import (
     announces_change,
     asks_about_earlier_state,
     asks_about_past,
+    asks_of_the_rest,
     calls_new,
     expects_change,
     put_current_first,
@@ -69,6 +70,8 @@ def nothing_superseded(ids):
         ("which laptop did I have before the current one?", True),  # "current" names the later one
         ("what do we use to manage python dependencies?", False),  # "use to" is not "used to"
         ("what is my current job?", False),
+        ("which account is used for my salary?", False),  # the present passive (an outside review's)
+        ("where I used to work, was the canteen any good?", True),
     ],
 )
 def test_a_question_about_an_earlier_state_is_told_from_one_about_the_present(query, past):
@@ -231,8 +234,56 @@ def test_a_question_that_expects_a_change_follows_the_recorded_chain_however_the
 
     assert put_current_first(ranked(), lambda ids: [old], NOW, margin=0.05, outdated=0.5) == {}
     order = ranked()
-    found = put_current_first(order, lambda ids: [old], NOW, margin=0.05, outdated=0.5, change_expected=True)
+    query = "do I still live in Bristol?"
+    found = put_current_first(
+        order, lambda ids: [old], NOW, margin=0.05, outdated=0.5, change_expected=True, query=query
+    )
     assert found == {said.id: live.id} and order[0].memory.id == live.id
+
+
+def test_a_question_that_expects_a_change_on_another_subject_the_turn_said_keeps_it():
+    """An outside bug hunt's: "we live in Bristol btw, and I'm allergic to peanuts" supported only
+    "Sarah lives in Bristol", since superseded; "am I still allergic to peanuts?" shares no word with
+    either fact of the chain, so the chain does not decide alone, and the live fact matches far less."""
+    said = turn(1, "we live in Bristol btw, and I'm allergic to peanuts", 500)
+    old = fact(1, "Sarah lives in Bristol", 500, supports=[said.id], superseded_by="sem_" + "2".zfill(22))
+    live = fact(2, "Sarah lives in Leith, Edinburgh", 30, supersedes=old.id)
+    order = [cand(said, 0.6, late=0.85), cand(live, 0.02, late=0.66)]
+    query = "am I still allergic to peanuts?"
+    kept = put_current_first(
+        order, lambda ids: [old], NOW, margin=0.05, outdated=0.5, change_expected=True, query=query
+    )
+    assert kept == {} and order[0].memory.id == said.id
+
+
+@pytest.mark.parametrize(
+    ("query", "said", "facts", "elsewhere"),
+    [
+        (
+            "am I still allergic to peanuts?",
+            "we live in Bristol, I'm allergic to peanuts",
+            "Sarah lives in Bristol",
+            True,
+        ),
+        (
+            "how thick are my walls now?",
+            "we live in Bristol, walls are a meter thick",
+            "Sarah lives in Bristol",
+            True,
+        ),
+        ("do I still live in Bristol?", "we live in Bristol btw", "Sarah lives in Bristol", False),
+        (
+            "where do I live these days?",
+            "we're in Headingley, Leeds",
+            "Tom lives in Headingley, Leeds",
+            False,
+        ),
+        ("what's my job now?", "I'm a staff nurse in A&E", "Aisha is a staff nurse in A&E", False),
+        ("is my dentist still Dr Patel?", "my dentists are Dr Patel", "Sarah's dentist is Dr. Patel", False),
+    ],
+)
+def test_a_question_about_what_else_an_old_turn_said_is_told(query, said, facts, elsewhere):
+    assert asks_of_the_rest(query, said, facts) is elsewhere
 
 
 def test_a_turn_the_live_fact_stands_on_replaces_the_old_turn_when_the_fact_is_worded_unlike_the_query():

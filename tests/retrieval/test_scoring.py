@@ -111,6 +111,8 @@ def test_success_prior(s, f, expected):
         ("RACE DAY: Bath half in 2:14:38", None),  # a heading, not a name
         ("E-214: the camera could not reach the hub", None),  # an error code
         ("Update: the courier says Friday", None),  # a line label
+        ("Correction: I told you wrong, my dentist is actually Dr. Lee", None),  # a correction's label
+        ("Btw: we moved", None),
         ("Re: invoice 442", None),
         ("Monday: gym", None),
         ("note to self: buy milk", None),

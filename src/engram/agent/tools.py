@@ -240,7 +240,7 @@ def run_tool(
                 args.memory_type,
                 fact_type=args.fact_type,
                 confidence=args.confidence,
-                supporting_episode_ids=[episode_id],
+                supporting_episode_ids=[episode_id] if args.memory_type == "semantic" else [],  # a fact's
                 supersedes_id=args.supersedes_id,
                 contradiction=args.contradiction,
                 name=args.name,

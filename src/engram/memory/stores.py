@@ -4,6 +4,8 @@ backend (the import-linter contract in pyproject.toml holds everything else to t
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from engram.errors import ConfigError
@@ -45,14 +47,16 @@ def open_store(
     (migrated first with ``pg_admin_url`` when given), or ``opensearch(s)://HOST:PORT`` (configured by
     the ``os_*`` settings)."""
     if url.startswith(("opensearch://", "opensearchs://")):
-        return _open_opensearch(url, settings or EngramSettings.defaults())
+        with _extra("opensearch"):
+            return _open_opensearch(url, settings or EngramSettings.defaults())
     path = sqlite_path(url)
     if path is None:
         # Imported only when asked for: PostgreSQL's driver comes with the optional "postgres" extra,
         # which a SQLite store does not need.
-        from engram.storage.postgres import PostgresStore
+        with _extra("postgres"):
+            from engram.storage.postgres import PostgresStore
 
-        return PostgresStore(url, admin_url=pg_admin_url)
+            return PostgresStore(url, admin_url=pg_admin_url)
     # Imported here too: the engine (apsw, sqlite-vec, usearch, onnxruntime) costs ~50 ms at import, which
     # `import engram` for the REST Client alone should not pay.
     from engram.storage.sqlite import SQLiteStore
@@ -62,12 +66,24 @@ def open_store(
 
 def _open_opensearch(url: str, settings: EngramSettings) -> Store:
     # Imported only when asked for, like PostgreSQL's: opensearch-py comes with the "opensearch" extra.
-    try:
-        from engram.storage.opensearch import OpenSearchOptions, OpenSearchStore
-    except ImportError as exc:
-        raise ConfigError(
-            f"{exc}: opensearch:// stores need the opensearch extra "
-            "(pip install -e '.[opensearch]' in Engram's checkout)"
-        ) from exc
+    from engram.storage.opensearch import OpenSearchOptions, OpenSearchStore
 
     return OpenSearchStore(url, OpenSearchOptions.from_settings(settings))
+
+
+# The third-party modules each server extra brings: missing, the store cannot open, whatever imports them.
+_EXTRA_MODULES = {"postgres": ("psycopg", "psycopg_pool"), "opensearch": ("opensearchpy",)}
+
+
+@contextmanager
+def _extra(name: str) -> Iterator[None]:
+    """Turn a missing driver of the ``name`` extra into a ConfigError that says what to install."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in _EXTRA_MODULES[name]:
+            raise
+        raise ConfigError(
+            f"{name} stores need the {name} extra, which brings {exc.name}: pip install -e '.[{name}]' "
+            "in Engram's checkout"
+        ) from exc

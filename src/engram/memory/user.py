@@ -46,7 +46,7 @@ from engram.recall_filter import MetadataValue, recall_filter
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.pipeline import recall as run_recall
 from engram.storage.base import Supersession, playbook_outcome
-from engram.validation import aware, build_row, check_metadata, check_session_id, check_types
+from engram.validation import aware, build_row, check_applies, check_metadata, check_session_id, check_types
 
 WRITABLE_TYPES = ("semantic", "procedural")
 SESSION_LOOKBACK = 16  # a new turn's session is looked for among the user's last 16 turns
@@ -146,6 +146,15 @@ class UserMemory(TenantHandle):
         if memory_type == "semantic" or text != "":  # a playbook may carry everything in its fields
             text = engram._check_text(text)
         supporting = builtins.list(dict.fromkeys(supporting_episode_ids))
+        steps = builtins.list(steps)
+        of_fact = {
+            "fact_type": fact_type,
+            "confidence": confidence,
+            "valid_from": valid_from,
+            "valid_to": valid_to,
+        }
+        of_playbook = {"name": name, "trigger_text": trigger_text, "description": description, "steps": steps}
+        check_applies(memory_type, of_fact | {"supporting_episode_ids": supporting}, of_playbook)
         said_at: datetime | None = None  # when the user last said what the fact stands on
         if supporting:  # provenance must be this user's own episodes
             found = {m.id: m for m in engram.store.fetch(self.user_id, supporting, include_catalog=False)}

@@ -8,14 +8,17 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   supports "Sarah lives in Bristol", superseded by "Sarah lives in Leith, Edinburgh"); a superseded
   fact shown with ``include_superseded`` is replaced by the live fact at the end of its chain. The
   live fact must match the query nearly as well as what it replaces (raw MaxSim at least the old one's
-  less ``margin``; for a query that expects a change, "do I still live in Bristol?", which names the old
-  value, the chain alone), and at least as well as any other live fact the episode supports: it
-  replaces the Bristol turn for "where do I live?", not for "how thick are my walls?" nor, when the
-  turn also said "I work as a nurse", for "where do I work?". When the live fact is worded unlike the
-  query but a turn it stands on, newer than the old one, matches within ``margin``, that turn
-  replaces it ("I'm in the 1st XI squad for next season!" for "which team am I playing in this
-  season?", where "Rohan is in Wolverton Town's 1st XI squad for 2025" matches less than the old
-  "I play for Wolverton Town, 2nd XI"). A fact written after the recall's present replaces nothing.
+  less ``margin``; for a query that expects a change, "do I still live in Bristol?", which names the
+  old value, the chain alone, unless the query asks about something else the old turn said, "am I
+  still allergic to peanuts?" of "we live in Bristol, I'm allergic to peanuts"), and at least as well
+  as any other live fact the episode supports: it replaces the Bristol turn for "where do I live?",
+  not for "how thick are my walls?" nor, when the turn also said "I work as a nurse", for "where do I
+  work?".
+  When the live fact is worded unlike the query but a turn it stands on, newer than the old one,
+  matches within ``margin``, that turn replaces it ("I'm in the 1st XI squad for next season!" for
+  "which team am I playing in this season?", where "Rohan is in Wolverton Town's 1st XI squad for
+  2025" matches less than the old "I play for Wolverton Town, 2nd XI"). A fact written after the
+  recall's present replaces nothing.
 * **A newer turn that announces a change** (raw turns, no LLM needed): when a turn leads the ranking,
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
   "switched", "cancelled", "anymore", "sorry ... wrong" ...) on a related subject (the two turns'
@@ -55,7 +58,7 @@ from datetime import datetime
 from engram.models import EpisodicMemory, Memory, SemanticMemory, event_time
 from engram.retrieval.candidate import Candidate
 from engram.retrieval.scoring import speaker_of
-from engram.text import query_words
+from engram.text import fts_words, is_content_word, query_words
 
 # A question with one of these asks about an earlier state ("where did I live before?", "my old phone")...
 EARLIER_STATE_WORDS = frozenset(
@@ -106,6 +109,8 @@ _HAVE_GOT = re.compile(r"(?:\b(?:have|has)|'ve)\s+(?:\w+\s+)?got\b", re.I)
 _OWNED_OLD = re.compile(r"(?:\b(?:my|our|your|his|her|their)|\w['’]s)\s+old\b", re.IGNORECASE)
 # "before my current job", "before the new one": the present word names what came after the answer
 _BEFORE_PRESENT = re.compile(r"\bbefore\s+(?:the\s+|my\s+|our\s+|this\s+)?(current|new|latest)\b", re.I)
+# "used" tells the past only as "used to" ("where did I used to work?", "what car I used to have")
+_USED_TO = re.compile(r"\bused\s+to\b", re.IGNORECASE)
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
 
 
@@ -130,6 +135,8 @@ def asks_about_earlier_state(query: str) -> bool:
 
 def _past_words(query: str) -> frozenset[str]:
     words = query_words(query) - {found.group(1).lower() for found in _BEFORE_PRESENT.finditer(query)}
+    if not _USED_TO.search(query):  # "which account is used for my salary?" is the present passive
+        words -= {"used"}
     if _GOT_PARTICIPLE.search(query) and not _HAVE_GOT.search(query):
         words |= {"did"}
     return words if _OWNED_OLD.search(query) else words - {"old"}
@@ -164,6 +171,23 @@ def calls_new(text: str, older: str) -> bool:
     )
 
 
+def asks_of_the_rest(query: str, said: str, facts: str) -> bool:
+    """Whether the query asks about something that ``said`` (an old turn) says and ``facts`` (the
+    facts of its chain) do not: a content word (``is_content_word``) of the query and of the turn,
+    a plural "s" aside or by its first five letters, that the facts lack. Examples: ("am I still
+    allergic to peanuts?", "we live in Bristol, I'm allergic to peanuts", "Sarah lives in Bristol")
+    -> True; ("do I still live in Bristol?", "we live in Bristol btw", "Sarah lives in Bristol") ->
+    False; ("what's my job now?", "I'm a staff nurse in A&E", "Aisha is a staff nurse") -> False."""
+    asked, told, known = (_stems(text) for text in (query, said, facts))
+    return bool((asked & told) - known)
+
+
+def _stems(text: str) -> set[str]:
+    """A text's content words, each with a plural "s" cut, and by its first five letters too."""
+    words = {_singular(w) for w in fts_words(text) if is_content_word(w)}
+    return {f for w in words for f in (w, w[:5] + "…") if len(w) >= 5 or f == w}
+
+
 def _singular(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
@@ -173,19 +197,21 @@ def recorded_successors(
     superseded: Callable[[list[str]], list[Memory]],
     now: datetime,
     margin: float,
-    change_expected: bool = False,
+    changed_query: str | None = None,
 ) -> dict[str, Candidate]:
     """Old id -> the live fact that supersedes it (or a fact its turn supports), or a turn that live
     fact stands on. ``superseded`` fetches facts by id (the superseded ones a live fact's chain points
     back to); ``now`` is the recall's present: nothing written after it replaces anything. A query
-    that expects a change ("do I still live in Bristol?") names the old value, which the live fact
-    does not say: then the chain alone decides, not how well the live fact matches the query.
+    that expects a change (``changed_query``: "do I still live in Bristol?") names the old value, which
+    the live fact does not say: the chain alone decides, not how well the live fact matches the query,
+    unless the query asks about something else the old turn said (``asks_of_the_rest``).
     Otherwise, when the live fact does not match as well, the newest turn it stands on that does (and
     is newer than the old one) replaces it."""
     found: dict[str, Candidate] = {}
     by_id = {c.memory.id: c for c in order}
     still_said = _live_facts_by_episode(order)
-    for old_id, new in _by_supersession(order, superseded).items():
+    said_before: dict[str, str] = {}  # old id -> the superseded fact that links it to its successor
+    for old_id, new in _by_supersession(order, superseded, said_before).items():
         old = by_id.get(old_id)
         if old is None or event_time(new.memory) > now:
             continue
@@ -194,7 +220,11 @@ def recorded_successors(
             _matches_as_well(new, other, 0.0) for other in still_said.get(old_id, []) if other is not new
         ):
             continue
-        if change_expected or _matches_as_well(new, old, margin):
+        # "do I still live in Bristol?" asks what the chain replaced, "am I still allergic to peanuts?"
+        # what else the turn that said "Bristol" said: then the match decides
+        grounds = said_before.get(old_id, "") + " " + new.memory.text
+        elsewhere = changed_query is not None and asks_of_the_rest(changed_query, old.memory.text, grounds)
+        if (changed_query is not None and not elsewhere) or _matches_as_well(new, old, margin):
             found[old_id] = new
             continue
         # the live fact is worded unlike the query, but a turn it stands on may say it as the old one did
@@ -279,10 +309,14 @@ def _live_facts_by_episode(order: Iterable[Candidate]) -> dict[str, list[Candida
 
 
 def _by_supersession(
-    order: Iterable[Candidate], superseded: Callable[[list[str]], list[Memory]]
+    order: Iterable[Candidate],
+    superseded: Callable[[list[str]], list[Memory]],
+    said_before: dict[str, str] | None = None,
 ) -> dict[str, Candidate]:
     """Episodes (and superseded facts) replaced by the live facts among the candidates, by following
-    each live fact's chain of ``supersedes`` back and collecting the supporting episodes on it."""
+    each live fact's chain of ``supersedes`` back and collecting the supporting episodes on it; fills
+    ``said_before`` with the text of the superseded fact that links each to its successor."""
+    said_before = {} if said_before is None else said_before
     found: dict[str, Candidate] = {}
     live = [
         c
@@ -301,11 +335,13 @@ def _by_supersession(
                 continue
             successor = wanted[fact.id]
             found.setdefault(fact.id, successor)
+            said_before.setdefault(fact.id, fact.text)
             assert isinstance(successor.memory, SemanticMemory)
             still_supported = set(successor.memory.supporting_episode_ids)  # a turn that says both
             for episode_id in fact.supporting_episode_ids:
                 if episode_id not in still_supported:
                     found.setdefault(episode_id, successor)
+                    said_before.setdefault(episode_id, fact.text)
             heir[fact.id] = successor
             pointer[fact.id] = fact.supersedes
     return found
@@ -330,6 +366,7 @@ def put_current_first(
     outdated: float,
     places: int = 0,
     change_expected: bool = False,
+    query: str = "",
     subject_match: Callable[[Candidate, Candidate], float | None] = lambda new, old: None,
     same_subject: float = 1.01,
     related: float = -1.0,
@@ -342,7 +379,7 @@ def put_current_first(
     its score (module docstring). Example: Bristol turn 0.66, Edinburgh fact 0.055, outdated 0.5 -> the
     fact 0.661 (lift 12.0), the turn 0.33.
     """
-    recorded = recorded_successors(order, superseded, now, margin, change_expected)
+    recorded = recorded_successors(order, superseded, now, margin, query if change_expected else None)
     announced = announced_successor(
         order, now, margin, places, recorded, subject_match, same_subject, related
     )

@@ -215,6 +215,7 @@ def recall(
                 outdated=config.outdated_factor,
                 places=config.change_places,
                 change_expected=expects_change(query),
+                query=query,
                 subject_match=lambda new, old: (
                     text_similarity(new.tokens, old.tokens, dim)
                     if new.tokens is not None and old.tokens is not None

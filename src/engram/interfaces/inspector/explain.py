@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 STAGE_KEYS = (
@@ -116,4 +116,5 @@ def num(value: Any) -> str:
 
 
 def when(value: datetime | None) -> str:
-    return "" if value is None else value.strftime("%Y-%m-%d %H:%M")
+    """A time as the pages show it, in UTC, saying so: ``2025-03-01 09:30 UTC``."""
+    return "" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -53,8 +53,10 @@ from engram.interfaces.inspector.web import (
     same_origin,
     viewer,
 )
+from engram.limits import MAX_SERVICE_RECALL_K as MAX_FORM_K
 from engram.memory import Engram
 from engram.models import Hit, Memory, MemoryType
+from engram.settings import DEFAULT_MIN_CONFIDENCE
 from engram.storage.base import CATALOG, SearchFilter
 
 __all__ = ["ROOT", "mount_inspector"]  # ROOT: where the inspector lives, for the pages around the API
@@ -154,7 +156,8 @@ def home(request: Request, user: Annotated[str | None, Query(max_length=128)] = 
 @router.get(f"{ROOT}/recall")
 def recall_form(request: Request, user: Annotated[str | None, Query(max_length=128)] = None) -> HTMLResponse:
     v = viewer(request, user)
-    context = page(request, v, "recall", form=_recall_defaults(), hits=None, error=None, replaced={})
+    floor = engram_of(request).settings.min_confidence  # what the agent and MCP leave out by default
+    context = page(request, v, "recall", form=_recall_defaults(floor), hits=None, error=None, replaced={})
     return render("recall.html", **context)
 
 
@@ -165,23 +168,32 @@ async def recall(request: Request, user: Annotated[str | None, Query(max_length=
     return await anyio.to_thread.run_sync(_recall_page, request, user, form)
 
 
-def _recall_defaults() -> dict[str, Any]:
-    return {"query": "", "k": 10, "include_superseded": False, "include_catalog": True}
+def _recall_defaults(min_confidence: float = DEFAULT_MIN_CONFIDENCE) -> dict[str, Any]:
+    return {
+        "query": "",
+        "k": 10,
+        "min_confidence": min_confidence,
+        "include_superseded": False,
+        "include_catalog": True,
+    }
 
 
 def _recall_page(request: Request, user: str | None, form: Mapping[str, list[str]]) -> Response:
     v = viewer(request, user)
+    k, floor = first(form, "k").strip() or "10", first(form, "min_confidence").strip() or "0"
     values: dict[str, Any] = {
-        "query": (form.get("query") or [""])[0],
-        "k": _int((form.get("k") or ["10"])[0], 10, 1, 100),
+        "query": first(form, "query"),
+        "k": k,
+        "min_confidence": floor,
         "include_superseded": "include_superseded" in form,
         "include_catalog": "include_catalog" in form,
     }
     hits: list[Hit] | None = None
-    error = None
+    error = _bad_number(k, "k", 1, MAX_FORM_K, whole=True) or _bad_number(floor, "min_confidence", 0, 1)
     if v.reader is None:
         error = "Pick a user to recall as them."
-    else:
+    elif error is None:
+        values["k"], values["min_confidence"] = int(k), float(floor)
         try:
             hits = v.reader.recall(
                 values["query"],
@@ -316,8 +328,13 @@ def _search(
     return [rows[i] for i in ids if i in rows and rows[i].memory_type == memory_type]
 
 
-def _int(text: str, default: int, low: int, high: int) -> int:
+def _bad_number(text: str, name: str, low: float, high: float, whole: bool = False) -> str | None:
+    """Why a form's number is refused (said, never clamped or replaced in silence), or None."""
     try:
-        return min(high, max(low, int(text)))
+        value = int(text) if whole else float(text)
     except ValueError:
-        return default
+        value = None
+    if value is None or not low <= value <= high:
+        kind = "a whole number" if whole else "a number"
+        return f"{name} must be {kind} from {low:g} to {high:g}; got {text!r}"
+    return None

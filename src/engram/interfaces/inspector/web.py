@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -243,7 +243,7 @@ async def read_form(request: Request) -> dict[str, list[str]]:
         return {}
 
 
-def first(form: dict[str, list[str]], name: str, default: str = "") -> str:
+def first(form: Mapping[str, list[str]], name: str, default: str = "") -> str:
     return (form.get(name) or [default])[0]
 
 

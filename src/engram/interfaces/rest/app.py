@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.exceptions import HTTPException
@@ -36,6 +36,7 @@ from engram.errors import (
 from engram.interfaces.consolidation_runs import ConsolidationRuns
 from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.inspector.routes import mount_inspector
+from engram.interfaces.inspector.web import ROOT, error_page
 from engram.interfaces.mcp import build_mcp_server, http_may_write, http_tenant
 from engram.interfaces.rest.docs import mount_docs
 from engram.interfaces.rest.imports import ImportJobs
@@ -162,9 +163,11 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "error"), str(exc.detail), headers)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         content_type = request.headers.get("content-type", "")
         problems = [_problem(err, content_type) for err in exc.errors()[:5]]
+        if request.url.path.startswith(ROOT):  # a person's browser: the inspector's own error page
+            return error_page(request, 422, "Not a valid request", "; ".join(problems))
         return _error(422, "invalid_input", "; ".join(problems))
 
     @app.exception_handler(Exception)

@@ -133,11 +133,25 @@ def _memory_rules() -> list[JsonDict]:
     fact_text = {"minLength": 1, "not": shows_nothing()}
     contradicts = {"properties": {"contradiction": {"type": "string"}}, "required": ["contradiction"]}
     supersedes = {"required": ["supersedes_id"], "properties": {"supersedes_id": {"type": "string"}}}
+    # the other type's fields are refused when given (UserMemory.write): absent, empty or the default
+    facts_only = {
+        "fact_type": {"const": "identity"},
+        "confidence": {"const": 1},
+        "supporting_episode_ids": {"maxItems": 0},
+        "valid_from": {"type": "null"},
+        "valid_to": {"type": "null"},
+    }
+    playbooks_only = {
+        "name": {"type": "null"},
+        "trigger_text": {"maxLength": 0},
+        "description": {"maxLength": 0},
+        "steps": {"maxItems": 0},
+    }
     return [
         {
             "if": procedural,
-            "then": {"required": ["name"], "properties": {"name": {"type": "string"}}},
-            "else": {"required": ["text"], "properties": {"text": fact_text}},
+            "then": {"required": ["name"], "properties": {"name": {"type": "string"}, **facts_only}},
+            "else": {"required": ["text"], "properties": {"text": fact_text, **playbooks_only}},
         },
         {"if": contradicts, "then": supersedes},
     ]
