@@ -50,11 +50,15 @@ EVAL_DATA = Path(__file__).parents[1] / "src" / "engram" / "eval" / "data"
 
 
 def hit_rows(hits, gold, source):
-    """One row per hit: its stage scores and whether it is gold."""
+    """One row per hit: its stage scores and whether it is gold; ``alone``: a raw-turn leader that
+    nothing came near, which the cross-encoder judged alone (its late-interaction features fit the
+    calibration it gets when the stage is shed)."""
+    raw_turns = all(h.memory.memory_type == "episodic" for h in hits)
     return [
         {
             "source": source,
             "rank": h.rank,
+            "alone": raw_turns and str(h.explain.get("rerank_contenders", "")).startswith("the leader only"),
             "rerank": rerank if isinstance(rerank := h.explain.get("rerank"), float) else None,  # or a text
             "late": h.explain.get("late_interaction_raw"),
             "coverage": h.explain.get("query_coverage"),
@@ -86,8 +90,8 @@ def collect(eng):
 
 
 def leads_uncontested(row):
-    """The first hit of a recall the cross-encoder left alone (nothing contested): a clear leader."""
-    return row["rerank"] is None and row["rank"] == 1 and row["late"] is not None
+    """The first hit of a recall of raw turns where nothing came near it: a clear leader."""
+    return row["alone"] and row["rank"] == 1 and row["late"] is not None
 
 
 def fit(features, labels):
@@ -152,6 +156,8 @@ def main():
         ("not run, below", [r for r in rows if r["rerank"] is None and r["rank"] > 1]),
         ("all", rows),
     ):
+        if not chosen:  # the first hit is always scored now, unless late interaction is off
+            continue
         said = np.array([r["confidence"] for r in chosen])
         y = np.array([r["relevant"] for r in chosen], dtype=float)
         figures = {"hits": len(y), "mean_confidence": float(said.mean()), "share_relevant": float(y.mean())}

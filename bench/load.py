@@ -9,8 +9,10 @@ Each client gets its own user and key, then loops over a mix of 50% remember (PO
 JSON object: throughput, errors and 5xx, latency p50/p95/p99 per operation, the server's CPU use
 (its processes' CPU seconds over the wall time, in cores), how many recalls skipped the
 cross-encoder under load (hits whose explain says "rerank": "skipped: load") or had nothing for it to
-decide (a clear leader among raw turns), and of the recalls where it could change the answer, the
-share that got it. Traffic goes to loopback only.
+reorder (a clear leader, judged alone for its confidence, or calibrated as such when shed: since
+2026-12-02; before, such raw-turn recalls skipped the stage and fact windows judged alone counted as
+reranked), and of the recalls where it could change the answer, the share that got it. Traffic goes
+to loopback only.
 """
 
 from __future__ import annotations

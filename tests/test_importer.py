@@ -64,6 +64,8 @@ def test_user_document_imports_everything(eng):
     )
     assert mem.list("procedural")[0].success_count == 3
     assert [h.memory.id for h in mem.recall("where does sarah live", memory_types=["semantic"])] == [new.id]
+    # a fact without a time of its own holds from the turn it stands on, as a written one does
+    assert new.valid_from == episodes["we moved to Edinburgh"].timestamp and old.valid_from is None
 
 
 def test_a_backdated_fact_is_replaced_when_its_successor_was_said(eng):

@@ -172,6 +172,7 @@ def import_document(
     rows.extend(in_time_order)
     superseded: set[str] = set()
     fact_times: dict[str, datetime] = {}  # each fact's time, for the time the next one replaced it
+    said_at = {ep.id: ep.timestamp for ep in episodes}  # a fact without a time holds from its turns
     for i, fact in enumerate(doc.semantic):
         where = f"semantic[{i}]"
         _check_metadata(fact, where)
@@ -218,6 +219,9 @@ def import_document(
                 fact_type=fact.fact_type,
                 confidence=confidence,
                 supporting_episode_ids=[keys[k] for k in fact.supporting_episodes],
+                valid_from=None
+                if fact.at(now)
+                else max((said_at[keys[k]] for k in fact.supporting_episodes), default=None),
                 supersedes=supersedes,
                 contradiction=fact.contradiction if supersedes else None,
             )

@@ -280,6 +280,9 @@ def test_a_question_that_expects_a_change_on_another_subject_the_turn_said_keeps
         ),
         ("what's my job now?", "I'm a staff nurse in A&E", "Aisha is a staff nurse in A&E", False),
         ("is my dentist still Dr Patel?", "my dentists are Dr Patel", "Sarah's dentist is Dr. Patel", False),
+        ("am I still living in Bristol?", "we're living in Bristol btw", "Sarah lives in Bristol", False),
+        ("am I still working at Tesco?", "I'm working at Tesco", "Tom works at Tesco", False),
+        ("am I still driving a Golf?", "driving a Golf these days", "Sarah drives a Golf", False),
     ],
 )
 def test_a_question_about_what_else_an_old_turn_said_is_told(query, said, facts, elsewhere):

@@ -71,13 +71,13 @@ class WriteArgs(_Args):
 
     text: str = Field(min_length=1, description="the fact as a short third-person sentence")
     memory_type: Literal["semantic", "procedural"] = "semantic"
-    fact_type: FactType = "identity"
-    confidence: float = Field(default=1.0, ge=0, le=1)
+    fact_type: FactType = Field(default="identity", description="facts only")
+    confidence: float = Field(default=1.0, ge=0, le=1, description="facts only")
     supersedes_id: str | None = Field(default=None, description="id of the stored fact this one replaces")
     contradiction: Contradiction | None = Field(default=None, description="with supersedes_id only")
-    name: str | None = Field(default=None, description="a playbook's name (procedural)")
-    trigger_text: str = Field(default="", description="when the playbook applies (procedural)")
-    description: str = ""
+    name: str | None = Field(default=None, description="a playbook's name (procedural only)")
+    trigger_text: str = Field(default="", description="when the playbook applies (procedural only)")
+    description: str = Field(default="", description="what the playbook does (procedural only)")
     steps: list[StrictStep] = Field(default_factory=list, max_length=MAX_STEPS)
 
 

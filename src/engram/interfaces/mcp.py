@@ -71,7 +71,9 @@ I live before?"). view="full" adds each hit's whole row and score breakdown."""
 
 WRITE_DESCRIPTION = """Store a durable memory about the user: a fact (memory_type="semantic", e.g. "Sarah
 owns a Lumio Hub v2") or a playbook (memory_type="procedural": name, trigger_text, description, ordered
-steps). Only store what the user said or confirmed, never your own advice.
+steps; a fact's fields, fact_type, confidence, valid_from, valid_to and supporting_episode_ids, are
+refused on a playbook, and a playbook's on a fact). Only store what the user said or confirmed, never
+your own advice.
 Contradictions: if the new fact contradicts a stored fact, recall it first and pass its id as
 supersedes_id - never write a second conflicting fact. contradiction="natural" when the world changed
 ("we moved to Edinburgh"), "harsh" when the old fact was never true ("I never lived in Bristol, that was

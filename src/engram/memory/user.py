@@ -146,7 +146,7 @@ class UserMemory(TenantHandle):
         if memory_type == "semantic" or text != "":  # a playbook may carry everything in its fields
             text = engram._check_text(text)
         supporting = builtins.list(dict.fromkeys(supporting_episode_ids))
-        steps = builtins.list(steps)
+        steps = builtins.list(steps or ())
         of_fact = {
             "fact_type": fact_type,
             "confidence": confidence,

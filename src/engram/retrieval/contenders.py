@@ -63,7 +63,7 @@ def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_ga
     agreed = _first_by_both_legs(rest)
     if agreed is not None:
         n = max(n, agreed + 1)
-    return echoes + max(n, 1)
+    return echoes + n  # n >= 1: the leader is its own near-tie
 
 
 def is_echo(candidate: Candidate, query: str) -> bool:

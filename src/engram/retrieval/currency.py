@@ -183,9 +183,19 @@ def asks_of_the_rest(query: str, said: str, facts: str) -> bool:
 
 
 def _stems(text: str) -> set[str]:
-    """A text's content words, each with a plural "s" cut, and by its first five letters too."""
-    words = {_singular(w) for w in fts_words(text) if is_content_word(w)}
-    return {f for w in words for f in (w, w[:5] + "…") if len(w) >= 5 or f == w}
+    """A text's content words by a light stem (``_stem``), and by their first five letters too."""
+    words = {_stem(w) for w in fts_words(text) if is_content_word(w)}
+    return words | {w[:5] + "…" for w in words if len(w) >= 5}
+
+
+def _stem(word: str) -> str:
+    """One inflection cut, then a final "e": "living", "lives", "lived", "live" -> "liv"; "works",
+    "working" -> "work"; "Bristol" -> "bristol". Enough to tell one word from another, not a lemma."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
 def _singular(word: str) -> str:

@@ -178,8 +178,10 @@ def recall(
     elif reranker is not None and window:
         others = [c for c in window if not is_echo(c, query)]
         partial, window = contested < len(window), window[:contested]
-        # the leader is the only row to score, and not for want of others
-        alone = len(others) > 1 and sum(1 for c in window if not is_echo(c, query)) == 1
+        # a raw turn leads and nothing came near it (a single row is no clear leader: nothing to lose);
+        # its own calibration was fitted on such turns, not on facts
+        raw_turns = all(isinstance(c.memory, EpisodicMemory) for c in others)
+        alone = raw_turns and len(others) > 1 and sum(1 for c in window if not is_echo(c, query)) == 1
         rerank_error = None
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
             if admitted:  # a shed recall's skipped stage is counted as shed, not timed as a rerank
@@ -188,7 +190,7 @@ def recall(
         if not admitted:
             notes["rerank"] = "skipped: load"
         elif rerank_error is None:
-            if partial and alone:  # for its confidence (module docstring)
+            if partial and contested == 1:  # for its confidence (module docstring)
                 notes["rerank_contenders"] = "the leader only: nothing near it, scored for its confidence"
             elif partial:
                 notes["rerank_contenders"] = f"the first {contested} of the window: its contested places"
@@ -198,7 +200,7 @@ def recall(
             reranked = True
         else:
             errors["rerank"] = rerank_error
-        if alone and not reranked:
+        if alone and not reranked:  # shed or failed
             uncontested = others[0]
             notes["rerank_contenders"] = "the leader only: nothing near it, calibrated as such (not scored)"
     bounds = sorted(set(heads))

@@ -166,8 +166,11 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         content_type = request.headers.get("content-type", "")
         problems = [_problem(err, content_type) for err in exc.errors()[:5]]
-        if request.url.path.startswith(ROOT):  # a person's browser: the inspector's own error page
-            return error_page(request, 422, "Not a valid request", "; ".join(problems))
+        path = request.url.path
+        if path == ROOT or path.startswith(ROOT + "/"):  # a person's browser: the inspector's own page
+            return await anyio.to_thread.run_sync(
+                error_page, request, 422, "Not a valid request", "; ".join(problems)
+            )
         return _error(422, "invalid_input", "; ".join(problems))
 
     @app.exception_handler(Exception)
