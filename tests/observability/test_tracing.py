@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from engram.observability import Tracing
+from tests.polling import until
 
 
 def test_a_request_span_holds_the_recall_stage_spans(make_service):
@@ -24,6 +25,9 @@ def test_a_request_span_holds_the_recall_stage_spans(make_service):
         svc.engram.telemetry.tracing = Tracing.start(provider)  # this test's provider, not the global one
         sarah = svc.client("sarah")
         assert sarah.post("/v1/turns", json={"text": "my Lumio hub is offline"}).status_code == 201
+        # the turn's request span ends after its response is sent: let it end before clearing, or a
+        # loaded machine records it among the recall's spans
+        assert until(lambda: any(s.name == "POST /v1/turns" for s in exporter.get_finished_spans()))
         exporter.clear()
         recalled = sarah.post(
             "/v1/recall", json={"query": "is my hub offline?"}, headers={"X-Request-ID": "r-1"}
@@ -41,7 +45,8 @@ def test_a_request_span_holds_the_recall_stage_spans(make_service):
     assert recall.parent.span_id == request.context.span_id
     stages = {s.name for s in spans if s.parent is not None and s.parent.span_id == recall.context.span_id}
     assert {"recall.queue", "recall.legs", "recall.fetch", "recall.late_interaction"} <= stages, stages
-    assert {s.context.trace_id for s in spans} == {request.context.trace_id}
+    strays = [s.name for s in spans if s.context.trace_id != request.context.trace_id]
+    assert not strays, strays
     # Nothing of the tenant in any span.
     assert "sarah" not in json.dumps([dict(s.attributes or {}) for s in spans] + [s.name for s in spans])
 
