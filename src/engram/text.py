@@ -156,3 +156,19 @@ def word_of_pieces(
     spans = [offsets[i] for i, w in enumerate(word_ids) if w == word]
     start = spans[0][0] - (spans[0][0] > 0 and text[spans[0][0] - 1] in "'’")  # "ve" of "we've": "'ve"
     return text[start : with_clitic(text, spans[-1][1])]
+
+
+def light_stem(word: str) -> str:
+    """One inflection cut, then a final "e": "living", "lives", "lived", "live" -> "liv"; "works",
+    "working" -> "work"; "glasses" -> "glass"; "Bristol" -> "bristol". Enough to tell one word from
+    another, not a lemma."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
+            word = word[: -len(suffix)]
+            break
+    return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+
+def content_stems(text: str) -> set[str]:
+    """The light stems (``light_stem``) of a text's content words (``is_content_word``)."""
+    return {light_stem(w) for w in fts_words(text) if is_content_word(w)}

@@ -9,18 +9,18 @@ import pytest
 
 from engram.models import EpisodicMemory, SemanticMemory, utcnow
 from engram.retrieval.candidate import Candidate
-from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.currency import (
+from engram.retrieval.change_cues import (
     announces_change,
     asks_about_earlier_state,
     asks_about_past,
     asks_of_the_rest,
     calls_new,
     expects_change,
-    put_current_first,
-    put_past_first,
+    says_otherwise,
     says_own_change,
 )
+from engram.retrieval.config import RetrievalConfig
+from engram.retrieval.currency import put_current_first, put_past_first
 from engram.settings import DEFAULT_CHANGE_PLACES
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -381,6 +381,40 @@ def test_a_newer_turn_that_calls_the_leaders_subject_new_replaces_it_within_twic
     assert kept == {}
 
 
+@pytest.mark.parametrize(
+    ("text", "older", "otherwise"),
+    [
+        ("the corolla's doing 62mpg, the old astra was lucky to get 45", "2016 vauxhall astra estate", True),
+        ("mixed up before: my gp isn't Dr Brennan, she's Dr Brannigan", "my gp is Dr Brennan", True),
+        ("no more eggs or cheese for me, fully plant based now", "vegetarian, but I do eat eggs", True),
+        ("sold my former flat at last", "our flat in Partick has damp", True),
+        ("is a second cat a bad idea with a 5 year old cat?", "my cat is called Moss", False),  # an age
+        ("my manager doesn't know audit at all", "I'm an accountant, mostly audit", False),  # someone else
+        ("the old hub is in a drawer", "my phone number is 0117 555 1234", False),  # another subject
+    ],
+)
+def test_a_turn_that_calls_old_or_denies_what_an_older_one_said_is_recognised(text, older, otherwise):
+    assert says_otherwise(text, older) is otherwise
+
+
+def test_a_newer_turn_that_calls_the_leaders_thing_old_replaces_it_but_a_change_it_announces_comes_first():
+    """ "what car do I drive?": the Corolla turn calls the Astra old; after "had enough of virgin,
+    switched to Hyperoptic", a follow-up about "the old hub" does not take the switch's place."""
+    astra = cand(turn(1, "car failed its MOT. 2016 vauxhall astra estate", 300), final=1.0, late=0.80)
+    corolla = cand(turn(2, "the corolla's doing 62mpg, the old astra was lucky to get 45", 100), 0.4, 0.72)
+    order = [astra, corolla]
+    assert put_current_first(order, nothing_superseded, NOW, margin=0.05, outdated=0.5, places=5) == {
+        astra.memory.id: corolla.memory.id
+    }
+    assert order[0] is corolla and "outdated" not in astra.multipliers  # words only: a swap
+    virgin = cand(turn(3, "our virgin media broadband keeps dropping, it's the hub 3", 300), 1.0, 0.80)
+    switched = cand(turn(4, "had enough of virgin, switched to Hyperoptic", 120), 0.9, 0.79)
+    hub = cand(turn(5, "do I need to send the old hub back?", 119), 0.95, 0.79)
+    assert put_current_first(
+        [virgin, hub, switched], nothing_superseded, NOW, margin=0.05, outdated=0.5, places=5
+    ) == {virgin.memory.id: switched.memory.id}
+
+
 def replaced_on_one_subject(order: list[Candidate], match: float = 0.9) -> dict[str, str]:
     """put_current_first where any two turns' token vectors match ``match`` (``subject_match``)."""
     return put_current_first(
@@ -551,3 +585,19 @@ def test_a_question_about_before_gets_the_older_statement_first(eng):
     hits = mem.recall(query, record_use=False)
     assert [h.memory.id for h in hits[:2]] == [nurse.id, amu.id] and "past_lift" in hits[0].explain
     assert hits[0].confidence >= hits[1].confidence  # it answers what the leader answered
+
+
+def test_a_turn_that_calls_the_old_car_old_goes_first_for_the_car_question(eng):
+    """No change verb: the newer turn names the new car and calls the one the user gave before "old"."""
+    mem = eng.for_user("rohan")
+    now = utcnow()
+    astra = mem.remember_turn(
+        "car failed its MOT. 2016 vauxhall astra estate, 98k miles", at=now - timedelta(days=200)
+    )
+    corolla = mem.remember_turn(
+        "the corolla's doing 62mpg on the a43 which is mad, the old astra was lucky to get 45",
+        at=now - timedelta(days=20),
+    )
+    hits = mem.recall("what car does Rohan drive?", record_use=False)
+    assert [h.memory.id for h in hits[:2]] == [corolla.id, astra.id]
+    assert hits[1].explain["outdated_by"] == corolla.id

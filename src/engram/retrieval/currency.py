@@ -26,11 +26,16 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   an orchestra, whatever the query says) replaces it if late interaction or the
   embedder finds it at least as close to the query, or if it is among the first ``places`` of the
   ranking (settings ``change_places``) and within ``margin`` of the leader's raw MaxSim. Within twice
-  that margin among those places, two more cues count: the speaker saying they changed something ("we
+  that margin among those places, more cues count: the speaker saying they changed something ("we
   moved", ``says_own_change``) between two turns whose token vectors match each other (``same_subject``:
   the README's "we live in Bristol btw" -> "we moved to Edinburgh last week!", which the query matches
-  0.08 less than Bristol), and a turn that calls new what the older one called the speaker's
-  (``calls_new``: "my phone number is ..." -> "new number: 0131 ...").
+  0.08 less than Bristol), a turn that calls new what the older one called the speaker's
+  (``calls_new``: "my phone number is ..." -> "new number: 0131 ..."), and one that calls old, or
+  denies, what the older one said (``says_otherwise``: "2016 vauxhall astra" -> "the corolla's doing
+  62mpg, the old astra was lucky to get 45"). A turn that says a change happened is preferred to one
+  only cued by the older turn's words, then the newest: "do I need to send the old hub back?" does not
+  take the place of "had enough of virgin, switched to Hyperoptic".
+  Cue words and patterns: ``change_cues``.
 
 How far a replaced memory falls depends on the evidence (``put_current_first``): supersession is a
 recorded fact, and so is a change the query itself expects (``expects_change``: "now", "these days",
@@ -51,155 +56,21 @@ first (``put_past_first``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 
 from engram.models import EpisodicMemory, Memory, SemanticMemory, event_time
 from engram.retrieval.candidate import Candidate
+from engram.retrieval.change_cues import (
+    announces_change,
+    asks_of_the_rest,
+    calls_new,
+    says_otherwise,
+    says_own_change,
+)
 from engram.retrieval.scoring import speaker_of
-from engram.text import fts_words, is_content_word, query_words
 
-# A question with one of these asks about an earlier state ("where did I live before?", "my old phone")...
-EARLIER_STATE_WORDS = frozenset(
-    "before previous previously prior former formerly old older originally original earlier used ago".split()  # noqa: SIM905
-)
-# ... as does past tense ("where did I live?"), but that also asks about events ("when did I go to Rome?").
-PAST_TENSE = frozenset("did was were had used".split())  # noqa: SIM905
-PAST_WORDS = EARLIER_STATE_WORDS | PAST_TENSE | frozenset(("first", "ever"))
-# ... unless it also says it wants the present ("what did I say my new address was?").
-PRESENT_WORDS = frozenset("now current currently new these still latest today anymore instead".split())  # noqa: SIM905
-# A turn with one of these announces a change ("we moved...", "switched to", "no more nights", "sorry, I
-# got it wrong"). Without this test, any newer turn that matched as well replaced the top one, and the
-# "unchanged" questions of bench/updates.py lost most of their R@1 to newer chatter (docs/benchmarks.md).
-CHANGE_WORDS = frozenset(
-    "moved moving switched switching swapped changed replaced traded upgraded quit promoted adopted sold "  # noqa: SIM905
-    "anymore longer instead actually sorry wrong dropped stopped gave broke cancelled canceled dropping "
-    "stopping".split()
-)
-# ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24"; not "no more": "works a
-# treat, no more blinding light" tells what a change did, not what replaced it).
-# "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
-_CHANGE_PHRASE = re.compile(r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops)\b")
-# A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
-# "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
-CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these moment latest".split())  # noqa: SIM905
-# The speaker says they changed something: "we moved", "I've just switched", "I quit" (not "the church
-# hall moved us", "he's moving here", "the coffee machine broke"): a first-person subject within two
-# words before a change word.
-_FIRST_PERSON = r"i|we|i've|we've|i'm|we're|ive|im"  # a speaker's own subject, casefolded
-_OWN_CHANGE = re.compile(
-    rf"\b(?:{_FIRST_PERSON}|i'd|we'd)\b(?:\W+\w+){{0,2}}?\W+(?:" + "|".join(sorted(CHANGE_WORDS)) + r")\b"
-)
-# The speaker's own new thing: "I've got a new dentist", "my new phone", "got a new bike" (a sentence
-# that drops its "I"), "new number: ..." (a label); not "my sister found a new dentist", "happy new year".
-_CALLED_NEW = re.compile(
-    rf"(?:\b(?:{_FIRST_PERSON})\b(?:\W+\w+){{0,2}}?\W+|\b(?:my|our)\s+"
-    r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+(\w+)"
-    r"|(?:^|[.!?]\s*)new\s+(\w+)\s*:"
-)
-# What the speaker calls theirs: up to three words after "my"/"our" ("my phone number is ...").
-_OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
-# "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does; not
-# "what have I got planned?", "have I got ten minutes?" (have ... got is the present).
-_GOT_PARTICIPLE = re.compile(r"\bgot\s+(?!(?:ten|seven|eleven|often|golden|garden)\b)\w+(?:ed|en)\b", re.I)
-_HAVE_GOT = re.compile(r"(?:\b(?:have|has)|'ve)\s+(?:\w+\s+)?got\b", re.I)
-# "my old number", "Dan's old laptop" ask about an earlier state; "how old is my son?", "what old picture
-# did he find?" do not: "old" counts after a possessive only.
-_OWNED_OLD = re.compile(r"(?:\b(?:my|our|your|his|her|their)|\w['’]s)\s+old\b", re.IGNORECASE)
-# "before my current job", "before the new one": the present word names what came after the answer
-_BEFORE_PRESENT = re.compile(r"\bbefore\s+(?:the\s+|my\s+|our\s+|this\s+)?(current|new|latest)\b", re.I)
-# "used" tells the past only as "used to" ("where did I used to work?", "what car I used to have")
-_USED_TO = re.compile(r"\bused\s+to\b", re.IGNORECASE)
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
-
-
-def asks_about_past(query: str) -> bool:
-    """Whether the query asks about an earlier state or past events rather than the present.
-
-    Examples: "where did I live before?" -> True; "where do I live now?" -> False; "what did I say
-    my new address was?" -> False (it wants the present); "how old is my son?" -> False.
-    """
-    words = _past_words(query)
-    return bool(words & PAST_WORDS) and not words & PRESENT_WORDS
-
-
-def asks_about_earlier_state(query: str) -> bool:
-    """Whether the query asks what something was before it changed: a word that says so, in the past
-    tense (past tense alone also asks about events; "before" alone is also a preposition of time).
-    Examples: "which phone did I have before this one?", "what was my old number?" -> True; "when did
-    I go to Rome?", "how do I carb load before a race?", "where do I live?" -> False."""
-    words = _past_words(query)
-    return bool(words & EARLIER_STATE_WORDS) and bool(words & PAST_TENSE) and not words & PRESENT_WORDS
-
-
-def _past_words(query: str) -> frozenset[str]:
-    words = query_words(query) - {found.group(1).lower() for found in _BEFORE_PRESENT.finditer(query)}
-    if not _USED_TO.search(query):  # "which account is used for my salary?" is the present passive
-        words -= {"used"}
-    if _GOT_PARTICIPLE.search(query) and not _HAVE_GOT.search(query):
-        words |= {"did"}
-    return words if _OWNED_OLD.search(query) else words - {"old"}
-
-
-def expects_change(query: str) -> bool:
-    """Whether the query presupposes a change. Example: "what phone do I use now?" -> True."""
-    return bool(query_words(query) & CHANGE_EXPECTED)
-
-
-def announces_change(text: str) -> bool:
-    """Whether a turn says that something changed (``CHANGE_WORDS``, ``_CHANGE_PHRASE``). Examples: "we
-    moved to Edinburgh last week!", "I'm not vegetarian any more" -> True; "we live in Bristol" -> False."""
-    return bool(query_words(text) & CHANGE_WORDS) or bool(_CHANGE_PHRASE.search(text.casefold()))
-
-
-def says_own_change(text: str) -> bool:
-    """Whether the speaker says they changed something (``_OWN_CHANGE``). Examples: "we moved to
-    Edinburgh last week!", "I've just switched to Vodafone" -> True; "the church hall moved us" -> False."""
-    return bool(_OWN_CHANGE.search(text.casefold()))
-
-
-def calls_new(text: str, older: str) -> bool:
-    """Whether a turn calls new, as the speaker's own (``_CALLED_NEW``), what the older turn called the
-    speaker's: the word after "new" is one of the three after "my"/"our" there (a plural "s" aside).
-    Examples: ("new number: 0131 555 9876", "my phone number is 0117 555 1234") -> True; ("checking out
-    a new trail", "found some more amazing trails in my town") -> False: one more trail, not a replaced
-    one; ("my sister found a new dentist", "my dentist is Dr Patel") -> False: hers."""
-    owned = {_singular(w) for found in _OWNED.finditer(older.casefold()) for w in found.groups() if w}
-    return any(
-        _singular(w) in owned for found in _CALLED_NEW.finditer(text.casefold()) for w in found.groups() if w
-    )
-
-
-def asks_of_the_rest(query: str, said: str, facts: str) -> bool:
-    """Whether the query asks about something that ``said`` (an old turn) says and ``facts`` (the
-    facts of its chain) do not: a content word (``is_content_word``) of the query and of the turn,
-    a plural "s" aside or by its first five letters, that the facts lack. Examples: ("am I still
-    allergic to peanuts?", "we live in Bristol, I'm allergic to peanuts", "Sarah lives in Bristol")
-    -> True; ("do I still live in Bristol?", "we live in Bristol btw", "Sarah lives in Bristol") ->
-    False; ("what's my job now?", "I'm a staff nurse in A&E", "Aisha is a staff nurse") -> False."""
-    asked, told, known = (_stems(text) for text in (query, said, facts))
-    return bool((asked & told) - known)
-
-
-def _stems(text: str) -> set[str]:
-    """A text's content words by a light stem (``_stem``), and by their first five letters too."""
-    words = {_stem(w) for w in fts_words(text) if is_content_word(w)}
-    return words | {w[:5] + "…" for w in words if len(w) >= 5}
-
-
-def _stem(word: str) -> str:
-    """One inflection cut, then a final "e": "living", "lives", "lived", "live" -> "liv"; "works",
-    "working" -> "work"; "Bristol" -> "bristol". Enough to tell one word from another, not a lemma."""
-    for suffix in ("ing", "ed", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
-            word = word[: -len(suffix)]
-            break
-    return word[:-1] if word.endswith("e") and len(word) > 3 else word
-
-
-def _singular(word: str) -> str:
-    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
 def recorded_successors(
@@ -264,8 +135,9 @@ def announced_successor(
     change on a related subject and matches the query as well as the leader, or is among the first
     ``places`` within ``margin`` of its raw MaxSim (settings ``change_places``), or is among them
     within twice the margin and either says the speaker changed something (``says_own_change``) on
-    the leader's subject or calls new what the leader called the speaker's (``calls_new``); None
-    otherwise, or when the leader is not a turn or is already ``replaced``. ``subject_match`` is how
+    the leader's subject, calls new what the leader called the speaker's (``calls_new``) or calls old,
+    or denies, what it said (``says_otherwise``); the newest that announces a change, else the newest
+    cued; None otherwise, or when the leader is not a turn or is already ``replaced``. ``subject_match`` is how
     closely two turns' token vectors match (None when unknown): at least ``related`` for a change
     announced by its words (an unknown match counts), at least ``same_subject`` for the speaker's own
     change. Example: "signed up with Helsana ... the German one is cancelled" announces a change but
@@ -275,32 +147,38 @@ def announced_successor(
     if old is None or old.memory.id in replaced or not isinstance(old.memory, EpisodicMemory):
         return None
     at, speaker = old.memory.timestamp, speaker_of(old.memory)
-    newer = [
-        c
+    later = [
+        (place, c)
         for place, c in enumerate(order)
         if isinstance(c.memory, EpisodicMemory)
         and at < c.memory.timestamp <= now
         and speaker_of(c.memory) == speaker  # people update what they said themselves
+    ]
+    announced = [
+        c
+        for place, c in later
+        if announces_change(c.memory.text)
+        and _at_least(subject_match(c, old), related, unknown=True)
         and (
-            (
-                announces_change(c.memory.text)
-                and _at_least(subject_match(c, old), related, unknown=True)
-                and (
-                    _matches_as_well(c, old, 0.0)
-                    or _embeds_as_close(c, old)
-                    or (place < places and _matches_as_well(c, old, margin))
-                )
-            )
-            or (
-                place < places
-                and _matches_as_well(c, old, 2 * margin)  # not "how thick are my walls?" for a move
-                and (
-                    (says_own_change(c.memory.text) and _at_least(subject_match(c, old), same_subject))
-                    or calls_new(c.memory.text, old.memory.text)
-                )
-            )
+            _matches_as_well(c, old, 0.0)
+            or _embeds_as_close(c, old)
+            or (place < places and _matches_as_well(c, old, margin))
         )
     ]
+    cued = [
+        c
+        for place, c in later
+        if place < places
+        and _matches_as_well(c, old, 2 * margin)  # not "how thick are my walls?" for a move
+        and (
+            (says_own_change(c.memory.text) and _at_least(subject_match(c, old), same_subject))
+            or calls_new(c.memory.text, old.memory.text)
+            or says_otherwise(c.memory.text, old.memory.text)
+        )
+    ]
+    # the newest of those that say a change happened, else of those cued by the old turn's words: after
+    # "had enough of virgin, switched to Hyperoptic", "do I need to send the old hub back?" says no more
+    newer = announced or cued
     return (old.memory.id, max(newer, key=lambda c: event_time(c.memory))) if newer else None
 
 

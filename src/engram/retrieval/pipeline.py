@@ -51,16 +51,11 @@ from engram.providers.base import Embedder, Reranker, TokenEncoder, query_conten
 from engram.recall_filter import NO_FILTER, RecallFilter
 from engram.retrieval.admission import Admission
 from engram.retrieval.candidate import Candidate
+from engram.retrieval.change_cues import asks_about_earlier_state, asks_about_past, expects_change
 from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.contenders import contenders, is_echo
-from engram.retrieval.currency import (
-    asks_about_earlier_state,
-    asks_about_past,
-    expects_change,
-    put_current_first,
-    put_past_first,
-)
+from engram.retrieval.currency import put_current_first, put_past_first
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import (
     Matrix,

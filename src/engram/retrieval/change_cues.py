@@ -1,0 +1,162 @@
+"""What a text's words say about time and change (``currency`` ranks by them): whether a question asks
+about the past or an earlier state, or presupposes a change ("now", "still"); whether a turn announces
+a change ("we moved", "switched", "sorry, I got it wrong"), calls new what an older turn called the
+speaker's ("new number: ..."), or calls it old or denies it ("the old astra", "my gp isn't Dr Brennan").
+
+Word lists and patterns, each with the examples that decided it; measured on bench/updates.py and
+LoCoMo dev (docs/benchmarks.md, "Current truth").
+"""
+
+from __future__ import annotations
+
+import re
+
+from engram.text import content_stems, is_content_word, light_stem, query_words
+
+# A question with one of these asks about an earlier state ("where did I live before?", "my old phone")...
+EARLIER_STATE_WORDS = frozenset(
+    "before previous previously prior former formerly old older originally original earlier used ago".split()  # noqa: SIM905
+)
+# ... as does past tense ("where did I live?"), but that also asks about events ("when did I go to Rome?").
+PAST_TENSE = frozenset("did was were had used".split())  # noqa: SIM905
+PAST_WORDS = EARLIER_STATE_WORDS | PAST_TENSE | frozenset(("first", "ever"))
+# ... unless it also says it wants the present ("what did I say my new address was?").
+PRESENT_WORDS = frozenset("now current currently new these still latest today anymore instead".split())  # noqa: SIM905
+# A turn with one of these announces a change ("we moved...", "switched to", "no more nights", "sorry, I
+# got it wrong"). Without this test, any newer turn that matched as well replaced the top one, and the
+# "unchanged" questions of bench/updates.py lost most of their R@1 to newer chatter (docs/benchmarks.md).
+CHANGE_WORDS = frozenset(
+    "moved moving switched switching swapped changed replaced traded upgraded quit promoted adopted sold "  # noqa: SIM905
+    "anymore longer instead actually sorry wrong dropped stopped gave broke cancelled canceled dropping "
+    "stopping".split()
+)
+# ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24"; not "no more": "works a
+# treat, no more blinding light" tells what a change did, not what replaced it).
+# "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
+_CHANGE_PHRASE = re.compile(r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops)\b")
+# A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
+# "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
+CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these moment latest".split())  # noqa: SIM905
+# The speaker says they changed something: "we moved", "I've just switched", "I quit" (not "the church
+# hall moved us", "he's moving here", "the coffee machine broke"): a first-person subject within two
+# words before a change word.
+_FIRST_PERSON = r"i|we|i've|we've|i'm|we're|ive|im"  # a speaker's own subject, casefolded
+_OWN_CHANGE = re.compile(
+    rf"\b(?:{_FIRST_PERSON}|i'd|we'd)\b(?:\W+\w+){{0,2}}?\W+(?:" + "|".join(sorted(CHANGE_WORDS)) + r")\b"
+)
+# The speaker's own new thing: "I've got a new dentist", "my new phone", "got a new bike" (a sentence
+# that drops its "I"), "new number: ..." (a label); not "my sister found a new dentist", "happy new year".
+_CALLED_NEW = re.compile(
+    rf"(?:\b(?:{_FIRST_PERSON})\b(?:\W+\w+){{0,2}}?\W+|\b(?:my|our)\s+"
+    r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+(\w+)"
+    r"|(?:^|[.!?]\s*)new\s+(\w+)\s*:"
+)
+# What the speaker calls theirs: up to three words after "my"/"our" ("my phone number is ...").
+_OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
+# A turn that calls old, or denies, what an older one said: "the old astra was lucky to get 45" after
+# "2016 vauxhall astra estate", "my gp isn't Dr Brennan" after "my gp is Dr Brennan", "no more eggs or
+# cheese" after "I do eat eggs and dairy". "old" counts after a determiner only ("a 5 year old cat" is an
+# age); the two words after the cue are checked against the older turn's content words.
+_SAID_OTHERWISE = re.compile(
+    r"(?:\b(?:the|my|our|his|her|their)|\w['’]s)\s+(?:old|former|previous)\s+(\w+)(?:\s+(\w+))?"
+    r"|\b(?:isn't|isnt|aren't|no\s+more|no\s+longer)\s+(\w+)(?:\s+(\w+))?"
+)
+# "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does; not
+# "what have I got planned?", "have I got ten minutes?" (have ... got is the present).
+_GOT_PARTICIPLE = re.compile(r"\bgot\s+(?!(?:ten|seven|eleven|often|golden|garden)\b)\w+(?:ed|en)\b", re.I)
+_HAVE_GOT = re.compile(r"(?:\b(?:have|has)|'ve)\s+(?:\w+\s+)?got\b", re.I)
+# "my old number", "Dan's old laptop" ask about an earlier state; "how old is my son?", "what old picture
+# did he find?" do not: "old" counts after a possessive only.
+_OWNED_OLD = re.compile(r"(?:\b(?:my|our|your|his|her|their)|\w['’]s)\s+old\b", re.IGNORECASE)
+# "before my current job", "before the new one": the present word names what came after the answer
+_BEFORE_PRESENT = re.compile(r"\bbefore\s+(?:the\s+|my\s+|our\s+|this\s+)?(current|new|latest)\b", re.I)
+# "used" tells the past only as "used to" ("where did I used to work?", "what car I used to have")
+_USED_TO = re.compile(r"\bused\s+to\b", re.IGNORECASE)
+
+
+def asks_about_past(query: str) -> bool:
+    """Whether the query asks about an earlier state or past events rather than the present.
+
+    Examples: "where did I live before?" -> True; "where do I live now?" -> False; "what did I say
+    my new address was?" -> False (it wants the present); "how old is my son?" -> False.
+    """
+    words = _past_words(query)
+    return bool(words & PAST_WORDS) and not words & PRESENT_WORDS
+
+
+def asks_about_earlier_state(query: str) -> bool:
+    """Whether the query asks what something was before it changed: a word that says so, in the past
+    tense (past tense alone also asks about events; "before" alone is also a preposition of time).
+    Examples: "which phone did I have before this one?", "what was my old number?" -> True; "when did
+    I go to Rome?", "how do I carb load before a race?", "where do I live?" -> False."""
+    words = _past_words(query)
+    return bool(words & EARLIER_STATE_WORDS) and bool(words & PAST_TENSE) and not words & PRESENT_WORDS
+
+
+def _past_words(query: str) -> frozenset[str]:
+    words = query_words(query) - {found.group(1).lower() for found in _BEFORE_PRESENT.finditer(query)}
+    if not _USED_TO.search(query):  # "which account is used for my salary?" is the present passive
+        words -= {"used"}
+    if _GOT_PARTICIPLE.search(query) and not _HAVE_GOT.search(query):
+        words |= {"did"}
+    return words if _OWNED_OLD.search(query) else words - {"old"}
+
+
+def expects_change(query: str) -> bool:
+    """Whether the query presupposes a change. Example: "what phone do I use now?" -> True."""
+    return bool(query_words(query) & CHANGE_EXPECTED)
+
+
+def announces_change(text: str) -> bool:
+    """Whether a turn says that something changed (``CHANGE_WORDS``, ``_CHANGE_PHRASE``). Examples: "we
+    moved to Edinburgh last week!", "I'm not vegetarian any more" -> True; "we live in Bristol" -> False."""
+    return bool(query_words(text) & CHANGE_WORDS) or bool(_CHANGE_PHRASE.search(text.casefold()))
+
+
+def says_own_change(text: str) -> bool:
+    """Whether the speaker says they changed something (``_OWN_CHANGE``). Examples: "we moved to
+    Edinburgh last week!", "I've just switched to Vodafone" -> True; "the church hall moved us" -> False."""
+    return bool(_OWN_CHANGE.search(text.casefold()))
+
+
+def calls_new(text: str, older: str) -> bool:
+    """Whether a turn calls new, as the speaker's own (``_CALLED_NEW``), what the older turn called the
+    speaker's: the word after "new" is one of the three after "my"/"our" there (a plural "s" aside).
+    Examples: ("new number: 0131 555 9876", "my phone number is 0117 555 1234") -> True; ("checking out
+    a new trail", "found some more amazing trails in my town") -> False: one more trail, not a replaced
+    one; ("my sister found a new dentist", "my dentist is Dr Patel") -> False: hers."""
+    owned = {light_stem(w) for found in _OWNED.finditer(older.casefold()) for w in found.groups() if w}
+    return any(
+        light_stem(w) in owned for found in _CALLED_NEW.finditer(text.casefold()) for w in found.groups() if w
+    )
+
+
+def says_otherwise(text: str, older: str) -> bool:
+    """Whether a turn calls old, or denies, a content word of the older turn (``_SAID_OTHERWISE``, by a
+    light stem). Examples: ("the corolla's doing 62mpg, the old astra was lucky to get 45", "2016
+    vauxhall astra estate, 98k miles") -> True; ("my gp isn't Dr Brennan, she's Dr Brannigan", "my gp
+    is Dr Brennan") -> True; ("a second cat with a 5 year old cat?", "my cat is called Moss") -> False."""
+    told = _stems(older)
+    return any(
+        light_stem(w) in told
+        for found in _SAID_OTHERWISE.finditer(text.casefold())
+        for w in found.groups()
+        if w and is_content_word(w)
+    )
+
+
+def asks_of_the_rest(query: str, said: str, facts: str) -> bool:
+    """Whether the query asks about something that ``said`` (an old turn) says and ``facts`` (the
+    facts of its chain) do not: a content word (``is_content_word``) of the query and of the turn,
+    a plural "s" aside or by its first five letters, that the facts lack. Examples: ("am I still
+    allergic to peanuts?", "we live in Bristol, I'm allergic to peanuts", "Sarah lives in Bristol")
+    -> True; ("do I still live in Bristol?", "we live in Bristol btw", "Sarah lives in Bristol") ->
+    False; ("what's my job now?", "I'm a staff nurse in A&E", "Aisha is a staff nurse") -> False."""
+    asked, told, known = (_stems(text) for text in (query, said, facts))
+    return bool((asked & told) - known)
+
+
+def _stems(text: str) -> set[str]:
+    """A text's content words by a light stem (``light_stem``), and by their first five letters too."""
+    words = content_stems(text)
+    return words | {w[:5] + "…" for w in words if len(w) >= 5}
