@@ -137,12 +137,12 @@ def announced_successor(
     within twice the margin and either says the speaker changed something (``says_own_change``) on
     the leader's subject, calls new what the leader called the speaker's (``calls_new``) or calls old,
     or denies, what it said (``says_otherwise``); the newest that announces a change, else the newest
-    cued; None otherwise, or when the leader is not a turn or is already ``replaced``. ``subject_match`` is how
-    closely two turns' token vectors match (None when unknown): at least ``related`` for a change
-    announced by its words (an unknown match counts), at least ``same_subject`` for the speaker's own
-    change. Example: "signed up with Helsana ... the German one is cancelled" announces a change but
-    matches "I play cello in an amateur orchestra" 0.66: it does not replace it for "which orchestra
-    do I play in now?" (related 0.70)."""
+    cued; None otherwise, or when the leader is not a turn or is already ``replaced``.
+    ``subject_match`` is how closely two turns' token vectors match (None when unknown): at least
+    ``related`` for a change announced by its words (an unknown match counts), at least
+    ``same_subject`` for the speaker's own change. Example: "signed up with Helsana ... the German one
+    is cancelled" announces a change but matches "I play cello in an amateur orchestra" 0.66: it does
+    not replace it for "which orchestra do I play in now?" (related 0.70)."""
     old = order[0] if order else None  # a turn is checked for a newer one only when it leads
     if old is None or old.memory.id in replaced or not isinstance(old.memory, EpisodicMemory):
         return None
