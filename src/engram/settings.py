@@ -65,15 +65,16 @@ DEFAULT_SPEAKER_MATCH_BOOST = 1.1  # a turn said by the person the query names r
 # A replaced memory (engram.retrieval.currency) keeps this share of its score: right below what
 # replaced it, still in the top few for "what was it before?" questions asked without a past word.
 DEFAULT_OUTDATED_FACTOR = 0.5
+DEFAULT_ASKED_FACTOR = 0.1  # a turn asking what the query asks tells no answer (contenders.py); 1: off
 # A successor must match the query by late interaction's raw MaxSim at least as well as what it replaces,
 # less this: a live fact replaces the turn it supersedes for the question about it, not for every one.
 DEFAULT_REPLACE_MARGIN = 0.05
 # A change-announcing newer turn this near the top replaces the leading turn within that margin
 # (engram.retrieval.currency; 10 places cost the "unchanged" questions of bench/updates.py).
 DEFAULT_CHANGE_PLACES = 5
-# ... or when the speaker says they changed it ("we moved") and the two turns' token vectors match each
-# other this well (same subject: the README's Bristol -> Edinburgh pair 0.74; docs/benchmarks.md).
-DEFAULT_SAME_SUBJECT = 0.72
+# ... or when the speaker says they changed it ("we moved") and the two turns' token vectors match this well
+# (one subject: the README's Bristol -> Edinburgh 0.74, a bug hunt's Leeds -> York 0.718; 0.68 cost dev).
+DEFAULT_SAME_SUBJECT = 0.70
 # ... and a turn announcing any change, above this ("the German one is cancelled" matched an orchestra 0.66)
 DEFAULT_RELATED_SUBJECT = 0.70
 # Confidence = a logistic calibration of the strongest stage's raw score (engram.retrieval.confidence),
@@ -234,6 +235,7 @@ class EngramSettings(BaseSettings):
     same_subject: float = Field(default=DEFAULT_SAME_SUBJECT, ge=-1, le=1.01)  # above 1: never
     related_subject: float = Field(default=DEFAULT_RELATED_SUBJECT, ge=-1, le=1.01)  # -1: any subject
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
+    asked_factor: float = Field(default=DEFAULT_ASKED_FACTOR, gt=0, le=1)
     confidence_rerank: CoverageCalibration = Field(DEFAULT_CONFIDENCE_RERANK, description="reranked: a, b, c")
     confidence_late: CoverageCalibration = Field(DEFAULT_CONFIDENCE_LATE, description="not reranked: a, b, c")
     confidence_dense: tuple[FiniteFloat, FiniteFloat] = Field(

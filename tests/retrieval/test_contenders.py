@@ -8,7 +8,7 @@ import pytest
 
 from engram.models import EpisodicMemory, Memory, SemanticMemory
 from engram.retrieval.candidate import Candidate
-from engram.retrieval.contenders import contenders
+from engram.retrieval.contenders import asks_the_query, contenders, set_aside_askers
 
 AT = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -128,6 +128,60 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     assert distilled[0].explain["rerank_contenders"].startswith("the leader only")
     wide = facts.recall(query, config=eng.config.but(rerank_gap=1e-6, rerank_gap_distilled=1.0))
     assert [h.explain["relevance"] for h in wide] == ["rerank"] * 3
+
+
+@pytest.mark.parametrize(
+    ("text", "query", "asks"),
+    [
+        ("what car do I drive? the insurance form asks", "what car do I drive?", True),
+        ("hey, quick one - what car do I drive again?", "what car do I drive?", True),
+        ("What car do I drive?", "what car do I drive", True),  # the query's own turn
+        ("what car should I buy for a family of four?", "what car do I drive?", False),  # one word shared
+        ("ok I bought a Skoda Octavia estate", "what car do I drive?", False),  # no question
+        # one shared word is a question on the subject, and it tells: "my sister Magda"
+        ("my sister Magda is coming over in november, what should we do?", "what's my sister called?", False),
+        (  # a turn that mostly tells (LoCoMo)
+            "Since I was 17 or so. I find it so empowering and cathartic, it shows what is hard to put "
+            "into words. How long have you been into art?",
+            "How long has Melanie been creating art?",
+            False,
+        ),
+    ],
+)
+def test_a_turn_that_asks_what_the_query_asks_is_told_from_one_that_tells(text, query, asks):
+    assert asks_the_query(text, query) is asks
+
+
+def test_askers_are_set_aside_down_the_places_and_re_sorted():
+    query = "what car do I drive?"
+    order = head(0.9, 0.8, 0.7, texts=("what car do I drive?", "is a car seat ok?", "I drive a Skoda"))
+    for c, late in zip(order, (1.0, 0.6, 0.5), strict=True):
+        c.late = late
+    asked = set_aside_askers(order, query, 0.1, places=2)
+    assert asked == {"epi_" + "0" * 22}
+    assert [c.memory.text for c in order] == ["is a car seat ok?", "I drive a Skoda", "what car do I drive?"]
+    assert order[2].multipliers["asked"] == 0.1
+
+
+def test_a_question_asked_before_does_not_answer_it_again(eng):
+    """An outside bug hunt's repro: the agent's flow stores each user turn, and an earlier turn that asked
+    the same question led at 0.68, so the agent was handed the user's own question as what it knows."""
+    from datetime import timedelta
+
+    from engram.models import utcnow
+    from engram.settings import DEFAULT_MIN_CONFIDENCE
+
+    mem = eng.for_user("dana")
+    now = utcnow()
+    mem.remember_turn("I live in Leeds with my partner Sam", at=now - timedelta(days=120))
+    mem.remember_turn("ok I bought a Skoda Octavia estate", at=now - timedelta(days=95))
+    asked = mem.remember_turn("what car do I drive? the insurance form asks", at=now - timedelta(days=30))
+    hits = mem.recall("what car do I drive?", record_use=False)
+    assert hits[0].memory.id != asked.id
+    (again,) = [h for h in hits if h.memory.id == asked.id]
+    assert again.explain["asked"] <= eng.config.asked_factor and again.confidence < DEFAULT_MIN_CONFIDENCE
+    before = mem.recall("what did I ask about my car?", record_use=False)  # then the question is the answer
+    assert before[0].memory.id == asked.id and "asked" not in before[0].explain
 
 
 def test_a_single_turn_is_no_clear_leader(eng):

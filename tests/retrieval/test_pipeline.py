@@ -90,7 +90,7 @@ def test_a_turn_said_by_the_person_the_query_names_ranks_up(make_engram):
         ("The adoption agency interview went well", "Caroline"),
     ]:
         said[text[:12]] = group.remember_turn(text, session_id="s1", metadata={"speaker": speaker})
-    config = RetrievalConfig(rerank=False)
+    config = RetrievalConfig(rerank=False, asked_factor=1.0)  # the question stays, for the boost to tip
 
     def scores(boost):
         hits = group.recall(
@@ -109,6 +109,8 @@ def test_a_turn_said_by_the_person_the_query_names_ranks_up(make_engram):
     keen, asked = said["I'm keen on "].id, said["Caroline, wh"].id
     assert plain[asked].score >= 1.5 * plain[keen].score  # the echo leads without the boost ...
     assert decisive[keen].score >= 1.5 * decisive[asked].score  # ... and the boost puts the answer first
+    shipped = group.recall("What career is Caroline considering?", k=5, config=RetrievalConfig(rerank=False))
+    assert shipped[-1].memory.id == asked  # a question asked is no answer: below every turn that tells
     assert group.get(keen).text.startswith("I'm keen")  # the name is searched, never stored in the text
     assert group.get(keen).metadata == {"speaker": "Caroline"}
 

@@ -28,12 +28,14 @@ PRESENT_WORDS = frozenset("now current currently new these still latest today an
 CHANGE_WORDS = frozenset(
     "moved moving switched switching swapped changed replaced traded upgraded quit promoted adopted sold "  # noqa: SIM905
     "anymore longer instead actually sorry wrong dropped stopped gave broke cancelled canceled dropping "
-    "stopping".split()
+    "stopping relocated relocating".split()
 )
-# ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24"; not "no more": "works a
-# treat, no more blinding light" tells what a change did, not what replaced it).
+# ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24", "Biscuit passed away";
+# not "no more": "works a treat, no more blinding light" tells what a change did, not what replaced it).
 # "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
-_CHANGE_PHRASE = re.compile(r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops)\b")
+_CHANGE_PHRASE = re.compile(
+    r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops|passed\s+away)\b"
+)
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
 # "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
 CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these moment latest".split())  # noqa: SIM905

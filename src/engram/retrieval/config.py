@@ -48,6 +48,7 @@ class RetrievalConfig:
     same_subject: float = s.DEFAULT_SAME_SUBJECT  # two turns' token-vector match: one subject (currency.py)
     related_subject: float = s.DEFAULT_RELATED_SUBJECT  # ... a related one
     outdated_factor: float = s.DEFAULT_OUTDATED_FACTOR
+    asked_factor: float = s.DEFAULT_ASKED_FACTOR  # score and confidence of a turn re-asking the query
     calibration: Calibration = DEFAULT_CALIBRATION  # raw stage scores -> confidence (retrieval.confidence)
 
     def but(self, **changes: Any) -> RetrievalConfig:
@@ -80,6 +81,7 @@ class RetrievalConfig:
             same_subject=settings.same_subject,
             related_subject=settings.related_subject,
             outdated_factor=settings.outdated_factor,
+            asked_factor=settings.asked_factor,
             calibration=Calibration(
                 settings.confidence_rerank,
                 settings.confidence_late,

@@ -20,10 +20,15 @@ windows", "The leader is always judged").
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 from engram.models import EpisodicMemory
 from engram.retrieval.candidate import Candidate
+from engram.retrieval.change_cues import asks_about_past
+from engram.text import content_stems
+
+_QUESTION = re.compile(r"[^?.!\n]*\?")  # a sentence that ends in a question mark
 
 
 def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_gap: float = 1.0) -> int:
@@ -39,8 +44,8 @@ def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_ga
     prefix through the last near-tie instead cost pairs and measured no better). The whole window
     when a raw score is missing or not finite (late interaction off, failed, or skipped).
 
-    Leading echoes of the query (a turn whose text is the query itself, ignoring case and surrounding
-    space) are scored with the contenders but do not lead them: an agent writes the user's turn, then
+    Leading echoes of the query (``is_echo``: a turn whose text is the query, or that asks what it asks)
+    are scored with the contenders but do not lead them: an agent writes the user's turn, then
     recalls by its words, and that turn, first by far, would otherwise leave every recall uncontested.
 
     Example (turns): raw MaxSims [0.86, 0.85, 0.80, 0.855], gap 0.015 -> 3 (three within 0.015 of the
@@ -67,9 +72,81 @@ def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_ga
 
 
 def is_echo(candidate: Candidate, query: str) -> bool:
-    """Whether a candidate is a turn whose text is the query itself (ignoring case and surrounding space)."""
+    """Whether a candidate is a turn whose text is the query itself (ignoring case and surrounding
+    space), or that asks what the query asks (``asks_the_query``)."""
     memory = candidate.memory
-    return isinstance(memory, EpisodicMemory) and memory.text.strip().casefold() == query.strip().casefold()
+    return isinstance(memory, EpisodicMemory) and (
+        memory.text.strip().casefold() == query.strip().casefold() or asks_the_query(memory.text, query)
+    )
+
+
+def asks_the_query(text: str, query: str) -> bool:
+    """Whether a turn asks what the query asks, and says little else: one of its questions (a sentence
+    ending in "?") shares with the query at least two content words by light stem (one, for a query of
+    one), two thirds of the fewer of the two, and holds at least a third of the turn's content words. A
+    user's question tells nothing of its answer, yet the cross-encoder scores it as if it did: "what car
+    do I drive? the insurance form asks" got 0.68 where "ok I bought a Skoda Octavia estate" got 0.09.
+    Examples for the query "what car do I drive?": "hey, quick one - what car do I drive again?" ->
+    True; "what car should I buy for a family of four?" -> False (one word shared); "Since I was 17. I
+    find it empowering, cathartic, it shows what words can't. How long have you been into art?" for
+    "how long has Mel been creating art?" -> False: the turn mostly tells."""
+    if "?" not in text:
+        return False
+    asked = content_stems(query)
+    told = content_stems(text)
+    for found in _QUESTION.finditer(text):
+        question = content_stems(found.group(0))
+        shared = len(question & asked)
+        if (
+            shared
+            >= 2  # one shared word is a question on the subject: "my sister Magda ..., what should we do?"
+            and shared >= 2 / 3 * min(len(question), len(asked))
+            and 3 * len(question) >= len(told)
+        ):
+            return True
+    return False
+
+
+def set_aside_askers(order: list[Candidate], query: str, factor: float, places: int) -> set[str]:
+    """Multiply by ``factor`` (multiplier ``asked``) the turns among the first ``places`` of ``order``
+    (one stage's ranking) that ask what the query asks (``asks_the_query``), re-sort ``order`` in place,
+    and go on while turns not yet checked reach those places; return their ids. Done before the
+    cross-encoder's window is chosen, so that it judges what could answer. Not for a question about
+    the past ("what did I ask you about my car?" is answered by the question), nor with a factor of 1."""
+    asked: set[str] = set()
+    checked: set[str] = set()
+    if factor >= 1 or asks_about_past(query):
+        return asked
+    while unchecked := [c for c in order[:places] if c.memory.id not in checked]:
+        checked.update(c.memory.id for c in unchecked)
+        found = [
+            c
+            for c in unchecked
+            if isinstance(c.memory, EpisodicMemory) and asks_the_query(c.memory.text, query)
+        ]
+        for c in found:
+            c.multipliers["asked"] = factor
+            asked.add(c.memory.id)
+        if not found:
+            break
+        order.sort(key=lambda c: -c.final)
+    return asked
+
+
+def put_askers_below(order: list[Candidate], asked: set[str], places: int) -> None:
+    """After the last stage: each of the ``asked`` turns among the first ``places`` of ``order`` (the
+    final ranking) that still outscores a turn that tells goes just below the lowest such turn there
+    (its ``asked`` multiplier scaled by ``lowest / its final x 0.999``); re-sorts ``order`` in place.
+    The factor alone is not enough where the cross-encoder scored the question 0.96 and the answer
+    "ok I bought a Skoda Octavia estate" 0.0006."""
+    tellers = [c.final for c in order[:places] if c.memory.id not in asked and c.final > 0]
+    if not tellers:
+        return
+    floor = min(tellers)
+    for c in order[:places]:
+        if c.memory.id in asked and c.final >= floor:
+            c.multipliers["asked"] = c.multipliers.get("asked", 1.0) * floor / c.final * 0.999
+    order.sort(key=lambda c: -c.final)
 
 
 def _first_by_both_legs(rest: Sequence[Candidate]) -> int | None:

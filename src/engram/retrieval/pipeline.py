@@ -54,7 +54,7 @@ from engram.retrieval.candidate import Candidate
 from engram.retrieval.change_cues import asks_about_earlier_state, asks_about_past, expects_change
 from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.contenders import contenders, is_echo
+from engram.retrieval.contenders import contenders, is_echo, put_askers_below, set_aside_askers
 from engram.retrieval.currency import put_current_first, put_past_first
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import (
@@ -164,6 +164,9 @@ def recall(
             heads.append(len(head))
         else:
             errors["late_interaction"] = late_error
+    tier = candidates[: heads[-1]]  # the late-interaction head, or every fused candidate
+    asked = set_aside_askers(tier, query, config.asked_factor, max(k, config.rerank_window))
+    candidates[: len(tier)] = tier
     window = candidates[: config.rerank_window] if config.rerank and reranker is not None else []
     contested = contenders(window, config.rerank_gap, query, config.rerank_gap_distilled)
     uncontested: Candidate | None = None  # a leader nothing came near, left unscored: its own calibration
@@ -200,6 +203,7 @@ def recall(
             notes["rerank_contenders"] = "the leader only: nothing near it, calibrated as such (not scored)"
     bounds = sorted(set(heads))
     keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
+    put_askers_below(candidates, asked, max(k, config.rerank_window))
     outdated_by: dict[str, str] = {}
     if config.current_first and period is None and not asks_about_past(query):
         dim = token_encoder.dim if token_encoder is not None else 0
@@ -236,6 +240,7 @@ def recall(
             c.coverage,
             below=judged and c is not uncontested,
         )
+        * (config.asked_factor if c.memory.id in asked else 1.0)
         for c in candidates
     }
     answers_for |= outdated_by
