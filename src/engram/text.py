@@ -160,8 +160,8 @@ def word_of_pieces(
 
 def light_stem(word: str) -> str:
     """One inflection cut, then a final "e": "living", "lives", "lived", "live" -> "liv"; "works",
-    "working" -> "work"; "glasses" -> "glass"; "Bristol" -> "bristol". Enough to tell one word from
-    another, not a lemma."""
+    "working" -> "work"; "glasses" -> "glass"; "bristol" -> "bristol". Enough to tell one word from
+    another, not a lemma (the word comes casefolded)."""
     for suffix in ("ing", "ed", "es", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
             word = word[: -len(suffix)]
@@ -170,5 +170,6 @@ def light_stem(word: str) -> str:
 
 
 def content_stems(text: str) -> set[str]:
-    """The light stems (``light_stem``) of a text's content words (``is_content_word``)."""
-    return {light_stem(w) for w in fts_words(text) if is_content_word(w)}
+    """The light stems (``light_stem``) of a text's content words (``is_content_word``), all of them
+    (``fts_words`` keeps a query's first 32)."""
+    return {light_stem(w) for w in _words(text) if w not in STOPWORDS and is_content_word(w)}

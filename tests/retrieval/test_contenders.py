@@ -8,7 +8,7 @@ import pytest
 
 from engram.models import EpisodicMemory, Memory, SemanticMemory
 from engram.retrieval.candidate import Candidate
-from engram.retrieval.contenders import asks_the_query, contenders, set_aside_askers
+from engram.retrieval.contenders import asks_the_query, contenders, put_askers_below, set_aside_askers
 
 AT = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -138,6 +138,10 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
         ("What car do I drive?", "what car do I drive", True),  # the query's own turn
         ("what car should I buy for a family of four?", "what car do I drive?", False),  # one word shared
         ("ok I bought a Skoda Octavia estate", "what car do I drive?", False),  # no question
+        ("do you think my Skoda Octavia is a good car to drive in snow?", "what car do I drive?", False),
+        ("is the wifi password BTHub-4821?", "what's the wifi password?", False),  # it confirms a value
+        ("where do I live? the form asks", "where do I live?", False),  # one content word: not judged
+        ("is this ok? " + "word " * 20_000, "is this ok now?", False),  # long, and linear in its length
         # one shared word is a question on the subject, and it tells: "my sister Magda"
         ("my sister Magda is coming over in november, what should we do?", "what's my sister called?", False),
         (  # a turn that mostly tells (LoCoMo)
@@ -154,13 +158,35 @@ def test_a_turn_that_asks_what_the_query_asks_is_told_from_one_that_tells(text, 
 
 def test_askers_are_set_aside_down_the_places_and_re_sorted():
     query = "what car do I drive?"
-    order = head(0.9, 0.8, 0.7, texts=("what car do I drive?", "is a car seat ok?", "I drive a Skoda"))
-    for c, late in zip(order, (1.0, 0.6, 0.5), strict=True):
+    texts = ("what car do I drive?", "I drive a Skoda", "what car do I drive again?", "is a car seat ok?")
+    order = head(0.9, 0.8, 0.7, 0.6, texts=texts)
+    for c, late in zip(order, (1.0, 0.6, 0.5, 0.4), strict=True):
         c.late = late
-    asked = set_aside_askers(order, query, 0.1, places=2)
-    assert asked == {"epi_" + "0" * 22}
-    assert [c.memory.text for c in order] == ["is a car seat ok?", "I drive a Skoda", "what car do I drive?"]
+    # the second question rises into the first two places once the first is set aside: it counts too
+    questions = {order[0].memory.id, order[2].memory.id}
+    assert set_aside_askers(order, query, 0.1, places=2) == questions
+    assert [c.memory.text for c in order] == ["I drive a Skoda", "is a car seat ok?", *texts[::2]]
     assert order[2].multipliers["asked"] == 0.1
+    assert set_aside_askers(head(0.9, texts=texts), query, 1.0, places=2) == set()  # a factor of 1: off
+    past = head(0.9, texts=("what car do I drive?",))
+    assert set_aside_askers(past, "what did I ask you about the car I drive?", 0.1, places=2) == set()
+
+
+def test_askers_go_below_every_turn_that_tells_after_the_last_stage():
+    """The cross-encoder scored the question 0.96 and the answer 0.0006: the factor alone leaves the
+    question first, so it goes just below the lowest turn that tells among the first places."""
+    order = head(0.9, 0.8, 0.7, texts=("what car do I drive? the form asks", "I bought a Skoda", "junk"))
+    for c, relevance in zip(order, (0.96, 0.0006, 0.0001), strict=True):
+        c.late = relevance
+    order[0].multipliers["asked"] = 0.1
+    put_askers_below(order, {order[0].memory.id}, places=3)
+    assert [c.memory.text for c in order] == [
+        "I bought a Skoda",
+        "junk",
+        "what car do I drive? the form asks",
+    ]
+    assert order[2].final == pytest.approx(0.0001 * 0.999)
+    assert [c.final for c in order] == sorted((c.final for c in order), reverse=True)
 
 
 def test_a_question_asked_before_does_not_answer_it_again(eng):
@@ -173,15 +199,20 @@ def test_a_question_asked_before_does_not_answer_it_again(eng):
 
     mem = eng.for_user("dana")
     now = utcnow()
-    mem.remember_turn("I live in Leeds with my partner Sam", at=now - timedelta(days=120))
-    mem.remember_turn("ok I bought a Skoda Octavia estate", at=now - timedelta(days=95))
+    leeds = mem.remember_turn("I live in Leeds with my partner Sam", at=now - timedelta(days=120))
+    skoda = mem.remember_turn("ok I bought a Skoda Octavia estate", at=now - timedelta(days=95))
     asked = mem.remember_turn("what car do I drive? the insurance form asks", at=now - timedelta(days=30))
     hits = mem.recall("what car do I drive?", record_use=False)
     assert hits[0].memory.id != asked.id
     (again,) = [h for h in hits if h.memory.id == asked.id]
     assert again.explain["asked"] <= eng.config.asked_factor and again.confidence < DEFAULT_MIN_CONFIDENCE
-    before = mem.recall("what did I ask about my car?", record_use=False)  # then the question is the answer
+    before = mem.recall("what did I ask you about the car I drive?", record_use=False)  # the question answers
     assert before[0].memory.id == asked.id and "asked" not in before[0].explain
+    # a question that a change word opens is no successor: it does not replace the answer
+    again = mem.remember_turn("sorry, what car do I drive again? the form asks", at=now - timedelta(days=2))
+    hits = mem.recall("what car do I drive?", record_use=False)
+    assert {h.memory.id for h in hits[:2]} == {skoda.id, leeds.id}
+    assert all("outdated_by" not in h.explain for h in hits) and hits[-1].memory.id in {asked.id, again.id}
 
 
 def test_a_single_turn_is_no_clear_leader(eng):

@@ -153,7 +153,7 @@ def test_scores_fall_with_rank_across_stages(make_engram):
 
 def test_keep_scores_ordered_follows_its_docstring():
     from engram.retrieval.candidate import Candidate
-    from engram.retrieval.pipeline import keep_scores_ordered
+    from engram.retrieval.scoring import keep_scores_ordered
 
     def tier(*scores):
         return [Candidate(memory=None, rrf=s) for s in scores]  # final = rrf with no multipliers

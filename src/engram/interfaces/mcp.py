@@ -66,8 +66,9 @@ versions, error codes) as written. Returns the hits best first, each with its id
 event_time (when it was said or became true: when two hits disagree, the newer one is usually the
 current truth; outdated_by names a newer hit that replaced it) and confidence (0-1). Hits below
 min_confidence are left out; none left means nothing relevant is stored: say you don't know rather
-than guess. Superseded facts are hidden unless include_superseded is true (use it to answer "where did
-I live before?"). view="full" adds each hit's whole row and score breakdown."""
+than guess. Superseded facts are hidden unless include_superseded is true or the query asks about the
+past ("where did I live before?" sees them, with superseded_by). view="full" adds each hit's whole row
+and score breakdown."""
 
 WRITE_DESCRIPTION = """Store a durable memory about the user: a fact (memory_type="semantic", e.g. "Sarah
 owns a Lumio Hub v2") or a playbook (memory_type="procedural": name, trigger_text, description, ordered

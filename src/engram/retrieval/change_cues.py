@@ -15,8 +15,12 @@ from engram.text import content_stems, is_content_word, light_stem, query_words
 
 # A question with one of these asks about an earlier state ("where did I live before?", "my old phone")...
 EARLIER_STATE_WORDS = frozenset(
-    "before previous previously prior former formerly old older originally original earlier used ago".split()  # noqa: SIM905
+    "before previous previously prior former formerly old older originally original earlier used ago "  # noqa: SIM905
+    "ex".split()
 )
+# ... and these say so whatever the tense: "what's my ex called again?", "my former address" (not "old":
+# "where is his old man's birthday party?")
+EARLIER_IN_ANY_TENSE = frozenset("previous previously former formerly ex".split())  # noqa: SIM905
 # ... as does past tense ("where did I live?"), but that also asks about events ("when did I go to Rome?").
 PAST_TENSE = frozenset("did was were had used".split())  # noqa: SIM905
 PAST_WORDS = EARLIER_STATE_WORDS | PAST_TENSE | frozenset(("first", "ever"))
@@ -57,11 +61,13 @@ _CALLED_NEW = re.compile(
 _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
 # A turn that calls old, or denies, what an older one said: "the old astra was lucky to get 45" after
 # "2016 vauxhall astra estate", "my gp isn't Dr Brennan" after "my gp is Dr Brennan", "no more eggs or
-# cheese" after "I do eat eggs and dairy". "old" counts after a determiner only ("a 5 year old cat" is an
-# age); the two words after the cue are checked against the older turn's content words.
+# cheese" after "I do eat eggs and dairy". "old" counts after the speaker's own or a definite determiner
+# only ("a 5 year old cat" is an age, "my sister's old astra" hers); "isn't" not at a sentence's start
+# ("isn't 98k miles a lot?" asks); the two words after the cue are checked against the older turn's.
 _SAID_OTHERWISE = re.compile(
-    r"(?:\b(?:the|my|our|his|her|their)|\w['’]s)\s+(?:old|former|previous)\s+(\w+)(?:\s+(\w+))?"
-    r"|\b(?:isn't|isnt|aren't|no\s+more|no\s+longer)\s+(\w+)(?:\s+(\w+))?"
+    r"\b(?:the|my|our)\s+(?:old|former|previous)\s+(\w+)(?:\s+(\w+))?"
+    r"|(?<=\w)[ \t,]+(?:isn['’]?t|aren['’]?t)\s+(\w+)(?:\s+(\w+))?"
+    r"|\bno\s+(?:more|longer)\s+(\w+)(?:\s+(\w+))?"
 )
 # "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does; not
 # "what have I got planned?", "have I got ten minutes?" (have ... got is the present).
@@ -72,8 +78,13 @@ _HAVE_GOT = re.compile(r"(?:\b(?:have|has)|'ve)\s+(?:\w+\s+)?got\b", re.I)
 _OWNED_OLD = re.compile(r"(?:\b(?:my|our|your|his|her|their)|\w['’]s)\s+old\b", re.IGNORECASE)
 # "before my current job", "before the new one": the present word names what came after the answer
 _BEFORE_PRESENT = re.compile(r"\bbefore\s+(?:the\s+|my\s+|our\s+|this\s+)?(current|new|latest)\b", re.I)
-# "used" tells the past only as "used to" ("where did I used to work?", "what car I used to have")
-_USED_TO = re.compile(r"\bused\s+to\b", re.IGNORECASE)
+# "used" tells the past only as "used to" ("where did I used to work?", "what car I used to have"), or
+# as "did <someone> use to" ("what night did Dan use to play?"; not "what do we use to manage it?", "did
+# she have to use to add the camera?")
+_USED_TO = re.compile(
+    r"\bused\s+to\b|\bdid\s+(?:(?:my|our|his|her|their|the)\s+)?[\w'’-]+\s+use\s+to\b", re.IGNORECASE
+)
+_EX = re.compile(r"\bex-", re.IGNORECASE)  # "my ex-girlfriend's name": one word to the tokenizer
 
 
 def asks_about_past(query: str) -> bool:
@@ -88,17 +99,23 @@ def asks_about_past(query: str) -> bool:
 
 def asks_about_earlier_state(query: str) -> bool:
     """Whether the query asks what something was before it changed: a word that says so, in the past
-    tense (past tense alone also asks about events; "before" alone is also a preposition of time).
-    Examples: "which phone did I have before this one?", "what was my old number?" -> True; "when did
-    I go to Rome?", "how do I carb load before a race?", "where do I live?" -> False."""
+    tense (past tense alone also asks about events; "before" alone is also a preposition of time), or
+    one that says so in any tense (``EARLIER_IN_ANY_TENSE``). Examples: "which phone did I have before
+    this one?", "what was my old number?", "what night did Dan use to play?", "what's my ex called?"
+    -> True; "when did I go to Rome?", "how do I carb load before a race?", "where do I live?" -> False."""
     words = _past_words(query)
-    return bool(words & EARLIER_STATE_WORDS) and bool(words & PAST_TENSE) and not words & PRESENT_WORDS
+    earlier = bool(words & EARLIER_IN_ANY_TENSE) or bool(words & EARLIER_STATE_WORDS and words & PAST_TENSE)
+    return earlier and not words & PRESENT_WORDS
 
 
 def _past_words(query: str) -> frozenset[str]:
     words = query_words(query) - {found.group(1).lower() for found in _BEFORE_PRESENT.finditer(query)}
-    if not _USED_TO.search(query):  # "which account is used for my salary?" is the present passive
+    if _USED_TO.search(query):
+        words |= {"used"}
+    else:  # "which account is used for my salary?" is the present passive
         words -= {"used"}
+    if _EX.search(query):
+        words |= {"ex"}
     if _GOT_PARTICIPLE.search(query) and not _HAVE_GOT.search(query):
         words |= {"did"}
     return words if _OWNED_OLD.search(query) else words - {"old"}
@@ -123,7 +140,7 @@ def says_own_change(text: str) -> bool:
 
 def calls_new(text: str, older: str) -> bool:
     """Whether a turn calls new, as the speaker's own (``_CALLED_NEW``), what the older turn called the
-    speaker's: the word after "new" is one of the three after "my"/"our" there (a plural "s" aside).
+    speaker's: the word after "new" is one of the three after "my"/"our" there (by light stem).
     Examples: ("new number: 0131 555 9876", "my phone number is 0117 555 1234") -> True; ("checking out
     a new trail", "found some more amazing trails in my town") -> False: one more trail, not a replaced
     one; ("my sister found a new dentist", "my dentist is Dr Patel") -> False: hers."""

@@ -28,7 +28,10 @@ from engram.retrieval.candidate import Candidate
 from engram.retrieval.change_cues import asks_about_past
 from engram.text import content_stems
 
-_QUESTION = re.compile(r"[^?.!\n]*\?")  # a sentence that ends in a question mark
+# a sentence that ends in a question mark, matched from sentence starts only (linear in the text)
+_QUESTION = re.compile(r"(?:^|(?<=[?.!\n]))[^?.!\n]*\?")
+_TOKEN = re.compile(r"[\w'’-]+")
+_SELF = frozenset("i i'm i've i'd i'll i’m i’ve i’d i’ll".split())  # noqa: SIM905 capitalised, naming nothing
 
 
 def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_gap: float = 1.0) -> int:
@@ -44,8 +47,8 @@ def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_ga
     prefix through the last near-tie instead cost pairs and measured no better). The whole window
     when a raw score is missing or not finite (late interaction off, failed, or skipped).
 
-    Leading echoes of the query (``is_echo``: a turn whose text is the query, or that asks what it asks)
-    are scored with the contenders but do not lead them: an agent writes the user's turn, then
+    Leading echoes of the query (a turn whose text is the query itself, ignoring case and surrounding
+    space) are scored with the contenders but do not lead them: an agent writes the user's turn, then
     recalls by its words, and that turn, first by far, would otherwise leave every recall uncontested.
 
     Example (turns): raw MaxSims [0.86, 0.85, 0.80, 0.855], gap 0.015 -> 3 (three within 0.015 of the
@@ -72,34 +75,36 @@ def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_ga
 
 
 def is_echo(candidate: Candidate, query: str) -> bool:
-    """Whether a candidate is a turn whose text is the query itself (ignoring case and surrounding
-    space), or that asks what the query asks (``asks_the_query``)."""
+    """Whether a candidate is a turn whose text is the query itself (ignoring case and surrounding space)."""
     memory = candidate.memory
-    return isinstance(memory, EpisodicMemory) and (
-        memory.text.strip().casefold() == query.strip().casefold() or asks_the_query(memory.text, query)
-    )
+    return isinstance(memory, EpisodicMemory) and memory.text.strip().casefold() == query.strip().casefold()
 
 
 def asks_the_query(text: str, query: str) -> bool:
     """Whether a turn asks what the query asks, and says little else: one of its questions (a sentence
-    ending in "?") shares with the query at least two content words by light stem (one, for a query of
-    one), two thirds of the fewer of the two, and holds at least a third of the turn's content words. A
-    user's question tells nothing of its answer, yet the cross-encoder scores it as if it did: "what car
-    do I drive? the insurance form asks" got 0.68 where "ok I bought a Skoda Octavia estate" got 0.09.
-    Examples for the query "what car do I drive?": "hey, quick one - what car do I drive again?" ->
-    True; "what car should I buy for a family of four?" -> False (one word shared); "Since I was 17. I
-    find it empowering, cathartic, it shows what words can't. How long have you been into art?" for
-    "how long has Mel been creating art?" -> False: the turn mostly tells."""
+    ending in "?") shares with the query at least two content words by light stem, two thirds of the
+    fewer of the two, and holds at least a third of the turn's content words; and the turn names
+    nothing the query does not (``_named``: "is the wifi password BTHub-4821?" confirms a value). A
+    user's question tells nothing of its answer, yet the cross-encoder scores it as if it did: "what
+    car do I drive? the insurance form asks" got 0.68 where "ok I bought a Skoda Octavia estate" got
+    0.09. Examples for the query "what car do I drive?": "hey, quick one - what car do I drive again?"
+    -> True; "what car should I buy for a family of four?" -> False (one word shared); "do you think
+    my Skoda Octavia is a good car to drive in snow?" -> False (names something). A query of one
+    content word ("where do I live?") has no such turns: one shared word is a question on the subject,
+    which often tells ("my sister Magda is coming over, what should we do?")."""
     if "?" not in text:
         return False
     asked = content_stems(query)
+    if len(asked) < 2:
+        return False
     told = content_stems(text)
+    if not _named(text) <= _named(query):
+        return False
     for found in _QUESTION.finditer(text):
         question = content_stems(found.group(0))
         shared = len(question & asked)
         if (
-            shared
-            >= 2  # one shared word is a question on the subject: "my sister Magda ..., what should we do?"
+            shared >= 2
             and shared >= 2 / 3 * min(len(question), len(asked))
             and 3 * len(question) >= len(told)
         ):
@@ -107,44 +112,57 @@ def asks_the_query(text: str, query: str) -> bool:
     return False
 
 
+def _named(text: str) -> set[str]:
+    """What a text names beyond common words (casefolded): its tokens with a digit, and its capitalised
+    words past a sentence's start but "I". "is the wifi password BTHub-4821?" -> {"bthub-4821"}; "Is
+    my Skoda ok? I drive it daily" -> {"skoda"}."""
+    named: set[str] = set()
+    end = 0
+    for found in _TOKEN.finditer(text):
+        word, starts = found.group(0), end == 0 or any(ch in ".?!:\n" for ch in text[end : found.start()])
+        end = found.end()
+        if any(ch.isdigit() for ch in word) or (
+            word[0].isupper() and not starts and word.casefold() not in _SELF
+        ):
+            named.add(word.casefold())
+    return named
+
+
 def set_aside_askers(order: list[Candidate], query: str, factor: float, places: int) -> set[str]:
-    """Multiply by ``factor`` (multiplier ``asked``) the turns among the first ``places`` of ``order``
-    (one stage's ranking) that ask what the query asks (``asks_the_query``), re-sort ``order`` in place,
-    and go on while turns not yet checked reach those places; return their ids. Done before the
-    cross-encoder's window is chosen, so that it judges what could answer. Not for a question about
-    the past ("what did I ask you about my car?" is answered by the question), nor with a factor of 1."""
-    asked: set[str] = set()
-    checked: set[str] = set()
+    """Multiply by ``factor`` (multiplier ``asked``) the turns of ``order`` (one stage's ranking) that
+    ask what the query asks (``asks_the_query``), re-sort ``order`` in place and return their ids.
+    Done before the cross-encoder's window is chosen, so that it judges what could answer; only the
+    first ``places`` and the turns that rise into them count, which one pass over the first ``places``
+    plus as many more as it set aside covers. Not for a question about the past ("what did I ask you
+    about the car I drive?" is answered by the question), nor with a factor of 1."""
     if factor >= 1 or asks_about_past(query):
-        return asked
-    while unchecked := [c for c in order[:places] if c.memory.id not in checked]:
-        checked.update(c.memory.id for c in unchecked)
-        found = [
-            c
-            for c in unchecked
-            if isinstance(c.memory, EpisodicMemory) and asks_the_query(c.memory.text, query)
-        ]
-        for c in found:
-            c.multipliers["asked"] = factor
-            asked.add(c.memory.id)
-        if not found:
+        return set()
+    asker_ids: set[str] = set()
+    end = places
+    for place, c in enumerate(order):
+        if place >= end:
             break
+        if isinstance(c.memory, EpisodicMemory) and asks_the_query(c.memory.text, query):
+            c.multipliers["asked"] = factor
+            asker_ids.add(c.memory.id)
+            end += 1  # the next one rises into the first places
+    if asker_ids:
         order.sort(key=lambda c: -c.final)
-    return asked
+    return asker_ids
 
 
-def put_askers_below(order: list[Candidate], asked: set[str], places: int) -> None:
-    """After the last stage: each of the ``asked`` turns among the first ``places`` of ``order`` (the
-    final ranking) that still outscores a turn that tells goes just below the lowest such turn there
-    (its ``asked`` multiplier scaled by ``lowest / its final x 0.999``); re-sorts ``order`` in place.
-    The factor alone is not enough where the cross-encoder scored the question 0.96 and the answer
-    "ok I bought a Skoda Octavia estate" 0.0006."""
-    tellers = [c.final for c in order[:places] if c.memory.id not in asked and c.final > 0]
+def put_askers_below(order: list[Candidate], asker_ids: set[str], places: int) -> None:
+    """After the last stage: each of ``asker_ids`` among the first ``places`` of ``order`` (the final
+    ranking) that still outscores a turn that tells goes just below the lowest such turn there (its
+    ``asked`` multiplier scaled by ``lowest / its final x 0.999``); re-sorts ``order`` in place. The
+    factor alone is not enough where the cross-encoder scored the question 0.96 and the answer "ok I
+    bought a Skoda Octavia estate" 0.0006."""
+    tellers = [c.final for c in order[:places] if c.memory.id not in asker_ids and c.final > 0]
     if not tellers:
         return
     floor = min(tellers)
     for c in order[:places]:
-        if c.memory.id in asked and c.final >= floor:
+        if c.memory.id in asker_ids and c.final >= floor:
             c.multipliers["asked"] = c.multipliers.get("asked", 1.0) * floor / c.final * 0.999
     order.sort(key=lambda c: -c.final)
 

@@ -130,6 +130,7 @@ def announced_successor(
     subject_match: Callable[[Candidate, Candidate], float | None] = lambda new, old: None,
     same_subject: float = 1.01,
     related: float = -1.0,
+    askers: Collection[str] = (),
 ) -> tuple[str, Candidate] | None:
     """(leader id, the turn that replaces it) when a newer turn of the leader's speaker announces a
     change on a related subject and matches the query as well as the leader, or is among the first
@@ -137,7 +138,8 @@ def announced_successor(
     within twice the margin and either says the speaker changed something (``says_own_change``) on
     the leader's subject, calls new what the leader called the speaker's (``calls_new``) or calls old,
     or denies, what it said (``says_otherwise``); the newest that announces a change, else the newest
-    cued; None otherwise, or when the leader is not a turn or is already ``replaced``.
+    cued; None otherwise, or when the leader is not a turn or is already ``replaced``. A turn that asks
+    what the query asks (``askers``, ``contenders.asks_the_query``) replaces nothing.
     ``subject_match`` is how closely two turns' token vectors match (None when unknown): at least
     ``related`` for a change announced by its words (an unknown match counts), at least
     ``same_subject`` for the speaker's own change. Example: "signed up with Helsana ... the German one
@@ -153,6 +155,7 @@ def announced_successor(
         if isinstance(c.memory, EpisodicMemory)
         and at < c.memory.timestamp <= now
         and speaker_of(c.memory) == speaker  # people update what they said themselves
+        and c.memory.id not in askers  # "sorry, what car do I drive again?" announces nothing
     ]
     announced = [
         c
@@ -178,7 +181,7 @@ def announced_successor(
     ]
     # the newest of those that say a change happened, else of those cued by the old turn's words: after
     # "had enough of virgin, switched to Hyperoptic", "do I need to send the old hub back?" says no more
-    newer = announced or cued
+    newer = [c for c in announced + cued if announces_change(c.memory.text)] or cued
     return (old.memory.id, max(newer, key=lambda c: event_time(c.memory))) if newer else None
 
 
@@ -258,6 +261,7 @@ def put_current_first(
     subject_match: Callable[[Candidate, Candidate], float | None] = lambda new, old: None,
     same_subject: float = 1.01,
     related: float = -1.0,
+    askers: Collection[str] = (),
 ) -> dict[str, str]:
     """Re-rank ``order`` (final order, best first) in place and return old id -> successor id.
 
@@ -269,7 +273,7 @@ def put_current_first(
     """
     recorded = recorded_successors(order, superseded, now, margin, query if change_expected else None)
     announced = announced_successor(
-        order, now, margin, places, recorded, subject_match, same_subject, related
+        order, now, margin, places, recorded, subject_match, same_subject, related, askers
     )
     found = recorded | dict([announced]) if announced else recorded
     pairs = {old: new for old, new in found.items() if new.final > 0}

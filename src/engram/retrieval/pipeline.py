@@ -35,7 +35,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
@@ -66,7 +65,7 @@ from engram.retrieval.late_interaction import (
     token_maxima,
 )
 from engram.retrieval.own_voice import names_user_uncapitalised, own_voice
-from engram.retrieval.scoring import multipliers, named_speakers, speaker_of
+from engram.retrieval.scoring import keep_scores_ordered, multipliers, named_speakers, speaker_of
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
 from engram.text import query_words, user_id_words, user_named_in
@@ -107,7 +106,9 @@ def recall(
     ``narrow`` the rows it may return (session, event time, metadata), applied by the store inside both
     legs."""
     stage = telemetry.stage if telemetry is not None else _untimed
-    where = SearchFilter(memory_types=memory_types, include_superseded=include_superseded, narrow=narrow)
+    # a question about the past also sees what was true then: facts superseded since ("what was my old car?")
+    history = include_superseded or (config.current_first and asks_about_past(query))
+    where = SearchFilter(memory_types=memory_types, include_superseded=history, narrow=narrow)
     late = token_encoder is not None and config.late_interaction and config.late_window > 0
     # The query's token vectors are encoded on a worker while the legs run.
     query_tokens = (
@@ -165,7 +166,7 @@ def recall(
         else:
             errors["late_interaction"] = late_error
     tier = candidates[: heads[-1]]  # the late-interaction head, or every fused candidate
-    asked = set_aside_askers(tier, query, config.asked_factor, max(k, config.rerank_window))
+    asker_ids = set_aside_askers(tier, query, config.asked_factor, max(k, config.rerank_window))
     candidates[: len(tier)] = tier
     window = candidates[: config.rerank_window] if config.rerank and reranker is not None else []
     contested = contenders(window, config.rerank_gap, query, config.rerank_gap_distilled)
@@ -203,7 +204,7 @@ def recall(
             notes["rerank_contenders"] = "the leader only: nothing near it, calibrated as such (not scored)"
     bounds = sorted(set(heads))
     keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
-    put_askers_below(candidates, asked, max(k, config.rerank_window))
+    put_askers_below(candidates, asker_ids, max(k, config.rerank_window))
     outdated_by: dict[str, str] = {}
     if config.current_first and period is None and not asks_about_past(query):
         dim = token_encoder.dim if token_encoder is not None else 0
@@ -224,6 +225,7 @@ def recall(
                 ),
                 same_subject=config.same_subject,
                 related=config.related_subject,
+                askers=asker_ids,
             )
     answers_for: dict[str, str] = {}  # displaced id -> the id that now answers in its place
     if config.current_first and period is None and asks_about_earlier_state(query):
@@ -240,7 +242,7 @@ def recall(
             c.coverage,
             below=judged and c is not uncontested,
         )
-        * (config.asked_factor if c.memory.id in asked else 1.0)
+        * (config.asked_factor if c.memory.id in asker_ids else 1.0)
         for c in candidates
     }
     answers_for |= outdated_by
@@ -380,31 +382,6 @@ def _search_legs(
     if text_leg is not None:
         legs = {"bm25": [(h.id, h.score) for h in text_leg.result()], **legs}
     return legs
-
-
-def keep_scores_ordered(tiers: list[list[Candidate]]) -> None:
-    """Make scores fall with rank across stages: each tier (the reranked window, the rest of the
-    late-interaction head, the RRF tail) is scaled so its best score is just below the worst of the tier
-    above, ``stage_scale = min(above) / max(tier)`` less an ulp (only when needed; ratios within a tier
-    stay), so a client sorting by score meets no tie across tiers.
-
-    Each stage's relevance has its own scale (a cross-encoder probability can be 1e-5 where a
-    min-max-scaled late score is 0.9), and rank follows the stages, so without this a client sorting
-    or thresholding by score would disagree with the rank. Example: tiers with finals [0.6, 0.4] and
-    [0.9, 0.3] -> the second tier gets stage_scale 0.4 / 0.9: [0.4, 0.133].
-    """
-    floor: float | None = None
-    for tier in tiers:
-        top = max(c.final for c in tier)
-        if floor is not None and top >= floor and top > 0:
-            scale = floor / top
-            for c in tier:
-                c.multipliers["stage_scale"] = scale
-            while max(c.final for c in tier) >= floor and scale > 0:  # strictly below, past rounding
-                scale = math.nextafter(scale, 0.0)
-                for c in tier:
-                    c.multipliers["stage_scale"] = scale
-        floor = min(c.final for c in tier)
 
 
 def normalised(scores: list[float]) -> list[float]:

@@ -6,7 +6,7 @@ The final score of a hit is
 where relevance is the cross-encoder's probability ``sigmoid(logit)`` in (0, 1) when the hit was
 reranked, else its RRF score. Multiplying a probability keeps the factors meaningful: a 0.5 decay
 halves a hit's relevance, it cannot flip the sign of a raw logit. After these, ``stage_scale`` keeps
-scores falling across stages (pipeline.keep_scores_ordered), and ``update_lift`` / ``outdated`` put a
+scores falling across stages (keep_scores_ordered), and ``update_lift`` / ``outdated`` put a
 newer memory above the one it replaces (currency.put_current_first).
 """
 
@@ -16,11 +16,15 @@ import math
 import unicodedata
 from collections.abc import Iterable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from engram.models import EpisodicMemory, Memory, named_speaker
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.temporal import TimeWindow, in_window
 from engram.text import name_words, transcript_speaker
+
+if TYPE_CHECKING:  # candidate.py imports this module
+    from engram.retrieval.candidate import Candidate
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -153,3 +157,28 @@ def multipliers(
 
 def product(factors: dict[str, float]) -> float:
     return math.prod(factors.values())
+
+
+def keep_scores_ordered(tiers: list[list[Candidate]]) -> None:
+    """Make scores fall with rank across stages: each tier (the reranked window, the rest of the
+    late-interaction head, the RRF tail) is scaled so its best score is just below the worst of the tier
+    above, ``stage_scale = min(above) / max(tier)`` less an ulp (only when needed; ratios within a tier
+    stay), so a client sorting by score meets no tie across tiers.
+
+    Each stage's relevance has its own scale (a cross-encoder probability can be 1e-5 where a
+    min-max-scaled late score is 0.9), and rank follows the stages, so without this a client sorting
+    or thresholding by score would disagree with the rank. Example: tiers with finals [0.6, 0.4] and
+    [0.9, 0.3] -> the second tier gets stage_scale 0.4 / 0.9: [0.4, 0.133].
+    """
+    floor: float | None = None
+    for tier in tiers:
+        top = max(c.final for c in tier)
+        if floor is not None and top >= floor and top > 0:
+            scale = floor / top
+            for c in tier:
+                c.multipliers["stage_scale"] = scale
+            while max(c.final for c in tier) >= floor and scale > 0:  # strictly below, past rounding
+                scale = math.nextafter(scale, 0.0)
+                for c in tier:
+                    c.multipliers["stage_scale"] = scale
+        floor = min(c.final for c in tier)
