@@ -83,6 +83,9 @@ def test_a_turn_that_says_something_changed_is_told_from_chatter():
     assert announces_change("sorry I got it wrong, it's thursdays")
     assert announces_change("I'm not vegetarian any more, started eating chicken again")
     assert announces_change("oops, wifi password is tulip24 not tulip42")
+    assert announces_change("down to 88 kg now!") and announces_change("Biscuit passed away last week")
+    assert announces_change("landlord's putting the rent up to £790 a month")
+    assert not announces_change("up to you really") and not announces_change("she's very down to earth")
     assert not announces_change("we live in Bristol btw, old stone terrace")
     assert not announces_change("can I have some more time with the form?")
     assert not announces_change("do you have any more recipes?")
@@ -365,6 +368,7 @@ def test_a_turn_where_the_speaker_says_they_changed_something_is_told_from_other
     ("text", "older", "renewed"),
     [
         ("new number: 0131 555 9876", "my phone number is 0117 555 1234", True),
+        ("oh and the new salary is 175k", "my salary is 140k, should I negotiate?", True),
         ("I've got a new dentist now, Dr Okafor", "my dentist is Dr Patel on King Street", True),
         ("got new glasses at last", "my glasses are cracked", True),  # a plural is its singular
         ("been seeing someone new, Hannah", "my twin brother Chidi is getting married", False),

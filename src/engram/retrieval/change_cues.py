@@ -34,11 +34,13 @@ CHANGE_WORDS = frozenset(
     "anymore longer instead actually sorry wrong dropped stopped gave broke cancelled canceled dropping "
     "stopping relocated relocating".split()
 )
-# ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24", "Biscuit passed away";
-# not "no more": "works a treat, no more blinding light" tells what a change did, not what replaced it).
+# ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24", "Biscuit passed away",
+# "down to 88 kg now!", "putting the rent up to £790"; not "no more": "works a treat, no more blinding
+# light" tells what a change did, not what replaced it).
 # "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
 _CHANGE_PHRASE = re.compile(
-    r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops|passed\s+away)\b"
+    r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops|passed\s+away"
+    r"|(?:up|down)\s+to\s+[£$€]?\d)"
 )
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
 # "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
@@ -50,10 +52,11 @@ _FIRST_PERSON = r"i|we|i've|we've|i'm|we're|ive|im"  # a speaker's own subject, 
 _OWN_CHANGE = re.compile(
     rf"\b(?:{_FIRST_PERSON}|i'd|we'd)\b(?:\W+\w+){{0,2}}?\W+(?:" + "|".join(sorted(CHANGE_WORDS)) + r")\b"
 )
-# The speaker's own new thing: "I've got a new dentist", "my new phone", "got a new bike" (a sentence
-# that drops its "I"), "new number: ..." (a label); not "my sister found a new dentist", "happy new year".
+# The speaker's own new thing: "I've got a new dentist", "my new phone", "the new salary is 175k", "got a
+# new bike" (a sentence that drops its "I"), "new number: ..." (a label); not "my sister found a new
+# dentist", "happy new year".
 _CALLED_NEW = re.compile(
-    rf"(?:\b(?:{_FIRST_PERSON})\b(?:\W+\w+){{0,2}}?\W+|\b(?:my|our)\s+"
+    rf"(?:\b(?:{_FIRST_PERSON})\b(?:\W+\w+){{0,2}}?\W+|\b(?:my|our|the)\s+"
     r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+(\w+)"
     r"|(?:^|[.!?]\s*)new\s+(\w+)\s*:"
 )
