@@ -87,7 +87,6 @@ _BEFORE_PRESENT = re.compile(r"\bbefore\s+(?:the\s+|my\s+|our\s+|this\s+)?(curre
 _USED_TO = re.compile(
     r"\bused\s+to\b|\bdid\s+(?:(?:my|our|his|her|their|the)\s+)?[\w'’-]+\s+use\s+to\b", re.IGNORECASE
 )
-_EX = re.compile(r"\bex-", re.IGNORECASE)  # "my ex-girlfriend's name": one word to the tokenizer
 
 
 def asks_about_past(query: str) -> bool:
@@ -117,8 +116,6 @@ def _past_words(query: str) -> frozenset[str]:
         words |= {"used"}
     else:  # "which account is used for my salary?" is the present passive
         words -= {"used"}
-    if _EX.search(query):
-        words |= {"ex"}
     if _GOT_PARTICIPLE.search(query) and not _HAVE_GOT.search(query):
         words |= {"did"}
     return words if _OWNED_OLD.search(query) else words - {"old"}
