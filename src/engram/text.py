@@ -172,4 +172,4 @@ def light_stem(word: str) -> str:
 def content_stems(text: str) -> set[str]:
     """The light stems (``light_stem``) of a text's content words (``is_content_word``), all of them
     (``fts_words`` keeps a query's first 32)."""
-    return {light_stem(w) for w in _words(text) if w not in STOPWORDS and is_content_word(w)}
+    return {light_stem(w) for w in _words(text) if is_content_word(w)}

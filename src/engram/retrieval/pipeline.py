@@ -107,7 +107,8 @@ def recall(
     legs."""
     stage = telemetry.stage if telemetry is not None else _untimed
     # a question about the past also sees what was true then: facts superseded since ("what was my old car?")
-    history = include_superseded or (config.current_first and asks_about_past(query))
+    about_past = asks_about_past(query)
+    history = include_superseded or (config.current_first and about_past)
     where = SearchFilter(memory_types=memory_types, include_superseded=history, narrow=narrow)
     late = token_encoder is not None and config.late_interaction and config.late_window > 0
     # The query's token vectors are encoded on a worker while the legs run.
@@ -206,7 +207,7 @@ def recall(
     keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
     put_askers_below(candidates, asker_ids, max(k, config.rerank_window))
     outdated_by: dict[str, str] = {}
-    if config.current_first and period is None and not asks_about_past(query):
+    if config.current_first and period is None and not about_past:
         dim = token_encoder.dim if token_encoder is not None else 0
         with stage("current_first"):
             outdated_by = put_current_first(
