@@ -85,6 +85,9 @@ def test_a_turn_that_says_something_changed_is_told_from_chatter():
     assert announces_change("oops, wifi password is tulip24 not tulip42")
     assert announces_change("down to 88 kg now!") and announces_change("Biscuit passed away last week")
     assert announces_change("landlord's putting the rent up to £790 a month")
+    assert announces_change("she's upped the amlodipine to 10mg") and announces_change("down to two hens now")
+    assert announces_change("divya's going up to four days a week")
+    assert not announces_change("we raised the topic at the meeting")  # raised to no number
     assert not announces_change("up to you really") and not announces_change("she's very down to earth")
     assert not announces_change("we live in Bristol btw, old stone terrace")
     assert not announces_change("can I have some more time with the form?")
@@ -375,7 +378,8 @@ def test_a_turn_where_the_speaker_says_they_changed_something_is_told_from_other
         ("checking out a new trail", "found some more amazing trails in my town", False),  # one more
         ("my sister just found a new dentist she likes", "my dentist is Dr Patel", False),  # hers
         ("happy new year!", "my year has been rough", False),
-        ("the new series is out", "my phone number is 0117 555 1234", False),
+        ("the new series is out", "my phone number is 0117 555 1234", False),  # "is" is no subject
+        ("we've got a new permanent manager, Anjali", "my interim manager is Deb", True),  # the word after
     ],
 )
 def test_a_turn_that_calls_new_what_an_older_one_named_is_recognised(text, older, renewed):
@@ -407,6 +411,9 @@ def test_a_newer_turn_that_calls_the_leaders_subject_new_replaces_it_within_twic
         ("my sister is selling her old astra", "2016 vauxhall astra estate", False),  # hers
         ("isn't 98k miles a lot for an estate?", "vauxhall astra estate, 98k miles", False),  # it asks
         ("the old hub is in a drawer", "my phone number is 0117 555 1234", False),  # another subject
+        ("on at 6:50 now, so much better than 8:30", "our games are at 8:30 now", True),  # compared
+        ("the new flat is bigger than leith", "we rent in Leith", True),
+        ("he's taller than Sean now", "my phone number is 0117 555 1234", False),
     ],
 )
 def test_a_turn_that_calls_old_or_denies_what_an_older_one_said_is_recognised(text, older, otherwise):
@@ -621,3 +628,23 @@ def test_a_turn_that_calls_the_old_car_old_goes_first_for_the_car_question(eng):
     hits = mem.recall("what car does Rohan drive?", record_use=False)
     assert [h.memory.id for h in hits[:2]] == [corolla.id, astra.id]
     assert hits[1].explain["outdated_by"] == corolla.id
+
+
+def test_a_dose_raised_to_a_number_replaces_the_dose_given_before(eng):
+    """No change word: "upped ... to 10mg" says the 5mg is no longer true."""
+    mem = eng.for_user("marek")
+    now = utcnow()
+    five = mem.remember_turn(
+        "doc put me on amlodipine 5mg for blood pressure, any side effects I should know about?",
+        at=now - timedelta(days=200),
+    )
+    mem.remember_turn("should I cut salt as well? I eat a lot of pickled stuff", at=now - timedelta(days=199))
+    ten = mem.remember_turn(
+        "anyway she's upped the amlodipine to 10mg, BP was still 142 over 92", at=now - timedelta(days=30)
+    )
+    query = "what dose of amlodipine am I on?"
+    off = mem.recall(query, record_use=False, config=RetrievalConfig(current_first=False))
+    hits = mem.recall(query, record_use=False)
+    assert [h.memory.id for h in hits[:2]] == [ten.id, five.id]
+    assert hits[1].explain["outdated_by"] == ten.id
+    assert off[0].memory.id == five.id  # relevance alone put the 5mg first

@@ -35,12 +35,13 @@ CHANGE_WORDS = frozenset(
     "stopping relocated relocating".split()
 )
 # ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24", "Biscuit passed away",
-# "down to 88 kg now!", "putting the rent up to £790"; not "no more": "works a treat, no more blinding
-# light" tells what a change did, not what replaced it).
+# "down to 88 kg now!", "putting the rent up to £790", "she's upped the amlodipine to 10mg"; not "no
+# more": "works a treat, no more blinding light" tells what a change did, not what replaced it).
 # "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
 _CHANGE_PHRASE = re.compile(
     r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops|passed\s+away"
-    r"|(?:up|down)\s+to\s+[£$€]?\d)"
+    r"|(?:up|down)\s+to\s+(?:[£$€]?\d|(?:one|two|three|four|five|six|seven|eight|nine|ten)\b)"
+    r"|(?:upped|raised|increased|lowered|reduced|bumped)(?:\s+[\w'’]+){0,3}?\s+to\s+[£$€]?\d)"
 )
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
 # "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
@@ -53,24 +54,28 @@ _OWN_CHANGE = re.compile(
     rf"\b(?:{_FIRST_PERSON}|i'd|we'd)\b(?:\W+\w+){{0,2}}?\W+(?:" + "|".join(sorted(CHANGE_WORDS)) + r")\b"
 )
 # The speaker's own new thing: "I've got a new dentist", "my new phone", "the new salary is 175k", "got a
-# new bike" (a sentence that drops its "I"), "new number: ..." (a label); not "my sister found a new
-# dentist", "happy new year".
+# new bike" (a sentence that drops its "I"), "new number: ..." (a label), and the word after next ("we've
+# got a new permanent manager" after "my interim manager"); not "my sister found a new dentist", "happy
+# new year".
 _CALLED_NEW = re.compile(
     rf"(?:\b(?:{_FIRST_PERSON})\b(?:\W+\w+){{0,2}}?\W+|\b(?:my|our|the)\s+"
-    r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+(\w+)"
+    r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+(\w+)(?:\s+(\w+))?"
     r"|(?:^|[.!?]\s*)new\s+(\w+)\s*:"
 )
 # What the speaker calls theirs: up to three words after "my"/"our" ("my phone number is ...").
 _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
-# A turn that calls old, or denies, what an older one said: "the old astra was lucky to get 45" after
-# "2016 vauxhall astra estate", "my gp isn't Dr Brennan" after "my gp is Dr Brennan", "no more eggs or
-# cheese" after "I do eat eggs and dairy". "old" counts after the speaker's own or a definite determiner
-# only ("a 5 year old cat" is an age, "my sister's old astra" hers); "isn't" not at a sentence's start
-# ("isn't 98k miles a lot?" asks); the two words after the cue are checked against the older turn's.
+# A turn that calls old, denies, or compares with what an older one said: "the old astra was lucky to get
+# 45" after "2016 vauxhall astra estate", "my gp isn't Dr Brennan" after "my gp is Dr Brennan", "no more
+# eggs or cheese" after "I do eat eggs and dairy", "6:50 now, so much better than 8:30" after "our games
+# are at 8:30 now" (a comparative's "than", a time's hour skipped). "old" counts after the speaker's own
+# or a definite determiner only ("a 5 year old cat" is an age, "my sister's old astra" hers); "isn't" not
+# at a sentence's start ("isn't 98k miles a lot?" asks); the words after the cue are checked against the
+# older turn's.
 _SAID_OTHERWISE = re.compile(
     r"\b(?:the|my|our)\s+(?:old|former|previous)\s+(\w+)(?:\s+(\w+))?"
     r"|(?<=\w)[ \t,]+(?:isn['’]?t|aren['’]?t)\s+(\w+)(?:\s+(\w+))?"
     r"|\bno\s+(?:more|longer)\s+(\w+)(?:\s+(\w+))?"
+    r"|\b(?:\w+er|worse|less|more\s+\w+)\s+than\s+(?:\d+[:.])?(\w+)"
 )
 # "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does; not
 # "what have I got planned?", "have I got ten minutes?" (have ... got is the present).
@@ -140,21 +145,27 @@ def says_own_change(text: str) -> bool:
 
 def calls_new(text: str, older: str) -> bool:
     """Whether a turn calls new, as the speaker's own (``_CALLED_NEW``), what the older turn called the
-    speaker's: the word after "new" is one of the three after "my"/"our" there (by light stem).
+    speaker's: a content word of the two after "new" is one of the three after "my"/"our" there (by
+    light stem).
     Examples: ("new number: 0131 555 9876", "my phone number is 0117 555 1234") -> True; ("checking out
     a new trail", "found some more amazing trails in my town") -> False: one more trail, not a replaced
     one; ("my sister found a new dentist", "my dentist is Dr Patel") -> False: hers."""
     owned = {light_stem(w) for found in _OWNED.finditer(older.casefold()) for w in found.groups() if w}
     return any(
-        light_stem(w) in owned for found in _CALLED_NEW.finditer(text.casefold()) for w in found.groups() if w
+        light_stem(w) in owned
+        for found in _CALLED_NEW.finditer(text.casefold())
+        for w in found.groups()
+        if w and is_content_word(w)
     )
 
 
 def says_otherwise(text: str, older: str) -> bool:
-    """Whether a turn calls old, or denies, a content word of the older turn (``_SAID_OTHERWISE``, by a
-    light stem). Examples: ("the corolla's doing 62mpg, the old astra was lucky to get 45", "2016
-    vauxhall astra estate, 98k miles") -> True; ("my gp isn't Dr Brennan, she's Dr Brannigan", "my gp
-    is Dr Brennan") -> True; ("a second cat with a 5 year old cat?", "my cat is called Moss") -> False."""
+    """Whether a turn calls old, denies, or compares with a content word of the older turn
+    (``_SAID_OTHERWISE``, by a light stem). Examples: ("the corolla's doing 62mpg, the old astra was
+    lucky to get 45", "2016 vauxhall astra estate, 98k miles") -> True; ("my gp isn't Dr Brennan,
+    she's Dr Brannigan", "my gp is Dr Brennan") -> True; ("6:50 now, so much better than 8:30", "our
+    games are at 8:30") -> True; ("a second cat with a 5 year old cat?", "my cat is called Moss") ->
+    False."""
     told = _stems(older)
     return any(
         light_stem(w) in told
