@@ -361,10 +361,13 @@ def test_a_question_about_what_something_was_before_is_told_by_its_words(query, 
         ("he's thinking of moving here in the autumn", False),
         ("coffee machine in the office broke", False),
         ("we live in Bristol btw", False),
+        ("I've started eating fish again, so pescatarian now", True),
+        ("she started a pottery class", False),  # hers: and "started" alone announces nothing
     ],
 )
 def test_a_turn_where_the_speaker_says_they_changed_something_is_told_from_others(text, own):
     assert says_own_change(text) is own
+    assert not announces_change("she started a pottery class")  # only the speaker's own "started"
 
 
 @pytest.mark.parametrize(
@@ -495,6 +498,25 @@ def test_for_a_question_about_before_an_older_near_match_goes_first():
         cand(turn(5, "old phone", 300), 0.6, late=0.70),
     ]
     assert put_past_first(too_far, margin=0.05, places=5) == {}
+
+
+def test_for_a_question_about_before_the_fact_the_leader_superseded_goes_first_however_it_matches():
+    virgin_id, hyperoptic_id = "sem_" + "0" * 21 + "1", "sem_" + "0" * 21 + "2"
+    hyperoptic = cand(
+        fact(2, "Fiona's broadband is Hyperoptic", 30, supersedes=virgin_id), final=1.0, late=0.86
+    )
+    switch = cand(turn(3, "had enough of virgin, switched to Hyperoptic", 30), final=0.4, late=0.83)
+    virgin = cand(
+        fact(1, "Fiona's broadband is Virgin Media", 200, superseded_by=hyperoptic_id), final=0.01, late=0.7
+    )
+    order = [hyperoptic, switch, virgin]
+    assert put_past_first(order, margin=0.05, places=5) == {hyperoptic.memory.id: virgin.memory.id}
+    assert order[0] is virgin and "past_lift" in virgin.multipliers
+    never_true = cand(virgin.memory.model_copy(update={"retracted": True}), final=0.01, late=0.7)
+    order = [cand(hyperoptic.memory, 1.0, 0.86), switch, never_true]
+    assert put_past_first(order, margin=0.05, places=5) == {}
+    alone = [cand(virgin.memory, 1.0, 0.7), cand(hyperoptic.memory, 0.9, 0.86)]  # it leads already
+    assert put_past_first(alone, margin=0.05, places=5) == {}
 
 
 # -- recall on a real store ----------------------------------------------------------------------------
@@ -648,3 +670,25 @@ def test_a_dose_raised_to_a_number_replaces_the_dose_given_before(eng):
     assert [h.memory.id for h in hits[:2]] == [ten.id, five.id]
     assert hits[1].explain["outdated_by"] == ten.id
     assert off[0].memory.id == five.id  # relevance alone put the 5mg first
+
+
+def test_a_question_about_before_the_current_value_gets_the_fact_it_superseded_first(eng):
+    """The query names the current value, so relevance alone ranks the live fact first."""
+    mem = eng.for_user("fiona")
+    now = utcnow()
+    virgin_turn = mem.remember_turn(
+        "our virgin media broadband keeps dropping out", at=now - timedelta(days=200)
+    )
+    switch = mem.remember_turn("had enough of virgin, switched to Hyperoptic", at=now - timedelta(days=30))
+    virgin = mem.write("Fiona's broadband is Virgin Media", supporting_episode_ids=[virgin_turn.id])
+    hyperoptic = mem.write(
+        "Fiona's broadband is Hyperoptic", supporting_episode_ids=[switch.id], supersedes_id=virgin.id
+    )
+    query = "who was my broadband with before hyperoptic?"
+    off = mem.recall(
+        query, record_use=False, include_superseded=True, config=RetrievalConfig(current_first=False)
+    )
+    hits = mem.recall(query, record_use=False)
+    assert virgin.id in [h.memory.id for h in off[1:]]  # seen, not first
+    assert hits[0].memory.id == virgin.id and "past_lift" in hits[0].explain
+    assert hyperoptic.id in [h.memory.id for h in hits[1:3]]

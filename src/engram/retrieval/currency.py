@@ -50,8 +50,8 @@ keeps the bottom of its min-max-scaled head above 0 for this). Measured on bench
 
 Only for queries about the present: a query that names a period (``temporal.time_window``) or asks about
 the past (``asks_about_past``: "before", "used to", "old", "did" ...) is left as it was, except that a
-question about an earlier state ("which phone did I have before this one?") gets an older near match
-first (``put_past_first``).
+question about an earlier state ("which phone did I have before this one?") gets the fact a leading
+live one superseded, else an older near match, first (``put_past_first``).
 """
 
 from __future__ import annotations
@@ -292,15 +292,29 @@ def put_current_first(
 
 
 def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dict[str, str]:
-    """For a question about an earlier state (``asks_about_earlier_state``): when a memory older than
-    the leader is among the first ``places`` and matches the query nearly as well (raw MaxSim within
-    ``margin``), the best ranked such one goes first, by ``past_lift = leader.final / its final x
-    1.001``; returns {leader id: its id}, or {}. "which phone did I have before this one?" is answered
-    by the iPhone turn, not by the newer "the night mode on the new phone is unreal" that outscored it.
+    """For a question about an earlier state (``asks_about_earlier_state``), put what was true before
+    first, by ``past_lift = leader.final / its final x 1.001``; returns {leader id: its id}, or {}.
+
+    * **Recorded:** when a live memory among the first ``places`` supersedes one that is a candidate
+      (a question about the past sees superseded facts), that one goes first, however it matches:
+      "who was my broadband with before hyperoptic?" is answered by the superseded "Fiona's broadband
+      is Virgin Media", not by "Fiona's broadband is Hyperoptic" that the query names. A retracted
+      fact (never true) answers nothing.
+    * **Guessed:** else, when a memory older than the leader is among the first ``places`` and matches
+      the query nearly as well (raw MaxSim within ``margin``), the best ranked such one: "which phone
+      did I have before this one?" is answered by the iPhone turn, not by the newer "the night mode
+      on the new phone is unreal" that outscored it.
     """
     leader = order[0] if order else None
-    if leader is None:
+    if leader is None or getattr(leader.memory, "superseded_by", None) is not None:  # it was true before
         return {}
+    by_id = {c.memory.id: c for c in order}
+    recorded = [
+        by_id[before]
+        for c in order[:places]
+        if (before := getattr(c.memory, "supersedes", None)) in by_id
+        and not getattr(by_id[before].memory, "retracted", False)
+    ]
     older = [
         c
         for c in order[1:places]
@@ -308,9 +322,9 @@ def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dic
         and _matches_as_well(c, leader, margin)
         and c.final > 0
     ]
-    if not older:
+    chosen = next((c for c in recorded + older if c.final > 0), None)
+    if chosen is None or chosen is leader:
         return {}
-    chosen = older[0]
     chosen.multipliers["past_lift"] = leader.final / chosen.final * 1.001
     order.sort(key=lambda c: -c.final)
     return {leader.memory.id: chosen.memory.id}

@@ -27,8 +27,9 @@
    memory that replaces a candidate (a live fact superseding what an episode supports, a newer turn
    announcing a change) ranks above it; the replaced one's explain names ``outdated_by``, and it is
    multiplied by ``outdated`` unless a change-announcing turn replaced it for a query that does not
-   expect a change (then the two only swap places). For a question about an earlier state, an older
-   near match goes above a newer leader (``currency.put_past_first``, explain ``past_lift``).
+   expect a change (then the two only swap places). For a question about an earlier state, the fact
+   a leading live one superseded, else an older near match, goes above the leader
+   (``currency.put_past_first``, explain ``past_lift``).
 8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
    successor's is at least that of what it replaced.
 """
