@@ -128,7 +128,9 @@ def bulk_load(
 def random_tokens(eng: Engram, rows: list, legacy: bool = False) -> list[bytes]:
     """Packed random token vectors, one per text token plus [CLS], marker and [SEP]: scoring costs the
     same whatever the values, and encoding 100k texts would take ~6 minutes here. In the format new
-    writes use, or (``legacy``) Engram 0.1's int8 one, for a before/after disk figure."""
+    writes use (int8 unless ``ENGRAM_LEAN_TOKEN_VECTORS=true``), or (``legacy``) int8 whatever the
+    setting. From 2026-12-01 21:49 (ca2e01c) to 2026-12-02 they were always lean: the OpenSearch 100k
+    figures of that day in docs/benchmarks.md are the lean format's."""
     assert eng.token_encoder is not None
     dim = eng.token_encoder.dim
     gen = np.random.default_rng(len(rows))
@@ -137,7 +139,8 @@ def random_tokens(eng: Engram, rows: list, legacy: bool = False) -> list[bytes]:
         n = 3 + int(1.3 * len(search_text_of(row).split()))
         m = gen.standard_normal((n, dim)).astype(np.float32)
         matrices.append(m / np.linalg.norm(m, axis=1, keepdims=True))
-    blobs = pack_all(matrices, None if legacy else eng.token_encoder.name)
+    lean = eng.settings.lean_token_vectors and not legacy
+    blobs = pack_all(matrices, eng.token_encoder.name if lean else None)
     return blobs
 
 
@@ -421,7 +424,7 @@ def main() -> None:
     parser.add_argument("--os-heap", default="1g", help="the test node's heap (default 1g)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--disk-only", action="store_true", help="bulk load and measure the disk, no latency")
-    parser.add_argument("--legacy-tokens", action="store_true", help="token vectors in Engram 0.1's int8")
+    parser.add_argument("--legacy-tokens", action="store_true", help="int8 token vectors whatever the setting")
     args = parser.parse_args()
     results = []
     for size in args.sizes:

@@ -32,6 +32,7 @@ from engram.settings import (
     DEFAULT_OS_REFRESH,
     DEFAULT_OS_REPLICAS,
     DEFAULT_OS_SHARDS,
+    DEFAULT_OS_TOKEN_CACHE_MB,
     EngramSettings,
     OsRefresh,
 )
@@ -60,6 +61,7 @@ class OpenSearchOptions:
     shards: int = DEFAULT_OS_SHARDS
     replicas: int = DEFAULT_OS_REPLICAS
     refresh: Refresh = DEFAULT_OS_REFRESH
+    token_cache_mb: int = DEFAULT_OS_TOKEN_CACHE_MB
 
     @classmethod
     def from_settings(cls, settings: EngramSettings) -> OpenSearchOptions:
@@ -72,6 +74,7 @@ class OpenSearchOptions:
             shards=settings.os_shards,
             replicas=settings.os_replicas,
             refresh=settings.os_refresh,
+            token_cache_mb=settings.os_token_cache_mb,
         )
 
 

@@ -91,11 +91,6 @@ def narrowing(where: SearchFilter) -> list[dict[str, Any]]:
     return clauses
 
 
-def unpack_tokens(tokens: str) -> bytes:
-    """A row's packed token vectors from the base64 of its ``tokens`` field."""
-    return base64.b64decode(tokens)
-
-
 def bare_fields(row: Memory) -> dict[str, Any]:
     """A new row's fields once the turn it quotes is gone: no context, nor its words."""
     bare = without_context(row)

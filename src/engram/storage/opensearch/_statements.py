@@ -27,6 +27,7 @@ from engram.errors import Conflict
 from engram.models import Memory, Tombstone, Vectors
 from engram.storage._statements import WAITING, RowState
 from engram.storage.opensearch._documents import PAGE, ROW_SOURCE, document, iso, memory, tokens_field
+from engram.storage.opensearch._token_cache import Version
 from engram.storage.opensearch._unit import Kept, UnitOfWork
 
 if TYPE_CHECKING:
@@ -67,13 +68,23 @@ class OpenSearchRows(UnitOfWork):
     def rows_by_id(self, ids: Sequence[str], owners: Sequence[str]) -> list[Memory]:
         return [memory(d["_source"]) for d in self._mget(ids, ROW_SOURCE) if d["_source"]["owner"] in owners]
 
+    def versions_by_id(self, ids: Sequence[str], owners: Sequence[str]) -> dict[str, Version]:
+        """The versions of ``owners``' documents among ``ids`` that the tenant may read."""
+        docs = self._mget(ids, {"includes": ["owner"]})
+        return {d["_id"]: (d["_seq_no"], d["_primary_term"]) for d in docs if d["_source"]["owner"] in owners}
+
     def tokens_by_id(self, ids: Sequence[str], owners: Sequence[str]) -> dict[str, bytes]:
+        return {doc_id: blob for doc_id, _, blob in self.versioned_tokens(ids, owners) if blob}
+
+    def versioned_tokens(self, ids: Sequence[str], owners: Sequence[str]) -> list[tuple[str, Version, bytes]]:
+        """(id, version, packed token vectors; b"" for none) of ``owners``' documents among ``ids`` that the
+        tenant may read."""
         docs = self._mget(ids, {"includes": ["owner", "tokens"]})
-        return {
-            d["_id"]: base64.b64decode(d["_source"]["tokens"])
+        return [
+            (d["_id"], (d["_seq_no"], d["_primary_term"]), base64.b64decode(d["_source"].get("tokens") or ""))
             for d in docs
-            if d["_source"]["owner"] in owners and d["_source"].get("tokens")
-        }
+            if d["_source"]["owner"] in owners
+        ]
 
     def _rows(self, query: dict[str, Any], sort: list[Any], limit: int, offset: int = 0) -> list[Memory]:
         body = {"query": query, "sort": sort, "_source": ROW_SOURCE}

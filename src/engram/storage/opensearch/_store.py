@@ -62,7 +62,6 @@ from engram.storage.opensearch._documents import (
     iso,
     memory,
     narrowing,
-    unpack_tokens,
 )
 from engram.storage.opensearch._journal import clear_forgotten_quotes, settle
 from engram.storage.opensearch._layout import (
@@ -77,6 +76,7 @@ from engram.storage.opensearch._lexical import bm25_score, cosine_score, stats_s
 from engram.storage.opensearch._meta import OpenSearchMeta
 from engram.storage.opensearch._statements import OpenSearchRows
 from engram.storage.opensearch._tenant_users import TenantUsers
+from engram.storage.opensearch._token_cache import TokenCache
 from engram.text import fts_words
 from engram.validation import validate_user_id
 
@@ -96,6 +96,7 @@ class OpenSearchStore(StoreRules[str]):
         self._client: OpenSearch = connect(self.endpoint, self.options)
         self._leases = Leases(self._client, self.names.store, self._settle)
         self._tenants = TenantUsers(self._admin)
+        self._token_cache = TokenCache(self.options.token_cache_mb * 2**20)
         self._one_shard = False  # an appended row is one bulk, without a lease (``insert``)
         self._settled: list[str] = []  # the tenants whose unfinished unit this open settled
         try:
@@ -340,34 +341,46 @@ class OpenSearchStore(StoreRules[str]):
     def search_candidates(
         self, tenant: Tenant, query: str, vector: Vectors, where: SearchFilter, limit: int, tokens: bool
     ) -> Candidates:
-        """Both legs, with their rows (and token vectors), in two ``_msearch``: the dense leg with the
-        text leg's per-owner statistics, then the text leg; the token vectors of the turns the rows
-        replied to that are not among them, in one ``_mget`` more."""
+        """Both legs with their rows, in two ``_msearch``: the dense leg with the text leg's per-owner
+        statistics, then the text leg. Token vectors (``tokens``): the rows' and those of the turns they
+        replied to, from the process's cache at the version the legs saw (``_token_cache``), the rest
+        in one ``_mget`` (after one for the quoted turns' versions)."""
         if not where.memory_types:
             return Candidates([], [], [], {} if tokens else None)
-        source = {"excludes": ["embedding", "search_text"]} if tokens else ROW_SOURCE
         words = fts_words(query)
         stats = self._stats(tenant, words, where)
-        dense = dict(self._vector_body(tenant, vector, where, limit), _source=source)
+        versioned = {"_source": ROW_SOURCE, "seq_no_primary_term": True}  # a version keys the token cache
+        dense = self._vector_body(tenant, vector, where, limit) | versioned
         *stats_answers, dense_answer = self._msearch(tenant, [*stats, dense])
         text = self._text_body(tenant, words, stats_answers, where, limit) if stats else None
-        text_hits = self._msearch(tenant, [dict(text, _source=source)])[0]["hits"]["hits"] if text else []
+        text_hits = self._msearch(tenant, [text | versioned])[0]["hits"]["hits"] if text else []
         dense_hits = dense_answer["hits"]["hits"]
-        owner = owner_of(tenant)
-        sources = {h["_id"]: h["_source"] for h in [*text_hits, *dense_hits]}
-        rows = [memory(s) for s in sources.values()]
-        blobs: dict[str, bytes] | None = None
-        if tokens:
-            blobs = {i: unpack_tokens(s["tokens"]) for i, s in sources.items() if s.get("tokens")}
-            context = [c for m in rows if (c := getattr(m, "context_id", None)) and c not in sources]
-            if context:
-                blobs |= self._rows(owner).tokens_by_id(context, where.owners(tenant))
+        found = {h["_id"]: h for h in [*text_hits, *dense_hits]}
+        rows = [memory(h["_source"]) for h in found.values()]
         return Candidates(
             [LegHit(h["_id"], bm25_score(h["_score"])) for h in text_hits],
             [LegHit(h["_id"], cosine_score(h["_score"])) for h in dense_hits],
             rows,
-            blobs,
+            self._tokens(tenant, where, found, rows) if tokens else None,
         )
+
+    def _tokens(
+        self, tenant: Tenant, where: SearchFilter, found: Mapping[str, Any], rows: Sequence[Memory]
+    ) -> dict[str, bytes]:
+        """The packed token vectors of the legs' rows (``found``: their hits, with versions) and of the
+        turns they quote: cached at the same version, else fetched (and cached)."""
+        versions = {i: (h["_seq_no"], h["_primary_term"]) for i, h in found.items()}
+        rows_api, owners = self._rows(owner_of(tenant)), where.owners(tenant)
+        quoted = [c for m in rows if (c := getattr(m, "context_id", None)) and c not in found]
+        if quoted:
+            versions |= rows_api.versions_by_id(quoted, owners)
+        blobs = self._token_cache.get(versions)
+        missing = [i for i in versions if i not in blobs]
+        if missing:
+            fetched = rows_api.versioned_tokens(missing, owners)
+            self._token_cache.put(fetched)
+            blobs |= {doc_id: blob for doc_id, _, blob in fetched}
+        return {doc_id: blob for doc_id, blob in blobs.items() if blob}
 
     # -- what the engine does its own way ------------------------------------------------------
     def _record_use(

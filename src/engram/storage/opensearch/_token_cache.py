@@ -1,0 +1,63 @@
+"""Token vectors kept in the process between recalls, checked against each document's version.
+
+A row's token vectors are ~22 KB of base64 in ``_source`` (int8, the default format): fetched with the
+rows of both legs, they were ~4.8 MB a recall on LoCoMo dev and most of its time (recall p50 250 ms
+against 30 ms on SQLite, the search itself ~30 ms of it: docs/benchmarks.md, "Token vectors on
+OpenSearch"). The legs now bring the rows without them, each with its ``_seq_no`` / ``_primary_term``;
+what this cache holds at that version is used, and only the rest is fetched. Any write of a document
+(a supersession, a use count, ``engram reindex``) gives it a new version, so a stale entry is never
+used; it is replaced by the next fetch or evicted.
+
+Isolation: an id is only looked up after the tenant's own search (document-level security) returned it
+at that version, so the cache gives no tenant a row it could not read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+
+Version = tuple[int, int]  # (_seq_no, _primary_term): changes with every write of the document
+ENTRY_BYTES = 100  # what an entry costs beside its blob (key, tuple, dict slot): b"" entries count too
+
+
+class TokenCache:
+    """Least recently used token blobs, at most ``max_bytes`` with ``ENTRY_BYTES`` each (0: keeps
+    nothing)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, tuple[Version, bytes]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, versions: Mapping[str, Version]) -> dict[str, bytes]:
+        """The blobs held for these ids at exactly these versions (b"" for a row that has none)."""
+        found: dict[str, bytes] = {}
+        with self._lock:
+            for doc_id, version in versions.items():
+                entry = self._entries.get(doc_id)
+                if entry is not None and entry[0] == version:
+                    self._entries.move_to_end(doc_id)
+                    found[doc_id] = entry[1]
+        return found
+
+    def put(self, fetched: Iterable[tuple[str, Version, bytes]]) -> None:
+        """Keep (id, version, blob) for the next recalls, dropping the least recently used past the
+        budget; a blob larger than the whole budget is not kept."""
+        with self._lock:
+            for doc_id, version, blob in fetched:
+                old = self._entries.pop(doc_id, None)
+                if old is not None:
+                    self._bytes -= ENTRY_BYTES + len(old[1])
+                if ENTRY_BYTES + len(blob) > self.max_bytes:
+                    continue
+                self._entries[doc_id] = (version, blob)
+                self._bytes += ENTRY_BYTES + len(blob)
+            while self._bytes > self.max_bytes and self._entries:
+                self._bytes -= ENTRY_BYTES + len(self._entries.popitem(last=False)[1][1])
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes

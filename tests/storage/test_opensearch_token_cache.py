@@ -1,0 +1,116 @@
+"""Token vectors on OpenSearch recall (``_token_cache``): the legs bring rows without them, and a recall
+fetches only the token vectors the process does not hold at the version the legs saw. Bytes are
+counted at the client's connections: a second recall of the same question must not fetch the ~22 KB a
+row again, a rewritten row's new vectors must be used, and a tenant never gets another's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+import pytest
+
+from engram.models import EpisodicMemory, new_id
+from engram.retrieval.late_interaction import pack
+from engram.storage.base import SearchFilter
+from engram.storage.opensearch._token_cache import ENTRY_BYTES, TokenCache
+from tests.conftest import opened_store
+
+T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+EVERYTHING = SearchFilter(frozenset({"episodic", "semantic", "procedural", "catalog"}))
+
+
+def test_the_cache_gives_a_blob_only_at_its_version_and_keeps_to_its_budget():
+    cache = TokenCache(max_bytes=2 * (ENTRY_BYTES + 10))
+    cache.put([("a", (1, 1), b"a" * 10), ("b", (4, 1), b"b" * 10)])
+    assert cache.get({"a": (1, 1), "b": (5, 1)}) == {"a": b"a" * 10}  # b was rewritten since
+    cache.put([("c", (1, 1), b"c" * 10)])  # over budget: the least recently used (b) goes
+    assert cache.get({"a": (1, 1), "b": (4, 1), "c": (1, 1)}) == {"a": b"a" * 10, "c": b"c" * 10}
+    cache.put([("a", (2, 1), b"")])  # a row without token vectors is remembered as such
+    assert cache.get({"a": (2, 1)}) == {"a": b""} and cache.size_bytes == 2 * ENTRY_BYTES + 10
+    cache.put([("big", (1, 1), b"x" * 1000)])  # larger than the whole budget: not kept
+    assert cache.get({"big": (1, 1)}) == {} and cache.get({"c": (1, 1)}) == {"c": b"c" * 10}
+    off = TokenCache(max_bytes=0)
+    off.put([("a", (1, 1), b"")])
+    assert off.get({"a": (1, 1)}) == {} and off.size_bytes == 0
+
+
+@pytest.fixture
+def store(request, tmp_path, embedder):
+    yield from opened_store("opensearch", tmp_path, request, embedder)
+
+
+@contextmanager
+def received(store) -> Iterator[list[int]]:
+    """The sizes of the response bodies the store's client receives inside the block."""
+    sizes: list[int] = []
+    conns = store._client.transport.connection_pool.connections
+    reals = [c.perform_request for c in conns]
+    for conn, real in zip(conns, reals, strict=True):
+
+        def perform_request(*args, _real=real, **kwargs):
+            status, headers, data = _real(*args, **kwargs)
+            sizes.append(len(data or ""))
+            return status, headers, data
+
+        conn.perform_request = perform_request
+    try:
+        yield sizes
+    finally:
+        for conn, real in zip(conns, reals, strict=True):
+            conn.perform_request = real
+
+
+def session(user: str, texts: list[str]) -> list[EpisodicMemory]:
+    """Turns of one session, each replying to the one before (so recall needs their token vectors too)."""
+    turns: list[EpisodicMemory] = []
+    for text in texts:
+        before = turns[-1] if turns else None
+        turns.append(
+            EpisodicMemory(
+                id=new_id("episodic"),
+                text=text,
+                user_id=user,
+                created_at=T0,
+                timestamp=T0,
+                session_id="s1",
+                context=before.text if before else None,
+                context_id=before.id if before else None,
+            )
+        )
+    return turns
+
+
+def insert(store, embedder, token_encoder, user, rows) -> dict[str, bytes]:
+    texts = [r.text for r in rows]
+    blobs = [pack(t) for t in token_encoder.encode_documents(texts)]
+    store.insert(user, rows, embedder.embed_documents(texts), None, blobs)
+    return {r.id: b for r, b in zip(rows, blobs, strict=True)}
+
+
+def test_a_second_recall_fetches_no_token_vectors_and_a_rewritten_row_gets_its_new_ones(
+    store, embedder, token_encoder
+):
+    texts = [f"the garage sensor {i} runs on a CR2032 coin cell, checked on day {i}" for i in range(30)]
+    sarah = insert(store, embedder, token_encoder, "sarah", session("sarah", texts))
+    bob = insert(store, embedder, token_encoder, "bob", session("bob", ["bob's garage sensor takes AAA"]))
+    query = "which battery does the garage sensor take?"
+    vector = embedder.embed_query(query)
+
+    with received(store) as cold:
+        first = store.search_candidates("sarah", query, vector, EVERYTHING, 80, True)
+    assert first.tokens == sarah  # every row's, the quoted turns' among them; never bob's
+    with received(store) as warm:
+        again = store.search_candidates("sarah", query, vector, EVERYTHING, 80, True)
+    assert again.tokens == sarah and [m.id for m in again.rows] == [m.id for m in first.rows]
+    assert sum(warm) < sum(cold) / 4, (sum(warm), sum(cold))  # 30 rows' ~10 KB of base64 each: not again
+
+    rewritten = next(iter(sarah))
+    other = pack(token_encoder.encode_documents(["a different text altogether"])[0])
+    store.set_tokens("sarah", {rewritten: other})  # a new version of the document
+    after = store.search_candidates("sarah", query, vector, EVERYTHING, 80, True)
+    assert after.tokens == sarah | {rewritten: other}
+
+    theirs = store.search_candidates("bob", query, vector, EVERYTHING, 80, True)
+    assert theirs.tokens == bob  # the cache holds sarah's rows: bob's search never reaches them
