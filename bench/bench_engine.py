@@ -43,6 +43,9 @@ from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.late_interaction import pack_all
 from engram.storage.base import Store, TenantIndexing
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from os_node import opensearch_node  # bench scripts run as files, not as a package
+
 
 def vocabulary() -> list[str]:
     """Real English words, one wordpiece each (from the packaged model's vocab, roughly by frequency):
@@ -215,33 +218,21 @@ def open_opensearch(tmp: str, url: str | None, heap: str) -> Iterator[Engram]:
     from engram.settings import load_settings
     from engram.storage.opensearch import OpenSearchOptions, OpenSearchStore
 
-    node = None
-    if url is None:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from tests.opensearch_node.node import USERS, start_node
-
-        node = start_node(Path(tmp) / "os", heap=heap)
-        _tenant_hash[:] = [bcrypt_hash(random_password())]
-        print(f"OpenSearch test node up in {node.startup_s:.1f} s (heap {heap})", flush=True)
-        url = f"opensearchs://{node.address}"
-        options = OpenSearchOptions(
-            user="svc", password=USERS["svc"][0], ca_certs=str(node.ca), index_prefix=OS_PREFIX, replicas=0
-        )
-    else:
+    if url is not None:
         options = replace(OpenSearchOptions.from_settings(load_settings()), index_prefix=OS_PREFIX)
-    try:
         store = OpenSearchStore(url, options)
         try:
             with with_default_models(store) as eng:
                 yield eng
-        finally:
-            if node is None:  # a cluster of someone's: take the bench's indices away
-                cleanup = OpenSearchStore(url, options)
-                cleanup._client.indices.delete(index=f"{OS_PREFIX}*", expand_wildcards="all", ignore=404)
-                cleanup.close()
-    finally:
-        if node is not None:
-            node.stop()
+        finally:  # a cluster of someone's: take the bench's indices away
+            cleanup = OpenSearchStore(url, options)
+            cleanup._client.indices.delete(index=f"{OS_PREFIX}*", expand_wildcards="all", ignore=404)
+            cleanup.close()
+        return
+    with opensearch_node(Path(tmp) / "os", heap=heap) as node:
+        _tenant_hash[:] = [bcrypt_hash(random_password())]
+        with with_default_models(OpenSearchStore(node.url, node.options(OS_PREFIX))) as eng:
+            yield eng
 
 
 def random_password() -> str:

@@ -9,7 +9,11 @@ sees the conversation's present, not today's date). R@K is the share of a questi
 the top K, averaged over questions; MRR uses the first gold turn.
 
     python bench/locomo.py [--preset default --preset no-rerank ...] [--conversations 2]
-                           [--store sqlite|postgres] [--data PATH] [--json bench/results/locomo.json]
+                           [--store sqlite|postgres|opensearch] [--os-heap 1g] [--data PATH]
+                           [--json bench/results/locomo.json]
+
+--store opensearch starts one OpenSearch 2.19 test node for the run (tests/opensearch_node, through
+bench/os_node.py: java 17, mvn, openssl) and gives each conversation its own index prefix on it.
 
 Presets: see PRESETS below; ``default`` is the pipeline Engram ships with.
 """
@@ -17,9 +21,11 @@ Presets: see PRESETS below; ``default`` is the pipeline Engram ships with.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -35,6 +41,9 @@ from engram.retrieval.config import RetrievalConfig
 from engram.settings import EngramSettings
 from engram.storage.base import Store
 from engram.storage.sqlite import SQLiteStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from os_node import BenchNode, opensearch_node  # bench scripts run as files, not as a package
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
@@ -96,33 +105,46 @@ def turns_of(sample: dict[str, Any]) -> tuple[list[dict[str, Any]], datetime]:
 
 
 class Stores:
-    """A fresh store per conversation: a SQLite file, or a database on a bundled PostgreSQL server
-    (pgserver, started on first use) as the non-owner runtime role, like the test suite."""
+    """A fresh store per conversation: a SQLite file, a database on a bundled PostgreSQL server
+    (pgserver, started on first use) as the non-owner runtime role, like the test suite, or an index
+    prefix of its own on one OpenSearch test node (started on first use) as the service account."""
 
-    def __init__(self, kind: str, tmp: Path) -> None:
-        self.kind, self.tmp = kind, tmp
-        self.server: Any = None
+    def __init__(self, kind: str, tmp: Path, os_heap: str = "1g") -> None:
+        self.kind, self.tmp, self.os_heap = kind, tmp, os_heap
+        self.pg: Any = None
+        self.node: BenchNode | None = None
+        self.stack = contextlib.ExitStack()  # what close() stops: the server or node started here
 
     def new(self, name: str) -> Store:
         if self.kind == "sqlite":
             return SQLiteStore(self.tmp / f"{name}.db")
+        if self.kind == "opensearch":
+            return self.new_opensearch(name)
         import pgserver
         import psycopg
         from psycopg.conninfo import make_conninfo
 
         from engram.storage.postgres import PostgresStore
 
-        if self.server is None:
-            self.server = pgserver.get_server(self.tmp / "pg", cleanup_mode="stop")
+        if self.pg is None:
+            self.pg = pgserver.get_server(self.tmp / "pg", cleanup_mode="stop")
+            self.stack.callback(self.pg.cleanup)
         database = "locomo_" + re.sub(r"\W", "_", name)
-        with psycopg.connect(self.server.get_uri(), autocommit=True) as conn:
+        with psycopg.connect(self.pg.get_uri(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{database}"')
-        admin = make_conninfo(self.server.get_uri(), dbname=database)
+        admin = make_conninfo(self.pg.get_uri(), dbname=database)
         return PostgresStore(make_conninfo(admin, user="engram_app"), admin_url=admin)
 
+    def new_opensearch(self, name: str) -> Store:
+        from engram.storage.opensearch import OpenSearchStore
+
+        if self.node is None:
+            self.node = self.stack.enter_context(opensearch_node(self.tmp / "os", self.os_heap))
+        prefix = "locomo-" + re.sub(r"[^a-z0-9_.-]", "-", name.lower()) + "-"
+        return OpenSearchStore(self.node.url, self.node.options(prefix))
+
     def close(self) -> None:
-        if self.server is not None:
-            self.server.cleanup()
+        self.stack.close()
 
 
 def run(
@@ -218,7 +240,8 @@ def main() -> None:
     parser.add_argument("--preset", action="append", choices=sorted(PRESETS), help="repeatable")
     parser.add_argument("--conversations", type=int, default=None, help="only the first N")
     parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--store", choices=["sqlite", "postgres", "opensearch"], default="sqlite")
+    parser.add_argument("--os-heap", default="1g", help="the OpenSearch test node's heap (default 1g)")
     args = parser.parse_args()
     presets = args.preset or ["default"]
     samples = json.loads(args.data.read_text())[: args.conversations]
@@ -233,7 +256,7 @@ def main() -> None:
             token_encoder=OnnxTokenEncoder.packaged(threads=settings.model_threads),
             settings=settings,
         )
-        stores = Stores(args.store, Path(tmp))
+        stores = Stores(args.store, Path(tmp), args.os_heap)
         try:
             results = run(base, samples, presets, stores)
         finally:
