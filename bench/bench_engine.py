@@ -415,7 +415,7 @@ def main() -> None:
     parser.add_argument("--os-heap", default="1g", help="the test node's heap (default 1g)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--disk-only", action="store_true", help="bulk load and measure the disk, no latency")
-    parser.add_argument("--legacy-tokens", action="store_true", help="int8 token vectors whatever the setting")
+    parser.add_argument("--legacy-tokens", action="store_true", help="int8 whatever the setting")
     args = parser.parse_args()
     results = []
     for size in args.sizes:
