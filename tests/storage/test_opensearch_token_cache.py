@@ -23,17 +23,19 @@ EVERYTHING = SearchFilter(frozenset({"episodic", "semantic", "procedural", "cata
 
 def test_the_cache_gives_a_blob_only_at_its_version_and_keeps_to_its_budget():
     cache = TokenCache(max_bytes=2 * (ENTRY_BYTES + 10))
-    cache.put([("a", (1, 1), b"a" * 10), ("b", (4, 1), b"b" * 10)])
-    assert cache.get({"a": (1, 1), "b": (5, 1)}) == {"a": b"a" * 10}  # b was rewritten since
-    cache.put([("c", (1, 1), b"c" * 10)])  # over budget: the least recently used (b) goes
-    assert cache.get({"a": (1, 1), "b": (4, 1), "c": (1, 1)}) == {"a": b"a" * 10, "c": b"c" * 10}
-    cache.put([("a", (2, 1), b"")])  # a row without token vectors is remembered as such
-    assert cache.get({"a": (2, 1)}) == {"a": b""} and cache.size_bytes == 2 * ENTRY_BYTES + 10
-    cache.put([("big", (1, 1), b"x" * 1000)])  # larger than the whole budget: not kept
-    assert cache.get({"big": (1, 1)}) == {} and cache.get({"c": (1, 1)}) == {"c": b"c" * 10}
+    cache.put([("a", ("i", 1, 1), b"a" * 10), ("b", ("i", 4, 1), b"b" * 10)])
+    assert cache.get({"a": ("i", 1, 1), "b": ("i", 5, 1)}) == {"a": b"a" * 10}  # b was rewritten since
+    cache.put([("c", ("i", 1, 1), b"c" * 10)])  # over budget: the least recently used (b) goes
+    held = cache.get({"a": ("i", 1, 1), "b": ("i", 4, 1), "c": ("i", 1, 1)})
+    assert held == {"a": b"a" * 10, "c": b"c" * 10}
+    cache.put([("a", ("i", 2, 1), b"")])  # a row without token vectors is remembered as such
+    assert cache.get({"a": ("i", 1, 1)}) == {} and cache.get({"a": ("j", 2, 1)}) == {}  # j: a migration
+    assert cache.get({"a": ("i", 2, 1)}) == {"a": b""} and cache.size_bytes == 2 * ENTRY_BYTES + 10
+    cache.put([("big", ("i", 1, 1), b"x" * 1000)])  # larger than the whole budget: not kept
+    assert cache.get({"big": ("i", 1, 1)}) == {} and cache.get({"c": ("i", 1, 1)}) == {"c": b"c" * 10}
     off = TokenCache(max_bytes=0)
-    off.put([("a", (1, 1), b"")])
-    assert off.get({"a": (1, 1)}) == {} and off.size_bytes == 0
+    off.put([("a", ("i", 1, 1), b"")])
+    assert off.get({"a": ("i", 1, 1)}) == {} and off.size_bytes == 0
 
 
 @pytest.fixture

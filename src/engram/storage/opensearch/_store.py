@@ -76,7 +76,7 @@ from engram.storage.opensearch._lexical import bm25_score, cosine_score, stats_s
 from engram.storage.opensearch._meta import OpenSearchMeta
 from engram.storage.opensearch._statements import OpenSearchRows
 from engram.storage.opensearch._tenant_users import TenantUsers
-from engram.storage.opensearch._token_cache import TokenCache
+from engram.storage.opensearch._token_cache import TokenCache, version_of
 from engram.text import fts_words
 from engram.validation import validate_user_id
 
@@ -369,7 +369,7 @@ class OpenSearchStore(StoreRules[str]):
     ) -> dict[str, bytes]:
         """The packed token vectors of the legs' rows (``found``: their hits, with versions) and of the
         turns they quote: cached at the same version, else fetched (and cached)."""
-        versions = {i: (h["_seq_no"], h["_primary_term"]) for i, h in found.items()}
+        versions = {i: version_of(h) for i, h in found.items()}
         rows_api, owners = self._rows(owner_of(tenant)), where.owners(tenant)
         quoted = [c for m in rows if (c := getattr(m, "context_id", None)) and c not in found]
         if quoted:

@@ -3,7 +3,7 @@
 A row's token vectors are ~22 KB of base64 in ``_source`` (int8, the default format): fetched with the
 rows of both legs, they were ~4.8 MB a recall on LoCoMo dev and most of its time (recall p50 250 ms
 against 30 ms on SQLite, the search itself ~30 ms of it: docs/benchmarks.md, "Token vectors on
-OpenSearch"). The legs now bring the rows without them, each with its ``_seq_no`` / ``_primary_term``;
+OpenSearch"). The legs now bring the rows without them, each with its version (``Version``);
 what this cache holds at that version is used, and only the rest is fetched. Any write of a document
 (a supersession, a use count, ``engram reindex``) gives it a new version, so a stale entry is never
 used; it is replaced by the next fetch or evicted.
@@ -17,8 +17,18 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-Version = tuple[int, int]  # (_seq_no, _primary_term): changes with every write of the document
+# (_index, _seq_no, _primary_term): changes with every write of the document, and with a migration to a
+# new concrete index (whose sequence numbers start again)
+Version = tuple[str, int, int]
+
+
+def version_of(hit: Mapping[str, Any]) -> Version:
+    """A search hit's or an ``_mget`` document's version (searched with ``seq_no_primary_term``)."""
+    return (hit["_index"], hit["_seq_no"], hit["_primary_term"])
+
+
 ENTRY_BYTES = 100  # what an entry costs beside its blob (key, tuple, dict slot): b"" entries count too
 
 
