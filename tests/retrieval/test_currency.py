@@ -88,6 +88,9 @@ def test_a_turn_that_says_something_changed_is_told_from_chatter():
     assert announces_change("she's upped the amlodipine to 10mg") and announces_change("down to two hens now")
     assert announces_change("divya's going up to four days a week")
     assert not announces_change("we raised the topic at the meeting")  # raised to no number
+    assert announces_change("the landlord raised the rent by £50 to £800")
+    assert not announces_change("I signed up to one of those charity runs")  # "up to one of"
+    assert not announces_change("bumped into Jo going to 5-a-side")
     assert not announces_change("up to you really") and not announces_change("she's very down to earth")
     assert not announces_change("we live in Bristol btw, old stone terrace")
     assert not announces_change("can I have some more time with the form?")
@@ -363,6 +366,8 @@ def test_a_question_about_what_something_was_before_is_told_by_its_words(query, 
         ("we live in Bristol btw", False),
         ("I've started eating fish again, so pescatarian now", True),
         ("she started a pottery class", False),  # hers: and "started" alone announces nothing
+        ("when I started school we had less homework", False),  # a clause of time
+        ("I think it started at 8", False),
     ],
 )
 def test_a_turn_where_the_speaker_says_they_changed_something_is_told_from_others(text, own):
@@ -382,7 +387,8 @@ def test_a_turn_where_the_speaker_says_they_changed_something_is_told_from_other
         ("my sister just found a new dentist she likes", "my dentist is Dr Patel", False),  # hers
         ("happy new year!", "my year has been rough", False),
         ("the new series is out", "my phone number is 0117 555 1234", False),  # "is" is no subject
-        ("we've got a new permanent manager, Anjali", "my interim manager is Deb", True),  # the word after
+        ("we've got a new permanent manager, Anjali", "my interim manager is Deb", True),  # past "permanent"
+        ("our new neighbours moved in on saturday", "my brother moved in with us", False),  # not "moved"
     ],
 )
 def test_a_turn_that_calls_new_what_an_older_one_named_is_recognised(text, older, renewed):
@@ -417,6 +423,9 @@ def test_a_newer_turn_that_calls_the_leaders_subject_new_replaces_it_within_twic
         ("on at 6:50 now, so much better than 8:30", "our games are at 8:30 now", True),  # compared
         ("the new flat is bigger than leith", "we rent in Leith", True),
         ("he's taller than Sean now", "my phone number is 0117 555 1234", False),
+        ("might get the train tomorrow rather than drive", "I drive to work", False),  # not a comparative
+        ("nothing other than pasta tonight", "the kids love pasta", False),
+        ("kick-off is later than 9:30", "our games are at 8:30", False),  # a time is compared whole
     ],
 )
 def test_a_turn_that_calls_old_or_denies_what_an_older_one_said_is_recognised(text, older, otherwise):
@@ -517,6 +526,20 @@ def test_for_a_question_about_before_the_fact_the_leader_superseded_goes_first_h
     assert put_past_first(order, margin=0.05, places=5) == {}
     alone = [cand(virgin.memory, 1.0, 0.7), cand(hyperoptic.memory, 0.9, 0.86)]  # it leads already
     assert put_past_first(alone, margin=0.05, places=5) == {}
+
+
+def test_for_a_question_about_before_an_unrelated_chain_near_the_top_is_not_followed():
+    """ "which phone did I have before this one?": the gym facts' chain is not the leader's subject."""
+    anytime_id, puregym_id = "sem_" + "0" * 21 + "1", "sem_" + "0" * 21 + "2"
+    pixel = cand(turn(3, "setting up my new pixel tonight", 20), final=1.0, late=0.84)
+    puregym = cand(fact(2, "Sam's gym is PureGym", 30, supersedes=anytime_id), final=0.5, late=0.70)
+    anytime = cand(fact(1, "Sam's gym is Anytime Fitness", 200, superseded_by=puregym_id), 0.2, 0.66)
+    iphone = cand(turn(4, "my iphone 11 battery dies by 2pm", 300), final=0.4, late=0.82)
+    order = [pixel, puregym, iphone, anytime]
+    assert put_past_first(order, margin=0.05, places=5) == {pixel.memory.id: iphone.memory.id}
+    joined = cand(turn(5, "joined anytime fitness", 400), 0.6, 0.82)
+    superseded_leader = [cand(anytime.memory, 1.0, 0.84), joined]  # no chain to follow: the older match
+    assert put_past_first(superseded_leader, margin=0.05, places=5) == {anytime.memory.id: joined.memory.id}
 
 
 # -- recall on a real store ----------------------------------------------------------------------------

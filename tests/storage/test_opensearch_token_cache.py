@@ -1,7 +1,8 @@
 """Token vectors on OpenSearch recall (``_token_cache``): the legs bring rows without them, and a recall
 fetches only the token vectors the process does not hold at the version the legs saw. Bytes are
 counted at the client's connections: a second recall of the same question must not fetch the ~22 KB a
-row again, a rewritten row's new vectors must be used, and a tenant never gets another's."""
+row again, a rewritten row's new vectors must be used, a turn quoted from outside the legs comes by its
+version, and a tenant never gets another's."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from engram.models import EpisodicMemory, new_id
 from engram.retrieval.late_interaction import pack
 from engram.storage.base import SearchFilter
 from engram.storage.opensearch._token_cache import ENTRY_BYTES, TokenCache
-from tests.conftest import opened_store
+from tests.conftest import make_store, opened_store
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 EVERYTHING = SearchFilter(frozenset({"episodic", "semantic", "procedural", "catalog"}))
@@ -116,3 +117,55 @@ def test_a_second_recall_fetches_no_token_vectors_and_a_rewritten_row_gets_its_n
 
     theirs = store.search_candidates("bob", query, vector, EVERYTHING, 80, True)
     assert theirs.tokens == bob  # the cache holds sarah's rows: bob's search never reaches them
+
+
+def test_a_quoted_turn_outside_the_legs_gets_its_vectors_and_never_another_tenants(
+    store, embedder, token_encoder
+):
+    texts = ["my garage door pin is 4412"] + [
+        f"garden centre opening hours {i} on saturdays" for i in range(20)
+    ]
+    turns = session("sarah", texts)
+    sarah = insert(store, embedder, token_encoder, "sarah", turns)
+    secret = turns[0]
+    query = "what is the pin for the garage door?"
+    vector = embedder.embed_query(query)
+    assert store.search_candidates("sarah", query, vector, EVERYTHING, 80, True).tokens[secret.id]  # cached
+    one = store.search_candidates("sarah", texts[5], embedder.embed_query(texts[5]), EVERYTHING, 1, True)
+    (row,) = one.rows  # one row from each leg, the same one: the turn it quotes comes by its version
+    assert row.context_id not in {m.id for m in one.rows}
+    assert one.tokens == {row.id: sarah[row.id], row.context_id: sarah[row.context_id]}
+
+    # bob's turn names sarah's cached turn as the one it quotes: bob may not read it, so he gets nothing
+    (bob_turn,) = session("bob", ["what was that pin again"])
+    bob_turn = bob_turn.model_copy(update={"context": "x", "context_id": secret.id})
+    insert(store, embedder, token_encoder, "bob", [bob_turn])
+    theirs = store.search_candidates("bob", query, vector, EVERYTHING, 80, True)
+    assert secret.id not in theirs.tokens and bob_turn.id in theirs.tokens
+
+    store.forget("sarah", secret.id, T0)  # its entry goes with it
+    assert store._token_cache.get({secret.id: ("any", 0, 0)}) == {}
+    held = store._token_cache.size_bytes
+    store.delete_user("bob")
+    assert held > 0 and store._token_cache.size_bytes == 0
+
+
+def test_with_the_cache_off_a_recall_gets_the_same_vectors_in_one_request_more(
+    request, tmp_path, embedder, token_encoder
+):
+    store = make_store("opensearch", tmp_path, request)
+    try:
+        store.ensure_model(embedder.name, embedder.dim)
+        store._token_cache = TokenCache(0)
+        turns = session("sarah", [f"the garage sensor {i} runs on a CR2032 cell" for i in range(5)])
+        sarah = insert(store, embedder, token_encoder, "sarah", turns)
+        query = "which battery does the garage sensor take?"
+        vector = embedder.embed_query(query)
+        with received(store) as sizes:
+            found = store.search_candidates("sarah", query, vector, EVERYTHING, 2, True)
+        assert found.tokens == {m.id: sarah[m.id] for m in found.rows} | {
+            m.context_id: sarah[m.context_id] for m in found.rows if m.context_id
+        }
+        assert len(sizes) == 3 and store._token_cache.size_bytes == 0  # statistics + dense, text, _mget
+    finally:
+        store.close()

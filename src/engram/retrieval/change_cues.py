@@ -40,8 +40,8 @@ CHANGE_WORDS = frozenset(
 # "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
 _CHANGE_PHRASE = re.compile(
     r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops|passed\s+away"
-    r"|(?:up|down)\s+to\s+(?:[£$€]?\d|(?:one|two|three|four|five|six|seven|eight|nine|ten)\b)"
-    r"|(?:upped|raised|increased|lowered|reduced|bumped)(?:\s+[\w'’]+){0,3}?\s+to\s+[£$€]?\d)"
+    r"|(?:up|down)\s+to\s+(?:[£$€]?\d|(?:one|two|three|four|five|six|seven|eight|nine|ten)\b(?!\s+of\b))"
+    r"|(?:upped|raised|increased|lowered|reduced)(?:\s+[\w'’£$€]+){0,4}?\s+to\s+[£$€]?\d)"
 )
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
 # "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
@@ -53,17 +53,23 @@ _FIRST_PERSON = r"i|we|i've|we've|i'm|we're|ive|im"  # a speaker's own subject, 
 # "started" only here: "I've started eating fish again" after "I've been veggie since uni", where anyone's
 # "started" (LoCoMo's "she started a painting class") cost LoCoMo dev R@1 0.004.
 _OWN_CHANGE = re.compile(
-    rf"\b(?:{_FIRST_PERSON}|i'd|we'd)\b(?:\W+\w+){{0,2}}?\W+(?:"
-    + "|".join(sorted(CHANGE_WORDS | {"started"}))
-    + r")\b"
+    rf"\b(?:{_FIRST_PERSON}|i'd|we'd)\b(?:\W+\w+){{0,2}}?\W+(?:" + "|".join(sorted(CHANGE_WORDS)) + r")\b"
+)
+# ... and "I've started ..." with the speaker as its subject, not in a clause of time ("when I started
+# school", "since we started"): "I've started eating fish again" after "I've been veggie since uni".
+# Anyone's "started" ("she started a pottery class") cost LoCoMo dev R@1 0.004.
+_OWN_START = re.compile(
+    r"(?<!\bwhen )(?<!\bsince )(?<!\buntil )(?<!\bbefore )(?<!\bafter )"
+    r"\b(?:i|we)(?:'ve|’ve| have)?\s+(?:just\s+|finally\s+|now\s+)?started\b"
 )
 # The speaker's own new thing: "I've got a new dentist", "my new phone", "the new salary is 175k", "got a
-# new bike" (a sentence that drops its "I"), "new number: ..." (a label), and the word after next ("we've
-# got a new permanent manager" after "my interim manager"); not "my sister found a new dentist", "happy
-# new year".
+# new bike" (a sentence that drops its "I"), "new number: ..." (a label), past one of a few adjectives
+# ("we've got a new permanent manager" after "my interim manager"); not "my sister found a new dentist",
+# "happy new year", "our new neighbours moved in" after "my brother moved in".
 _CALLED_NEW = re.compile(
     rf"(?:\b(?:{_FIRST_PERSON})\b(?:\W+\w+){{0,2}}?\W+|\b(?:my|our|the)\s+"
-    r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+(\w+)(?:\s+(\w+))?"
+    r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+"
+    r"(?:(?:permanent|interim|temporary|regular|main|full-time|part-time|local|second-hand)\s+)?(\w+)"
     r"|(?:^|[.!?]\s*)new\s+(\w+)\s*:"
 )
 # What the speaker calls theirs: up to three words after "my"/"our" ("my phone number is ...").
@@ -71,7 +77,7 @@ _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
 # A turn that calls old, denies, or compares with what an older one said: "the old astra was lucky to get
 # 45" after "2016 vauxhall astra estate", "my gp isn't Dr Brennan" after "my gp is Dr Brennan", "no more
 # eggs or cheese" after "I do eat eggs and dairy", "6:50 now, so much better than 8:30" after "our games
-# are at 8:30 now" (a comparative's "than", a time's hour skipped). "old" counts after the speaker's own
+# are at 8:30 now" (a comparative's "than"; a time as a whole). "old" counts after the speaker's own
 # or a definite determiner only ("a 5 year old cat" is an age, "my sister's old astra" hers); "isn't" not
 # at a sentence's start ("isn't 98k miles a lot?" asks); the words after the cue are checked against the
 # older turn's.
@@ -79,8 +85,10 @@ _SAID_OTHERWISE = re.compile(
     r"\b(?:the|my|our)\s+(?:old|former|previous)\s+(\w+)(?:\s+(\w+))?"
     r"|(?<=\w)[ \t,]+(?:isn['’]?t|aren['’]?t)\s+(\w+)(?:\s+(\w+))?"
     r"|\bno\s+(?:more|longer)\s+(\w+)(?:\s+(\w+))?"
-    r"|\b(?:\w+er|worse|less|more\s+\w+)\s+than\s+(?:\d+[:.])?(\w+)"
+    r"|\b(?:better|worse|earlier|later|cheaper|dearer|bigger|smaller|faster|slower|longer|shorter|higher"
+    r"|lower|nicer|closer|further|(?:more|less)\s+\w+)\s+than\s+(\d{1,2}[:.]\d\d|\w+)"
 )
+_TIME = re.compile(r"\b\d{1,2}[:.]\d\d\b")  # "8:30", compared whole: "later than 9:30" is not 8:30
 # "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does; not
 # "what have I got planned?", "have I got ten minutes?" (have ... got is the present).
 _GOT_PARTICIPLE = re.compile(r"\bgot\s+(?!(?:ten|seven|eleven|often|golden|garden)\b)\w+(?:ed|en)\b", re.I)
@@ -144,7 +152,8 @@ def announces_change(text: str) -> bool:
 def says_own_change(text: str) -> bool:
     """Whether the speaker says they changed something (``_OWN_CHANGE``). Examples: "we moved to
     Edinburgh last week!", "I've just switched to Vodafone" -> True; "the church hall moved us" -> False."""
-    return bool(_OWN_CHANGE.search(text.casefold()))
+    folded = text.casefold()
+    return bool(_OWN_CHANGE.search(folded) or _OWN_START.search(folded))
 
 
 def calls_new(text: str, older: str) -> bool:
@@ -170,12 +179,12 @@ def says_otherwise(text: str, older: str) -> bool:
     she's Dr Brannigan", "my gp is Dr Brennan") -> True; ("6:50 now, so much better than 8:30", "our
     games are at 8:30") -> True; ("a second cat with a 5 year old cat?", "my cat is called Moss") ->
     False."""
-    told = _stems(older)
+    told = _stems(older) | set(_TIME.findall(older))
     return any(
-        light_stem(w) in told
+        (w if _TIME.fullmatch(w) else light_stem(w)) in told
         for found in _SAID_OTHERWISE.finditer(text.casefold())
         for w in found.groups()
-        if w and is_content_word(w)
+        if w and (is_content_word(w) or _TIME.fullmatch(w))
     )
 
 

@@ -295,8 +295,9 @@ def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dic
     """For a question about an earlier state (``asks_about_earlier_state``), put what was true before
     first, by ``past_lift = leader.final / its final x 1.001``; returns {leader id: its id}, or {}.
 
-    * **Recorded:** when a live memory among the first ``places`` supersedes one that is a candidate
-      (a question about the past sees superseded facts), that one goes first, however it matches:
+    * **Recorded:** when the leader, or a live memory among the first ``places`` that matches the
+      query nearly as well (raw MaxSim within ``margin``), supersedes a candidate (a question about the
+      past sees superseded facts), that one goes first, however it matches:
       "who was my broadband with before hyperoptic?" is answered by the superseded "Fiona's broadband
       is Virgin Media", not by "Fiona's broadband is Hyperoptic" that the query names. A retracted
       fact (never true) answers nothing.
@@ -306,13 +307,16 @@ def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dic
       on the new phone is unreal" that outscored it.
     """
     leader = order[0] if order else None
-    if leader is None or getattr(leader.memory, "superseded_by", None) is not None:  # it was true before
+    if leader is None:
         return {}
     by_id = {c.memory.id: c for c in order}
-    recorded = [
+    recorded = [  # none when the leader itself was superseded: it already tells what was true before
         by_id[before]
         for c in order[:places]
-        if (before := getattr(c.memory, "supersedes", None)) in by_id
+        if getattr(leader.memory, "superseded_by", None) is None
+        and getattr(c.memory, "superseded_by", None) is None
+        and (c is leader or _matches_as_well(c, leader, margin))  # the leader's subject, not any chain
+        and (before := getattr(c.memory, "supersedes", None)) in by_id
         and not getattr(by_id[before].memory, "retracted", False)
     ]
     older = [

@@ -225,6 +225,7 @@ class OpenSearchStore(StoreRules[str]):
         """The shared rule, then a second look for turns that quote a forgotten turn: an appended turn
         takes no lease, and one whose check passed just before the delete is seen only now."""
         tombstone = super().forget(tenant, memory_id, at, revive_retracted=revive_retracted)
+        self._token_cache.drop([memory_id])
         if tombstone.memory_type == "episodic":
             with self._tenant_statements(tenant, write=True) as rows:
                 drop_quotes(rows, memory_id)
@@ -372,6 +373,8 @@ class OpenSearchStore(StoreRules[str]):
         versions = {i: version_of(h) for i, h in found.items()}
         rows_api, owners = self._rows(owner_of(tenant)), where.owners(tenant)
         quoted = [c for m in rows if (c := getattr(m, "context_id", None)) and c not in found]
+        if not self._token_cache.max_bytes:  # no cache: every row's and quoted turn's in one request
+            return rows_api.tokens_by_id([*found, *quoted], owners)
         if quoted:
             versions |= rows_api.versions_by_id(quoted, owners)
         blobs = self._token_cache.get(versions)
@@ -411,6 +414,7 @@ class OpenSearchStore(StoreRules[str]):
                 if done.get("deleted"):
                     counts[kind] = int(done["deleted"])
             counts |= self._meta().erase_owner(owner)
+        self._token_cache.clear()  # the cache does not know owners; a deletion is rare
         with errors():
             self._client.indices.refresh(index=self.names.store)  # the lease just released: gone at once
         if self._tenants.delete(owner):
