@@ -50,8 +50,6 @@ CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these 
 # hall moved us", "he's moving here", "the coffee machine broke"): a first-person subject within two
 # words before a change word.
 _FIRST_PERSON = r"i|we|i've|we've|i'm|we're|ive|im"  # a speaker's own subject, casefolded
-# "started" only here: "I've started eating fish again" after "I've been veggie since uni", where anyone's
-# "started" (LoCoMo's "she started a painting class") cost LoCoMo dev R@1 0.004.
 _OWN_CHANGE = re.compile(
     rf"\b(?:{_FIRST_PERSON}|i'd|we'd)\b(?:\W+\w+){{0,2}}?\W+(?:" + "|".join(sorted(CHANGE_WORDS)) + r")\b"
 )
@@ -150,16 +148,17 @@ def announces_change(text: str) -> bool:
 
 
 def says_own_change(text: str) -> bool:
-    """Whether the speaker says they changed something (``_OWN_CHANGE``). Examples: "we moved to
-    Edinburgh last week!", "I've just switched to Vodafone" -> True; "the church hall moved us" -> False."""
+    """Whether the speaker says they changed something (``_OWN_CHANGE``, ``_OWN_START``). Examples: "we
+    moved to Edinburgh last week!", "I've just switched to Vodafone", "I've started eating fish again" ->
+    True; "the church hall moved us", "when I started school" -> False."""
     folded = text.casefold()
     return bool(_OWN_CHANGE.search(folded) or _OWN_START.search(folded))
 
 
 def calls_new(text: str, older: str) -> bool:
     """Whether a turn calls new, as the speaker's own (``_CALLED_NEW``), what the older turn called the
-    speaker's: a content word of the two after "new" is one of the three after "my"/"our" there (by
-    light stem).
+    speaker's: the word after "new" (past "permanent", "interim" ...) is one of the three after
+    "my"/"our" there (by light stem).
     Examples: ("new number: 0131 555 9876", "my phone number is 0117 555 1234") -> True; ("checking out
     a new trail", "found some more amazing trails in my town") -> False: one more trail, not a replaced
     one; ("my sister found a new dentist", "my dentist is Dr Patel") -> False: hers."""

@@ -310,11 +310,11 @@ def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dic
     if leader is None:
         return {}
     by_id = {c.memory.id: c for c in order}
-    recorded = [  # none when the leader itself was superseded: it already tells what was true before
+    live = [c for c in order[:places] if getattr(c.memory, "superseded_by", None) is None]
+    recorded = [
         by_id[before]
-        for c in order[:places]
-        if getattr(leader.memory, "superseded_by", None) is None
-        and getattr(c.memory, "superseded_by", None) is None
+        for c in live
+        if live[0] is leader  # a superseded leader already tells what was true before
         and (c is leader or _matches_as_well(c, leader, margin))  # the leader's subject, not any chain
         and (before := getattr(c.memory, "supersedes", None)) in by_id
         and not getattr(by_id[before].memory, "retracted", False)
