@@ -6,19 +6,15 @@ version, and a tenant never gets another's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
-
 import pytest
 
-from engram.models import EpisodicMemory, new_id
+from engram.models import EpisodicMemory
 from engram.retrieval.late_interaction import pack
 from engram.storage.base import SearchFilter
 from engram.storage.opensearch._token_cache import ENTRY_BYTES, TokenCache
 from tests.conftest import make_store, opened_store
+from tests.storage.test_opensearch_trips import T0, requests, turn
 
-T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 EVERYTHING = SearchFilter(frozenset({"episodic", "semantic", "procedural", "catalog"}))
 
 
@@ -44,44 +40,11 @@ def store(request, tmp_path, embedder):
     yield from opened_store("opensearch", tmp_path, request, embedder)
 
 
-@contextmanager
-def received(store) -> Iterator[list[int]]:
-    """The sizes of the response bodies the store's client receives inside the block."""
-    sizes: list[int] = []
-    conns = store._client.transport.connection_pool.connections
-    reals = [c.perform_request for c in conns]
-    for conn, real in zip(conns, reals, strict=True):
-
-        def perform_request(*args, _real=real, **kwargs):
-            status, headers, data = _real(*args, **kwargs)
-            sizes.append(len(data or ""))
-            return status, headers, data
-
-        conn.perform_request = perform_request
-    try:
-        yield sizes
-    finally:
-        for conn, real in zip(conns, reals, strict=True):
-            conn.perform_request = real
-
-
 def session(user: str, texts: list[str]) -> list[EpisodicMemory]:
     """Turns of one session, each replying to the one before (so recall needs their token vectors too)."""
     turns: list[EpisodicMemory] = []
     for text in texts:
-        before = turns[-1] if turns else None
-        turns.append(
-            EpisodicMemory(
-                id=new_id("episodic"),
-                text=text,
-                user_id=user,
-                created_at=T0,
-                timestamp=T0,
-                session_id="s1",
-                context=before.text if before else None,
-                context_id=before.id if before else None,
-            )
-        )
+        turns.append(turn(user, text, turns[-1] if turns else None))
     return turns
 
 
@@ -101,13 +64,14 @@ def test_a_second_recall_fetches_no_token_vectors_and_a_rewritten_row_gets_its_n
     query = "which battery does the garage sensor take?"
     vector = embedder.embed_query(query)
 
-    with received(store) as cold:
+    with requests(store) as cold:
         first = store.search_candidates("sarah", query, vector, EVERYTHING, 80, True)
     assert first.tokens == sarah  # every row's, the quoted turns' among them; never bob's
-    with received(store) as warm:
+    with requests(store) as warm:
         again = store.search_candidates("sarah", query, vector, EVERYTHING, 80, True)
     assert again.tokens == sarah and [m.id for m in again.rows] == [m.id for m in first.rows]
-    assert sum(warm) < sum(cold) / 4, (sum(warm), sum(cold))  # 30 rows' ~10 KB of base64 each: not again
+    received = [sum(size for _, _, size in sent) for sent in (cold, warm)]
+    assert received[1] < received[0] / 4, received  # 30 rows' ~10 KB of base64 each: not again
 
     rewritten = next(iter(sarah))
     other = pack(token_encoder.encode_documents(["a different text altogether"])[0])
@@ -161,7 +125,7 @@ def test_with_the_cache_off_a_recall_gets_the_same_vectors_in_one_request_more(
         sarah = insert(store, embedder, token_encoder, "sarah", turns)
         query = "which battery does the garage sensor take?"
         vector = embedder.embed_query(query)
-        with received(store) as sizes:
+        with requests(store) as sizes:
             found = store.search_candidates("sarah", query, vector, EVERYTHING, 2, True)
         assert found.tokens == {m.id: sarah[m.id] for m in found.rows} | {
             m.context_id: sarah[m.context_id] for m in found.rows if m.context_id

@@ -27,16 +27,18 @@ def store(request, tmp_path, embedder):
 
 
 @contextmanager
-def requests(store) -> Iterator[list[tuple[str, str]]]:
-    """(method, path) of every request the store's client sends inside the block."""
-    sent: list[tuple[str, str]] = []
+def requests(store) -> Iterator[list[tuple[str, str, int]]]:
+    """(method, path, size of the answer's body) of every request the store's client sends inside the
+    block."""
+    sent: list[tuple[str, str, int]] = []
     conns = store._client.transport.connection_pool.connections
     reals = [c.perform_request for c in conns]
     for conn, real in zip(conns, reals, strict=True):
 
         def perform_request(method, url, *args, _real=real, **kwargs):
-            sent.append((method, url.split("?", 1)[0]))
-            return _real(method, url, *args, **kwargs)
+            status, headers, data = _real(method, url, *args, **kwargs)
+            sent.append((method, url.split("?", 1)[0], len(data or "")))
+            return status, headers, data
 
         conn.perform_request = perform_request
     try:
@@ -69,7 +71,7 @@ def test_an_appended_turn_is_one_request(store, embedder):
     before = store._client.get(index=store.names.memories, id=first.id)["_seq_no"]
     with requests(store) as sent:
         second = put(store, embedder, "sarah", turn("sarah", "yes, the early one", first))
-    assert [m for m, _ in sent] == ["POST"] and sent[0][1].endswith("/_bulk")
+    assert [m for m, _, _ in sent] == ["POST"] and sent[0][1].endswith("/_bulk")
     # the check of the quoted turn changed nothing: a unit that read it (a consolidation marking it)
     # still writes it at the version it read, and a journal still tells whether that unit completed
     assert store._client.get(index=store.names.memories, id=first.id)["_seq_no"] == before
