@@ -345,7 +345,7 @@ class OpenSearchStore(StoreRules[str]):
         """Both legs with their rows, in two ``_msearch``: the dense leg with the text leg's per-owner
         statistics, then the text leg. Token vectors (``tokens``): the rows' and those of the turns they
         replied to, from the process's cache at the version the legs saw (``_token_cache``), the rest
-        in one ``_mget`` (after one for the quoted turns' versions)."""
+        in one search more (after one for the quoted turns' versions)."""
         if not where.memory_types:
             return Candidates([], [], [], {} if tokens else None)
         words = fts_words(query)

@@ -27,7 +27,7 @@ Version = tuple[str, int, int]
 
 
 def version_of(hit: Mapping[str, Any]) -> Version:
-    """A search hit's or an ``_mget`` document's version (searched with ``seq_no_primary_term``)."""
+    """A search hit's version (searched with ``seq_no_primary_term``)."""
     return (hit["_index"], hit["_seq_no"], hit["_primary_term"])
 
 
