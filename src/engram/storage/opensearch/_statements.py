@@ -75,7 +75,8 @@ class OpenSearchRows(UnitOfWork):
 
     def versions_by_id(self, ids: Sequence[str], owners: Sequence[str]) -> dict[str, Version]:
         """The versions of ``owners``' documents among ``ids`` that the tenant may read: a search with no
-        ``_source`` (an ``_mget`` reads each document's source, measured ~5x slower for 70 ids)."""
+        ``_source`` (an ``_mget`` reads each document's source; LoCoMo on OpenSearch, ``rerank=False``:
+        p50 99 ms with it, 73 ms so)."""
         return {h["_id"]: version_of(h) for h in self._by_ids(ids, owners, False)}
 
     def tokens_by_id(self, ids: Sequence[str], owners: Sequence[str]) -> dict[str, bytes]:
