@@ -13,7 +13,7 @@ from engram.retrieval.late_interaction import pack
 from engram.storage.base import SearchFilter
 from engram.storage.opensearch._token_cache import ENTRY_BYTES, TokenCache
 from tests.conftest import make_store, opened_store
-from tests.storage.test_opensearch_trips import T0, requests, turn
+from tests.storage.test_opensearch_trips import T0, _fact, requests, turn
 
 EVERYTHING = SearchFilter(frozenset({"episodic", "semantic", "procedural", "catalog"}))
 
@@ -81,6 +81,25 @@ def test_a_second_recall_fetches_no_token_vectors_and_a_rewritten_row_gets_its_n
 
     theirs = store.search_candidates("bob", query, vector, EVERYTHING, 80, True)
     assert theirs.tokens == bob  # the cache holds sarah's rows: bob's search never reaches them
+
+
+def test_a_use_count_keeps_the_facts_vectors_cached_at_the_version_it_wrote(store, embedder, token_encoder):
+    facts = [_fact("sarah", f"Sarah's garage sensor {i} takes a CR2032 coin cell") for i in range(8)]
+    held = insert(store, embedder, token_encoder, "sarah", facts)
+    query = "which battery does the garage sensor take?"
+    vector = embedder.embed_query(query)
+    assert store.search_candidates("sarah", query, vector, EVERYTHING, 80, True).tokens == held
+    counts = store.record_use("sarah", dict.fromkeys(held, 1), T0)  # as recall does for the facts it returns
+    assert counts == dict.fromkeys(held, 1)
+    with requests(store) as sent:
+        again = store.search_candidates("sarah", query, vector, EVERYTHING, 80, True)
+    assert again.tokens == held and {m.id: m.use_count for m in again.rows} == dict.fromkeys(held, 1)
+    assert len(sent) == 2, sent  # statistics + dense, text: the new versions found their vectors cached
+
+    # a rewrite of the vectors (engram reindex) is not advanced: the next recall fetches the new ones
+    other = pack(token_encoder.encode_documents(["a different text altogether"])[0])
+    store.set_tokens("sarah", {facts[0].id: other})
+    assert store.search_candidates("sarah", query, vector, EVERYTHING, 80, True).tokens[facts[0].id] == other
 
 
 def test_a_quoted_turn_outside_the_legs_gets_its_vectors_and_never_another_tenants(

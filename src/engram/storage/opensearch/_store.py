@@ -395,6 +395,7 @@ class OpenSearchStore(StoreRules[str]):
             rows.lease = lease
             rows.record_uses(uses, iso(at), counts)
             rows.commit()
+        self._token_cache.advance(rows.rewritten)  # a use count leaves the token vectors as they were
         return counts
 
     def delete_user(self, user_id: str) -> dict[str, int]:

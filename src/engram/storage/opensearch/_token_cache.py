@@ -6,7 +6,9 @@ against 30 ms on SQLite, the search itself ~30 ms of it: docs/benchmarks.md, "To
 OpenSearch"). The legs now bring the rows without them, each with its version (``Version``);
 what this cache holds at that version is used, and only the rest is fetched. Any write of a document
 (a supersession, a use count, ``engram reindex``) gives it a new version, so a stale entry is never
-used; it is replaced by the next fetch or evicted.
+used; it is replaced by the next fetch or evicted. A use count, which recall writes for the facts it
+returns, rewrites a fact with the token vectors it had: its entry moves to the version written
+(``advance``) instead of being fetched again by the next recall.
 
 Isolation: an id is only looked up after the tenant's own search (document-level security) returned it
 at that version, so the cache gives no tenant a row it could not read. A forgotten row's entry is
@@ -69,6 +71,16 @@ class TokenCache:
                 self._bytes += ENTRY_BYTES + len(blob)
             while self._bytes > self.max_bytes and self._entries:
                 self._bytes -= ENTRY_BYTES + len(self._entries.popitem(last=False)[1][1])
+
+    def advance(self, rewritten: Mapping[str, tuple[Version, Version]]) -> None:
+        """Move entries held at a document's version before a rewrite that left its token vectors as
+        they were (a use count) to the version it wrote: the next recall finds them; an entry at any
+        other version is left to miss."""
+        with self._lock:
+            for doc_id, (before, after) in rewritten.items():
+                entry = self._entries.get(doc_id)
+                if entry is not None and entry[0] == before:
+                    self._entries[doc_id] = (after, entry[1])
 
     def drop(self, ids: Iterable[str]) -> None:
         with self._lock:

@@ -37,6 +37,7 @@ from engram.errors import Conflict, StorageError, StoreBusy
 from engram.storage.opensearch._client import Lease, Refresh, as_user, errors
 from engram.storage.opensearch._journal import journal
 from engram.storage.opensearch._layout import Names
+from engram.storage.opensearch._token_cache import Version, version_of
 
 if TYPE_CHECKING:
     from opensearchpy import OpenSearch
@@ -56,6 +57,7 @@ class Kept:
     seq: tuple[int, int] | None  # (seq_no, primary_term) as read; None: new in this unit
     deleted: bool = False
     changed: bool = False
+    index: str = ""  # the concrete index it was read from (a version: _token_cache)
 
 
 @dataclass
@@ -70,6 +72,8 @@ class UnitOfWork:
     lease: Lease | None = None  # the tenant's write lease, held around a unit of work that writes
     kept: dict[str, Kept] = field(default_factory=dict)
     new_tombstones: list[dict[str, Any]] = field(default_factory=list)
+    # id -> (version read, version written) of each document ``commit`` rewrote (not deleted)
+    rewritten: dict[str, tuple[Version, Version]] = field(default_factory=dict)
     # Makes the owner's user again when another process deleted it (delete_user) while this one had
     # it cached: the request it refused (changing nothing) is then sent once more, as the new user.
     remake_user: Callable[[], str] | None = None
@@ -99,7 +103,8 @@ class UnitOfWork:
         """Read the owner's documents among ``ids`` (as the tenant) into the unit, with their versions."""
         for doc in self._mget([i for i in ids if i not in self.kept]):
             if doc["_source"]["owner"] == self.owner:  # the catalog's rows are readable, never writable
-                self.kept[doc["_id"]] = Kept(doc["_source"], (doc["_seq_no"], doc["_primary_term"]))
+                seq = (doc["_seq_no"], doc["_primary_term"])
+                self.kept[doc["_id"]] = Kept(doc["_source"], seq, index=doc["_index"])
 
     def _get(self, memory_id: str) -> Kept | None:
         self._load([memory_id])
@@ -150,7 +155,7 @@ class UnitOfWork:
         try:
             if made and self.lease is not None:  # still ours: stamped just before the first bulk, or now
                 self.lease.renew_if_old(JOURNAL_FRESH)
-            failed = self._bulk(lines)
+            items = self._bulk(lines)
         except Conflict:
             self._take_back(made)
             raise
@@ -159,6 +164,10 @@ class UnitOfWork:
                 return  # the answer was lost, the write was not
             self._take_back(made)
             raise
+        failed = _failed(items)
+        for (memory_id, kept), item in zip(changed, items, strict=True):
+            if not kept.deleted and "error" not in item and kept.seq is not None:
+                self.rewritten[memory_id] = ((kept.index, *kept.seq), version_of(item))
         if failed:
             self._take_back(made)
             _raise_failed(
@@ -208,7 +217,7 @@ class UnitOfWork:
         for row in gone:
             at = {"if_seq_no": made[row]["_seq_no"], "if_primary_term": made[row]["_primary_term"]}
             lines += [{"index": {"_index": index, "_id": row, **at}}, rewrite[row]]
-        failed = self._bulk(lines) if lines else []
+        failed = _failed(self._bulk(lines)) if lines else []
         # 409: the forget's second look already cleared the row; anything else: the row may still quote
         # a forgotten turn, so the rows are taken back and the write fails.
         bad = [(n, item) for n, item in failed if item.get("status") != 409]
@@ -223,7 +232,7 @@ class UnitOfWork:
             line for index, i, source in created for line in ({"create": {"_index": index, "_id": i}}, source)
         ]
         try:
-            failed = self._bulk(lines)
+            failed = _failed(self._bulk(lines))
         except Exception:
             self._take_back(self._as_sent(created))  # whatever of it landed
             raise
@@ -279,13 +288,10 @@ class UnitOfWork:
         now = {d["_id"]: (d["_seq_no"], d["_primary_term"]) for d in found["docs"] if d.get("found")}
         return sum(1 for i, k in changed if ((i not in now) if k.deleted else now.get(i, k.seq) != k.seq))
 
-    def _bulk(self, lines: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
-        """Run a bulk request (refreshing what it wrote); the items that failed, by position."""
+    def _bulk(self, lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run a bulk request (refreshing what it wrote); its answer's items, in order."""
         done = self._send(self.client.bulk, body=lines, refresh=self.refresh)
-        if not done["errors"]:
-            return []
-        items = [item for entry in done["items"] for item in entry.values()]
-        return [(n, item) for n, item in enumerate(items) if "error" in item]
+        return [item for entry in done["items"] for item in entry.values()]
 
     def _take_back(self, docs: list[tuple[str, str]]) -> None:
         """Delete what this unit created (best effort: the unit's own error is the one raised)."""
@@ -297,6 +303,11 @@ class UnitOfWork:
             _log.warning("could not take back %s after a failed write: %s", [i for _, i in docs], exc)
             if self.lease is not None and self.lease.unit is not None:
                 self.lease.keep = True  # its journal stays: the tenant's next write settles the unit
+
+
+def _failed(items: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """A bulk answer's items that failed, by position."""
+    return [(n, item) for n, item in enumerate(items) if "error" in item]
 
 
 def _same(stored: Mapping[str, Any], sent: Mapping[str, Any]) -> bool:
