@@ -62,9 +62,9 @@ def utcnow() -> datetime:
 
 
 def check_text(text: object, what: str, max_chars: int) -> str:
-    """``text`` if it is a string that shows something, is valid Unicode and has at most ``max_chars``
-    characters; else InvalidInput naming ``what``. Text that shows nothing would still be embedded and
-    could outrank real memories."""
+    """``text`` if it is a string that shows something, is valid Unicode without NUL and has at most
+    ``max_chars`` characters; else InvalidInput naming ``what``. Text that shows nothing would still be
+    embedded and could outrank real memories."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput(f"{what} must be a non-empty string")
     try:
@@ -75,6 +75,8 @@ def check_text(text: object, what: str, max_chars: int) -> str:
         raise InvalidInput(f"{what} is {len(text)} characters; the limit is {max_chars}")
     if not has_visible_character(text):
         raise InvalidInput(f"{what} has no visible character")
+    if "\x00" in text:  # PostgreSQL's text and jsonb cannot hold it: refused alike on every backend
+        raise InvalidInput(f"{what} contains a NUL character (U+0000)")
     return text
 
 

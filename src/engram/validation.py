@@ -79,8 +79,9 @@ def check_metadata(metadata: object) -> dict[str, Any]:
     """``metadata`` if JSON holds it exactly, else InvalidInput naming the first value that it cannot
     hold: every key a string; every value null, a boolean, an integer, a finite float, a string of
     valid Unicode, a list or an object of the same, at most MAX_METADATA_DEPTH deep. What a store would
-    change (a set or tuple read back as a list, NaN) or fail on (a lone surrogate) is refused before
-    anything is embedded or written. None is no metadata; any other mapping is copied into a dict."""
+    change (a set or tuple read back as a list, NaN) or fail on (a lone surrogate, a NUL character in
+    PostgreSQL's jsonb) is refused before anything is embedded or written. None is no metadata; any
+    other mapping is copied into a dict."""
     if metadata is None:
         return {}
     if isinstance(metadata, Mapping) and not isinstance(metadata, dict):
@@ -100,14 +101,16 @@ def check_metadata(metadata: object) -> dict[str, Any]:
         elif isinstance(value, str):
             if not _utf8(value):
                 raise InvalidInput(f"{where} is not valid Unicode (it contains a lone surrogate)")
+            if "\x00" in value:  # PostgreSQL's jsonb cannot hold it
+                raise InvalidInput(f"{where} contains a NUL character (U+0000)")
         elif isinstance(value, list):
             pending += [(f"{where}[{i}]", item, depth + 1) for i, item in enumerate(value)]
         elif isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise InvalidInput(f"{where} has the key {key!r}: JSON keys are strings")
-                if not _utf8(key):
-                    raise InvalidInput(f"{where} has a key that is not valid Unicode (a lone surrogate)")
+                if not _utf8(key) or "\x00" in key:
+                    raise InvalidInput(f"{where} has a key that is not valid Unicode or holds a NUL")
                 pending.append((f"{where}.{key}", item, depth + 1))
         else:
             raise InvalidInput(
