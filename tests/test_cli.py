@@ -222,6 +222,8 @@ def test_demo_into_a_store_of_its_own(tmp_path):
     tried = out.split("Try it yourself")[1]
     suggested = [line.split() for line in tried.splitlines() if line.startswith("  engram ")]
     assert suggested and all(args[-2:] == ["--store", store] for args in suggested)
+    again = run("demo", "--store", store, env_home=tmp_path).stdout  # nothing loaded twice: how to see it
+    assert f"engram serve --store {store}, then" in again and "A fresh copy" not in again
 
 
 def test_store_that_is_not_a_url_or_path_is_refused(tmp_path):

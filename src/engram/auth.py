@@ -238,7 +238,10 @@ def key_scope(user_id: str | None, scope: str | None) -> KeyScope:
         return "admin"
     validate_user_id(user_id)
     if scope == "admin":
-        raise InvalidInput("scope 'admin' is the admin key's: create it without a user")
+        raise InvalidInput(
+            "a user's key is read or write; the one admin key is set by ENGRAM_ADMIN_KEY (restart "
+            "`engram serve` with it to replace a lost one) or made by the first `engram serve`"
+        )
     return "read" if scope == "read" else "write"
 
 

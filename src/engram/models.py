@@ -395,10 +395,13 @@ def was_shed(hits: Sequence[object]) -> bool:
 
 
 def no_confident_match(min_confidence: float) -> str:
-    """What a model is told when a recall kept no hit: nothing stored answers, so it should not guess."""
+    """What a model is told when a recall kept no hit: nothing stored answers, so it should not guess. A
+    broad question ("what do you know about me?") matches no one memory well (each scored 0.05-0.07 in a
+    newcomer's try), so the note says how to see the closest ones anyway."""
     return (
         f"no stored memory matches with confidence >= {min_confidence:g}: nothing relevant is known; "
-        "answer without memory or ask the user"
+        "answer without memory or ask the user (for a broad question, such as what is known about the "
+        "user, recall again with min_confidence 0 to see the closest memories)"
     )
 
 

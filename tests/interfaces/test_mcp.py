@@ -315,7 +315,8 @@ def test_recall_is_compact_by_default_and_says_when_nothing_is_confident(service
     assert nothing.structured_content == {
         "hits": [],
         "note": "no stored memory matches with confidence >= 0.1: nothing relevant is known; "
-        "answer without memory or ask the user",
+        "answer without memory or ask the user (for a broad question, such as what is known about the "
+        "user, recall again with min_confidence 0 to see the closest memories)",
     }
 
 

@@ -41,9 +41,13 @@ def run_demo(store: str | None, console: Console) -> None:
                 f"The demo's users already have memories in this store ({', '.join(present)}): nothing "
                 "loaded, so nothing is written twice.\nSee them:\n"
                 f"  {command('list', '--user', present[0])}\n"
-                f"  engram serve, then {service}/inspector with a key from "
-                f"`{command('keys', 'create', '--user', present[0])}`\n"
-                "A fresh copy in a store of its own: engram demo --store sqlite:///PATH/demo.db",
+                f"  {command('serve')}, then {service}/inspector with a key from "
+                f"`{command('keys', 'create', '--user', present[0])}`"
+                + (
+                    ""
+                    if store
+                    else "\nA fresh copy in a store of its own: engram demo --store sqlite:///PATH/demo.db"
+                ),
                 soft_wrap=True,
                 highlight=False,
             )
@@ -54,7 +58,9 @@ def run_demo(store: str | None, console: Console) -> None:
             )
             console.print(f"loaded {name}: {counts}")
         for question in QUERIES:
-            opts = f" {question.options}" if question.options else ""
+            opts = (
+                f" ({', '.join(f'{k}={v}' for k, v in question.options.items())})" if question.options else ""
+            )
             console.print(f"\n[bold]{question.user}[/bold] asks: [italic]{question.query}[/italic]{opts}")
             if question.note:
                 console.print(f"  ({question.note})", style="dim", soft_wrap=True, highlight=False)

@@ -203,7 +203,8 @@ def keys_create(
     scope: Annotated[
         str,
         typer.Option(
-            help="read: recall and read only; write: also write and forget (admin: the admin key's)"
+            help="read: recall and read only; write: also write and forget (the one admin key is set by "
+            "ENGRAM_ADMIN_KEY or made by the first `engram serve`, not here)"
         ),
     ] = "write",
     expires_in: Annotated[
