@@ -317,6 +317,38 @@ def test_a_turn_the_live_fact_stands_on_replaces_the_old_turn_when_the_fact_is_w
     assert put_current_first(ranked(told_late=0.70), lambda ids: [old], NOW, margin=0.05, outdated=0.5) == {}
 
 
+def test_a_live_fact_worded_unlike_the_query_replaces_the_turn_its_superseded_fact_was_drawn_from():
+    """An agent wrote the facts in the user's words (an outside review's repro): "please use
+    jo@smithdesign.co.uk from now on" superseded "my email is jo.smith@gmail.com"; for "what's my email
+    address?" neither the live fact nor its turn matches within the margin of the old turn, but the
+    superseded fact does: the old turn said what that fact said, so the live fact replaces it. Not for
+    a question the old turn answers by something else it said (the superseded fact matches less)."""
+    said = turn(1, "my email is jo.smith@gmail.com, and my cat is called Moss", 60)
+    told = turn(2, "please use jo@smithdesign.co.uk from now on, I don't check gmail", 2)
+    old = fact(
+        1, "my email is jo.smith@gmail.com", 60, supports=[said.id], superseded_by="sem_" + "2".zfill(22)
+    )
+    live = fact(2, told.text, 2, [told.id], supersedes=old.id)
+    asked: list[list[str]] = []
+
+    def ranked() -> list[Candidate]:
+        return [cand(said, 0.9, 0.80), cand(told, 0.2, 0.62, dense=0.3), cand(live, 0.2, 0.62, dense=0.3)]
+
+    def stored_match(match: float):
+        return lambda ids: asked.append(ids) or {old.id: match}
+
+    order = ranked()
+    replaced = put_current_first(
+        order, lambda ids: [old], NOW, margin=0.05, outdated=0.5, stored_match=stored_match(0.78)
+    )
+    assert replaced == {said.id: live.id} and asked == [[old.id]]
+    assert [c.memory.id for c in order[:2]] == [live.id, said.id] and order[1].multipliers["outdated"] == 0.5
+    cat = put_current_first(  # "what's my cat called?": the email fact matches far less than the turn
+        ranked(), lambda ids: [old], NOW, margin=0.05, outdated=0.5, stored_match=stored_match(0.60)
+    )
+    assert cat == {}
+
+
 def test_a_fact_written_after_the_recalls_present_replaces_nothing():
     said = turn(1, "we live in Bristol", 500)
     old = fact(1, "Sarah lives in Bristol", 500, supports=[said.id], superseded_by="sem_" + "2".zfill(22))
@@ -610,6 +642,30 @@ def test_after_consolidation_the_live_fact_replaces_the_turn_it_superseded(eng):
     (shown,) = [h for h in asked if h.memory.id == old.id]
     assert shown.compact().superseded_by == new.id
     assert old.id not in [h.memory.id for h in mem.recall("where does Sarah live?", record_use=False)]
+
+
+def test_facts_an_agent_wrote_in_the_users_words_put_the_new_value_first(eng):
+    """An outside review's repro (the MCP write path): each turn's fact is the turn's own text, the new
+    one superseding the old. The old turn came first at confidence 0.88, and with min_confidence 0.1 the
+    old email was the only hit. Now the live fact leads, and the old turn ranks and counts below it."""
+    mem = eng.for_user("jo")
+    now = utcnow()
+    for old_text, new_text, query in [
+        ("my email is jo.smith@gmail.com", "please use jo@smithdesign.co.uk from now on, I don't check gmail",
+         "what's my email address?"),
+        ("my flight to Tokyo is on March 3rd", "the airline moved my Tokyo flight to March 5th",
+         "when is my flight to Tokyo?"),
+    ]:  # fmt: skip
+        before = mem.remember_turn(old_text, at=now - timedelta(days=60))
+        after = mem.remember_turn(new_text, at=now - timedelta(days=2))
+        old = mem.write(old_text, supporting_episode_ids=[before.id])
+        new = mem.write(
+            new_text, supporting_episode_ids=[after.id], supersedes_id=old.id, contradiction="natural"
+        )
+        hits = mem.recall(query, k=5, record_use=False)
+        assert hits[0].memory.id == new.id, [h.memory.text for h in hits]
+        (stale,) = [h for h in hits if h.memory.id == before.id]
+        assert stale.explain["outdated_by"] == new.id and stale.confidence < hits[0].confidence
 
 
 def test_the_readme_sequence_gives_the_move_first_and_keeps_the_walls(eng):

@@ -17,8 +17,11 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   When the live fact is worded unlike the query but a turn it stands on, newer than the old one,
   matches within ``margin``, that turn replaces it ("I'm in the 1st XI squad for next season!" for
   "which team am I playing in this season?", where "Rohan is in Wolverton Town's 1st XI squad for
-  2025" matches less than the old "I play for Wolverton Town, 2nd XI"). A fact written after the
-  recall's present replaces nothing.
+  2025" matches less than the old "I play for Wolverton Town, 2nd XI"). Failing both, it still
+  replaces an old turn when the superseded fact that links them matches the query as well as the turn
+  does: the turn answered with what that fact said ("my email is jo@gmail.com", its fact superseded by
+  one an agent wrote as "please use jo@smith.co.uk from now on"). A fact written after the recall's
+  present replaces nothing.
 * **A newer turn that announces a change** (raw turns, no LLM needed): when a turn leads the ranking,
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
   "switched", "cancelled", "anymore", "sorry ... wrong" ...) on a related subject (the two turns'
@@ -79,6 +82,7 @@ def recorded_successors(
     now: datetime,
     margin: float,
     changed_query: str | None = None,
+    stored_match: Callable[[list[str]], dict[str, float]] = lambda ids: {},
 ) -> dict[str, Candidate]:
     """Old id -> the live fact that supersedes it (or a fact its turn supports), or a turn that live
     fact stands on. ``superseded`` fetches facts by id (the superseded ones a live fact's chain points
@@ -87,11 +91,16 @@ def recorded_successors(
     the live fact does not say: the chain alone decides, not how well the live fact matches the query,
     unless the query asks about something else the old turn said (``asks_of_the_rest``).
     Otherwise, when the live fact does not match as well, the newest turn it stands on that does (and
-    is newer than the old one) replaces it."""
+    is newer than the old one) replaces it; failing that, the live fact still replaces an old turn when
+    the superseded fact that links them matches the query as well as the turn (``stored_match``: raw
+    MaxSim of stored rows by id): the turn answers the query with what that fact said, which is no longer
+    true ("my email is jo@gmail.com" for "what's my email address?", its fact superseded by one worded
+    "please use jo@smith.co.uk from now on")."""
     found: dict[str, Candidate] = {}
     by_id = {c.memory.id: c for c in order}
     still_said = _live_facts_by_episode(order)
-    said_before: dict[str, str] = {}  # old id -> the superseded fact that links it to its successor
+    said_before: dict[str, SemanticMemory] = {}  # old id -> the superseded fact linking it to its successor
+    by_what_it_said: dict[str, Candidate] = {}  # old turn id -> successor, if the linking fact matches
     for old_id, new in _by_supersession(order, superseded, said_before).items():
         old = by_id.get(old_id)
         if old is None or event_time(new.memory) > now:
@@ -103,7 +112,8 @@ def recorded_successors(
             continue
         # "do I still live in Bristol?" asks what the chain replaced, "am I still allergic to peanuts?"
         # what else the turn that said "Bristol" said: then the match decides
-        grounds = said_before.get(old_id, "") + " " + new.memory.text
+        linking = said_before.get(old_id)
+        grounds = (linking.text if linking else "") + " " + new.memory.text
         elsewhere = changed_query is not None and asks_of_the_rest(changed_query, old.memory.text, grounds)
         if (changed_query is not None and not elsewhere) or _matches_as_well(new, old, margin):
             found[old_id] = new
@@ -118,6 +128,14 @@ def recorded_successors(
         ]
         if said:
             found[old_id] = max(said, key=lambda c: event_time(c.memory))
+        elif isinstance(old.memory, EpisodicMemory) and linking is not None:
+            by_what_it_said[old_id] = new
+    if by_what_it_said:
+        matches = stored_match(sorted({said_before[i].id for i in by_what_it_said}))
+        for old_id, new in by_what_it_said.items():
+            linked, old_raw = matches.get(said_before[old_id].id), by_id[old_id].late_raw
+            if linked is not None and old_raw is not None and linked >= old_raw - margin:
+                found[old_id] = new
     return found
 
 
@@ -202,11 +220,11 @@ def _live_facts_by_episode(order: Iterable[Candidate]) -> dict[str, list[Candida
 def _by_supersession(
     order: Iterable[Candidate],
     superseded: Callable[[list[str]], list[Memory]],
-    said_before: dict[str, str] | None = None,
+    said_before: dict[str, SemanticMemory] | None = None,
 ) -> dict[str, Candidate]:
     """Episodes (and superseded facts) replaced by the live facts among the candidates, by following
     each live fact's chain of ``supersedes`` back and collecting the supporting episodes on it; fills
-    ``said_before`` with the text of the superseded fact that links each to its successor."""
+    ``said_before`` with the superseded fact that links each to its successor."""
     said_before = {} if said_before is None else said_before
     found: dict[str, Candidate] = {}
     live = [
@@ -226,13 +244,13 @@ def _by_supersession(
                 continue
             successor = wanted[fact.id]
             found.setdefault(fact.id, successor)
-            said_before.setdefault(fact.id, fact.text)
+            said_before.setdefault(fact.id, fact)
             assert isinstance(successor.memory, SemanticMemory)
             still_supported = set(successor.memory.supporting_episode_ids)  # a turn that says both
             for episode_id in fact.supporting_episode_ids:
                 if episode_id not in still_supported:
                     found.setdefault(episode_id, successor)
-                    said_before.setdefault(episode_id, fact.text)
+                    said_before.setdefault(episode_id, fact)
             heir[fact.id] = successor
             pointer[fact.id] = fact.supersedes
     return found
@@ -262,6 +280,7 @@ def put_current_first(
     same_subject: float = 1.01,
     related: float = -1.0,
     askers: Collection[str] = (),
+    stored_match: Callable[[list[str]], dict[str, float]] = lambda ids: {},
 ) -> dict[str, str]:
     """Re-rank ``order`` (final order, best first) in place and return old id -> successor id.
 
@@ -271,7 +290,8 @@ def put_current_first(
     its score (module docstring). Example: Bristol turn 0.66, Edinburgh fact 0.055, outdated 0.5 -> the
     fact 0.661 (lift 12.0), the turn 0.33.
     """
-    recorded = recorded_successors(order, superseded, now, margin, query if change_expected else None)
+    changed_query = query if change_expected else None
+    recorded = recorded_successors(order, superseded, now, margin, changed_query, stored_match)
     announced = announced_successor(
         order, now, margin, places, recorded, subject_match, same_subject, related, askers
     )

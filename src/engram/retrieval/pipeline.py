@@ -228,6 +228,11 @@ def recall(
                 same_subject=config.same_subject,
                 related=config.related_subject,
                 askers=asker_ids,
+                stored_match=(
+                    stored_late_scores(store, token_encoder, tenant, query_tokens, query)
+                    if query_tokens is not None and token_encoder is not None
+                    else lambda ids: {}
+                ),
             )
     answers_for: dict[str, str] = {}  # displaced id -> the id that now answers in its place
     if config.current_first and period is None and asks_about_earlier_state(query):
@@ -255,6 +260,8 @@ def recall(
                 confidences[new_id], raised = confidences[old_id], True
         if not raised:
             break
+    for c in candidates[:k]:  # what was replaced is as likely to be the answer now as it ranks
+        confidences[c.memory.id] *= c.multipliers.get("outdated", 1.0)
     return [
         Hit(
             memory=c.memory,
@@ -313,14 +320,7 @@ def apply_late_interaction(
             # scored now, not stored: the int8 format, the closer one
             blobs.update(zip([m.id for m in missing], pack_all(encoded), strict=True))
         order = list(blobs)
-        own_name = user_id_words(tenant) if tenant else frozenset()
-        content = query_content_positions(encoder, query_text, own_name)
-        # the user's own name: left out of MaxSim as it is of coverage (late_score's docstring)
-        named = (
-            sorted(set(query_content_positions(encoder, query_text, frozenset())) - set(content))
-            if user_named_in(query_text, tenant or "")
-            else []
-        )
+        content, named = _query_positions(encoder, query_text, tenant)
         maxima = dict(
             zip(order, token_maxima(query.result(), [blobs[i] for i in order], encoder.dim), strict=True)
         )
@@ -336,6 +336,30 @@ def apply_late_interaction(
         candidate.late, candidate.late_raw, candidate.coverage = score, raw, covered
         candidate.tokens = blobs.get(candidate.memory.id)
     return None
+
+
+def _query_positions(encoder: TokenEncoder, query_text: str, tenant: Tenant) -> tuple[list[int], list[int]]:
+    """(content positions, the user's own name's positions) of the query's tokens: the name is left
+    out of MaxSim as it is of coverage (late_score's docstring)."""
+    content = query_content_positions(encoder, query_text, user_id_words(tenant) if tenant else frozenset())
+    if not user_named_in(query_text, tenant or ""):
+        return content, []
+    return content, sorted(set(query_content_positions(encoder, query_text, frozenset())) - set(content))
+
+
+def stored_late_scores(
+    store: SearchStore, encoder: TokenEncoder, tenant: Tenant, query: Future[Matrix], query_text: str
+) -> Callable[[list[str]], dict[str, float]]:
+    """Raw late-interaction scores of stored rows by id, as a candidate's ``late_raw`` (without a context):
+    for rows that are not candidates (a superseded fact, ``currency.recorded_successors``)."""
+
+    def scores(ids: list[str]) -> dict[str, float]:
+        blobs = store.token_vectors(tenant, ids, include_catalog=False)
+        named = _query_positions(encoder, query_text, tenant)[1]
+        maxima = token_maxima(query.result(), list(blobs.values()), encoder.dim)
+        return {i: late_score(m, None, named) for i, m in zip(blobs, maxima, strict=True)}
+
+    return scores
 
 
 def rerank_text(memory: Memory, user_id: str) -> str:
