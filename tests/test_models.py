@@ -50,6 +50,20 @@ def test_reranker_scores_are_stable_and_sensible(reranker):
     assert together[0] > 0.5 > together[1]
 
 
+def test_a_long_passage_is_scored_by_its_best_window(reranker):
+    """An outside review's repro: the answer after ~1,800 characters of chatter scored 0.003 read whole
+    (cut at the model's budget, or diluted by the rest); in windows the one holding it decides."""
+    chatter = (
+        "Yesterday was a long day. I had meetings all morning about the quarterly planning, then lunch "
+        "with the team at the Italian place near the office, then a couple of hours on code review. "
+    ) * 10
+    query, answer = "what is my passport number?", "Oh and by the way, my passport number is ZX99123."
+    short = [answer, "my hub shows E-4021 since the update"]
+    assert reranker.score(query, short) == [reranker.score(query, [p])[0] for p in short]  # whole, alone
+    first, last, unrelated = reranker.score(query, [answer + " " + chatter, chatter + answer, chatter])
+    assert first > 0.5 and last > 0.5 and unrelated < 0.01, (first, last, unrelated)
+
+
 def test_store_refuses_a_different_embedding_model(tmp_path, embedder, reranker):
     Engram(SQLiteStore(tmp_path / "a.db"), embedder, reranker).close()
     other = OnnxEmbedder(PACKAGED_EMBEDDER.locate(), name="some-other-model")
