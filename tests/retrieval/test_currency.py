@@ -541,6 +541,20 @@ def test_for_a_question_about_before_an_older_near_match_goes_first():
     assert put_past_first(too_far, margin=0.05, places=5) == {}
 
 
+def test_for_a_question_about_before_a_leader_that_says_it_is_new_gives_way_within_twice_the_margin():
+    """An outside review's repro, "what was my old phone number?": the new number's turn led by 0.069
+    MaxSim, past the margin, and the old number fell below the agent's min_confidence. The leader says
+    it is new, so what it replaced is the older near match; one that matches no nearer stays below."""
+    new_number = cand(turn(1, "got a new phone, my number is now 07700 900999", 3), final=1.0, late=0.88)
+    old_number = cand(turn(2, "my phone number is 07700 900123", 90), final=0.6, late=0.81)
+    order = [new_number, old_number]
+    assert put_past_first(order, margin=0.05, places=5) == {new_number.memory.id: old_number.memory.id}
+    plain = cand(turn(3, "my number is 07700 900999", 3), final=1.0, late=0.88)  # says nothing changed
+    assert put_past_first([plain, cand(old_number.memory, 0.6, late=0.81)], margin=0.05, places=5) == {}
+    far = cand(old_number.memory, 0.6, late=0.77)  # 0.11 below
+    assert put_past_first([cand(new_number.memory, 1.0, late=0.88), far], margin=0.05, places=5) == {}
+
+
 def test_for_a_question_about_before_the_fact_the_leader_superseded_goes_first_however_it_matches():
     virgin_id, hyperoptic_id = "sem_" + "0" * 21 + "1", "sem_" + "0" * 21 + "2"
     hyperoptic = cand(

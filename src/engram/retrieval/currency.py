@@ -322,9 +322,11 @@ def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dic
       is Virgin Media", not by "Fiona's broadband is Hyperoptic" that the query names. A retracted
       fact (never true) answers nothing.
     * **Guessed:** else, when a memory older than the leader is among the first ``places`` and matches
-      the query nearly as well (raw MaxSim within ``margin``), the best ranked such one: "which phone
-      did I have before this one?" is answered by the iPhone turn, not by the newer "the night mode
-      on the new phone is unreal" that outscored it.
+      the query nearly as well (raw MaxSim within ``margin``; twice that when the leader announces a
+      change or calls new what it called the speaker's: "got a new phone, my number is now ..." for
+      "what was my old phone number?"), the best ranked such one: "which phone did I have before this
+      one?" is answered by the iPhone turn, not by the newer "the night mode on the new phone is
+      unreal" that outscored it.
     """
     leader = order[0] if order else None
     if leader is None:
@@ -339,12 +341,20 @@ def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dic
         and (before := getattr(c.memory, "supersedes", None)) in by_id
         and not getattr(by_id[before].memory, "retracted", False)
     ]
+    # a leader that says it is new ("got a new phone, my number is now ...") tells of what it replaced
+    changed = announces_change(leader.memory.text)
     older = [
         c
         for c in order[1:places]
         if event_time(c.memory) < event_time(leader.memory)
-        and _matches_as_well(c, leader, margin)
         and c.final > 0
+        and (
+            _matches_as_well(c, leader, margin)
+            or (
+                _matches_as_well(c, leader, 2 * margin)
+                and (changed or calls_new(leader.memory.text, c.memory.text))
+            )
+        )
     ]
     chosen = next((c for c in recorded + older if c.final > 0), None)
     if chosen is None or chosen is leader:
