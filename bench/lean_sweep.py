@@ -29,7 +29,8 @@ from fit_token_projection import chat_texts, fit_rows, principal_directions
 
 from engram import Engram
 from engram.eval.runner import DEFAULT_EVAL_DIR, import_eval_corpus, read_questions, run_questions
-from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
+from engram.providers.onnx import OnnxEmbedder, OnnxTokenEncoder
+from engram.providers.onnx_rerank import OnnxCrossEncoder
 from engram.settings import EngramSettings
 from engram.storage.sqlite import SQLiteStore
 from engram.text import STOPWORDS

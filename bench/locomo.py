@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from engram import Engram
-from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
+from engram.providers.onnx import OnnxEmbedder, OnnxTokenEncoder
+from engram.providers.onnx_rerank import OnnxCrossEncoder
 from engram.retrieval import recipes
 from engram.retrieval.config import RetrievalConfig
 from engram.settings import EngramSettings

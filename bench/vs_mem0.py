@@ -59,7 +59,8 @@ import numpy as np
 from locomo import CATEGORIES, DEFAULT_DATA, PRESETS, dia_ids, print_table, record, summarise, turns_of
 
 from engram import Engram
-from engram.providers.onnx import PACKAGED_EMBEDDER, OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
+from engram.providers.onnx import PACKAGED_EMBEDDER, OnnxEmbedder, OnnxTokenEncoder
+from engram.providers.onnx_rerank import OnnxCrossEncoder
 from engram.settings import EngramSettings
 from engram.storage.sqlite import SQLiteStore
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from engram import Engram
-from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
+from engram.providers.onnx import OnnxEmbedder, OnnxTokenEncoder
+from engram.providers.onnx_rerank import OnnxCrossEncoder
 from engram.settings import EngramSettings
 from engram.storage.base import Store
 from engram.storage.sqlite import SQLiteStore

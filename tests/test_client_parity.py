@@ -54,7 +54,8 @@ from engram.auth import ApiKeys
 from engram.client import ClientClosed
 from engram.interfaces.rest import create_app
 from engram.interfaces.rest.background import BackgroundServer, free_port
-from engram.providers.onnx import OnnxCrossEncoder, OnnxEmbedder, OnnxTokenEncoder
+from engram.providers.onnx import OnnxEmbedder, OnnxTokenEncoder
+from engram.providers.onnx_rerank import OnnxCrossEncoder
 from engram.settings import EngramSettings
 from tests.conftest import STORE_KINDS, make_store
 

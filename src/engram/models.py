@@ -62,9 +62,8 @@ def utcnow() -> datetime:
 
 
 def check_text(text: object, what: str, max_chars: int) -> str:
-    """``text`` if it is a string that shows something, is valid Unicode without NUL and has at most
-    ``max_chars`` characters; else InvalidInput naming ``what``. Text that shows nothing would still be
-    embedded and could outrank real memories."""
+    """``text`` if it shows something (else it would still be embedded and could outrank real memories),
+    is valid Unicode without NUL and has at most ``max_chars`` characters; else InvalidInput."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput(f"{what} must be a non-empty string")
     try:
@@ -395,9 +394,8 @@ def was_shed(hits: Sequence[object]) -> bool:
 
 
 def no_confident_match(min_confidence: float) -> str:
-    """What a model is told when a recall kept no hit: nothing stored answers, so it should not guess. A
-    broad question ("what do you know about me?") matches no one memory well (each scored 0.05-0.07 in a
-    newcomer's try), so the note says how to see the closest ones anyway."""
+    """What a model is told when a recall kept no hit: nothing answers, so do not guess; a broad question
+    matches no one memory well (0.05-0.07 in a newcomer's try), hence how to see the closest anyway."""
     return (
         f"no stored memory matches with confidence >= {min_confidence:g}: nothing relevant is known; "
         "answer without memory or ask the user (for a broad question, such as what is known about the "
@@ -435,11 +433,9 @@ def transcript_line(turn: EpisodicMemory) -> str:
     """A turn as a transcript line, ``"Priya: see you at 6"``, when the caller named its speaker
     (``metadata["speaker"]``) and the text does not already open with the name; else its text.
 
-    Every model then reads who said it, as they do in a transcript: on a blind set of group chats,
-    recall R@10 was 0.728 with the name only in metadata and 0.811 with it in the text
-    (docs/benchmarks.md). The stored text stays verbatim. Meant for conversations of several people:
-    naming the one user on each of their turns cost the own evaluation corpus 0.005 R@10.
-    """
+    Every model then reads who said it: on a blind set of group chats, recall R@10 was 0.728 with the
+    name only in metadata and 0.811 with it in the text (docs/benchmarks.md). The stored text stays
+    verbatim. Meant for several people: naming the one user on each turn cost our corpus 0.005 R@10."""
     name = named_speaker(turn)
     if name is None or turn.text.casefold().startswith(f"{name.casefold()}:"):
         return turn.text

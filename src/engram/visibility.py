@@ -16,6 +16,7 @@ from typing import Any
 # controls, format characters (zero-width spaces, BOM) and separators show nothing.
 _VISIBLE_CATEGORIES = ("L", "N", "P", "S")
 _BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")  # Hangul fillers, blank Braille
+NUL_PATTERN = "\\u0000"  # JSON Schema for a NUL anywhere in a string: PostgreSQL cannot store one
 
 
 def has_visible_character(text: str) -> bool:
@@ -47,19 +48,21 @@ def invisible_class() -> str:
     return "".join(char(a) if a == b else f"{char(a)}-{char(b)}" for a, b in ranges)
 
 
-def shows_nothing(*, empty: bool = True) -> dict[str, Any]:
-    """A JSON Schema that matches text without a visible character (``empty``: the empty text too);
-    a field says ``"not": shows_nothing()``. Written as a negation, not as ``pattern: [^...]``: schema
-    tools generate data for a long pattern beside a maxLength very slowly."""
-    # "type": without it, null (an optional field left out) would count as showing nothing too.
-    return {"type": "string", "pattern": f"^[{invisible_class()}]{'*' if empty else '+'}$"}
+def refused_text(*, empty: bool = True) -> dict[str, Any]:
+    """A JSON Schema that matches the text ``check_text`` refuses: text without a visible character
+    (``empty``: the empty text too) or with a NUL anywhere; a field says ``"not": refused_text()``.
+    Written as a negation, not as ``pattern: [^...]``: schema tools generate data for a long pattern
+    beside a maxLength very slowly."""
+    # "type": without it, null (an optional field left out) would count as refused too.
+    blank = f"^[{invisible_class()}]{'*' if empty else '+'}$"
+    return {"type": "string", "anyOf": [{"pattern": blank}, {"pattern": NUL_PATTERN}]}
 
 
 def visible_schema(schema: dict[str, Any]) -> None:
     """A text field's ``json_schema_extra``: it must show something (``check_text``'s rule)."""
-    schema["not"] = shows_nothing()
+    schema["not"] = refused_text()
 
 
 def empty_or_visible_schema(schema: dict[str, Any]) -> None:
     """An optional text field's ``json_schema_extra``: empty, or showing something."""
-    schema["not"] = shows_nothing(empty=False)
+    schema["not"] = refused_text(empty=False)

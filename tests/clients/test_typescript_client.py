@@ -74,7 +74,13 @@ def test_the_typescript_client_against_a_live_server(tmp_path: Path) -> None:
         # The committed types are what `npm run generate` makes of this server's document.
         (tmp_path / "openapi.json").write_bytes(httpx.get(f"{url}/openapi.json", timeout=30).content)
         generated = tmp_path / "openapi.ts"
-        npm("exec", "--", "openapi-typescript", str(tmp_path / "openapi.json"), "-o", str(generated))
+        npm(
+            "run",
+            "generate",
+            "--",
+            str(generated),
+            env=dict(os.environ, ENGRAM_OPENAPI=str(tmp_path / "openapi.json")),
+        )
         assert generated.read_text() == (PACKAGE / "src" / "openapi.ts").read_text(), (
             "clients/typescript/src/openapi.ts is out of date: run `npm run generate` there against "
             "`engram serve` (see docs/integrations/typescript.md)"

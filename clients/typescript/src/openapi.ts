@@ -445,10 +445,10 @@ export interface components {
             title: string;
             /**
              * Metadata
-             * @description free-form, kept verbatim; at most 16000 characters as compact JSON by default (the store's max_metadata_chars)
+             * @description free-form, kept verbatim; at most 16000 characters as compact JSON by default (the store's max_metadata_chars), nested at most 32 deep
              */
             metadata?: {
-                [key: string]: unknown;
+                [key: string]: components["schemas"]["MetadataValue"];
             };
         };
         /**
@@ -924,10 +924,10 @@ export interface components {
             steps?: components["schemas"]["StrictStep"][];
             /**
              * Metadata
-             * @description free-form, kept verbatim; at most 16000 characters as compact JSON by default (the store's max_metadata_chars)
+             * @description free-form, kept verbatim; at most 16000 characters as compact JSON by default (the store's max_metadata_chars), nested at most 32 deep
              */
             metadata?: {
-                [key: string]: unknown;
+                [key: string]: components["schemas"]["MetadataValue"];
             };
             /**
              * Created At
@@ -1286,10 +1286,10 @@ export interface components {
             session_id?: string | null;
             /**
              * Metadata
-             * @description free-form, kept verbatim; two keys have a meaning: assistant_context (the assistant message this turn replied to: searched with the turn, never made a fact) and speaker (who said it, in a conversation of several people: the turn is searched as 'Speaker: text', and a recall that names them ranks it up); at most 16000 characters as compact JSON by default (the store's max_metadata_chars)
+             * @description free-form, kept verbatim; two keys have a meaning: assistant_context (the assistant message this turn replied to: searched with the turn, never made a fact) and speaker (who said it, in a conversation of several people: the turn is searched as 'Speaker: text', and a recall that names them ranks it up); at most 16000 characters as compact JSON by default (the store's max_metadata_chars), nested at most 32 deep
              */
             metadata?: {
-                [key: string]: unknown;
+                [key: string]: components["schemas"]["MetadataValue"];
             };
         };
         /** UserDeleted */
@@ -1315,6 +1315,7 @@ export interface components {
             /** Procedural */
             procedural?: components["schemas"]["PlaybookRecord"][];
         };
+        MetadataValue: unknown;
     };
     responses: never;
     parameters: never;

@@ -36,7 +36,7 @@ def default_embedder(settings: EngramSettings) -> Embedder:
 
 
 def default_reranker(settings: EngramSettings) -> Reranker:
-    from engram.providers.onnx import OnnxCrossEncoder
+    from engram.providers.onnx_rerank import OnnxCrossEncoder
 
     if settings.reranker_onnx_dir:
         directory = settings.reranker_onnx_dir

@@ -12,7 +12,6 @@ import functools
 import hashlib
 import importlib.util
 import logging
-import queue
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +26,7 @@ from tokenizers import Encoding, Tokenizer
 from engram.errors import ModelError
 from engram.providers.base import Vectors
 from engram.text import is_content_word, word_of_pieces
-from engram.threads import available_cores, lower_priority
+from engram.threads import available_cores
 
 _log = logging.getLogger(__name__)
 
@@ -108,7 +107,7 @@ def verify_files(model_dir: Path, sha256: dict[str, str], name: str) -> None:
             )
 
 
-def _load(model_dir: Path, threads: int, copy: int = 0) -> tuple[Tokenizer, Any]:
+def load_session(model_dir: Path, threads: int, copy: int = 0) -> tuple[Tokenizer, Any]:
     """A new tokenizer (callers configure it) and the model's session ``copy``, built once per process
     (Any: onnxruntime has no types)."""
     for filename in ("model.onnx", "tokenizer.json"):
@@ -152,7 +151,7 @@ def runs_at_once(threads: int) -> int:
     return max(1, available_cores() // max(1, threads))
 
 
-def _pad(encodings: Sequence[Encoding], length: int) -> dict[str, npt.NDArray[np.int64]]:
+def padded(encodings: Sequence[Encoding], length: int) -> dict[str, npt.NDArray[np.int64]]:
     """Right-pad token ids to ``length``; returns the three BERT inputs."""
     n = len(encodings)
     ids = np.zeros((n, length), dtype=np.int64)
@@ -185,7 +184,7 @@ class OnnxEmbedder:
         batch_size: int = 32,
         threads: int = 2,
     ) -> None:
-        self._tokenizer, self._session = _load(model_dir, threads)
+        self._tokenizer, self._session = load_session(model_dir, threads)
         self._tokenizer.enable_truncation(max_tokens)
         self._name = name
         self._query_prefix = query_prefix
@@ -221,7 +220,7 @@ class OnnxEmbedder:
         for start in range(0, len(order), self._batch_size):
             idx = order[start : start + self._batch_size]
             batch = [encodings[i] for i in idx]
-            inputs = _pad(batch, max(len(e.ids) for e in batch))
+            inputs = padded(batch, max(len(e.ids) for e in batch))
             with self._runs:
                 hidden = self._session.run(None, inputs)[0]
             cls = hidden[:, 0, :]
@@ -232,92 +231,6 @@ class OnnxEmbedder:
     def embed_query(self, text: str) -> Vectors:
         vector: Vectors = self.embed_documents([self._query_prefix + text])[0]
         return vector
-
-
-# A long passage's windows: the answer in a sentence scored 0.003 in a window of 230 tokens of chatter,
-# 0.70 in one of 128 (an outside review's repro); at most MAX_WINDOWS pairs a passage.
-WINDOW_TOKENS = 128
-MAX_WINDOWS = 16  # 1,500 tokens (~6,000 characters) of a passage: a longer memory is a document
-MIN_WINDOW_TOKENS = 64  # a query longer than the budget less this leaves no room worth a window
-
-
-class OnnxCrossEncoder:
-    """A cross-encoder with one logit output, turned into a probability by the sigmoid.
-
-    A passage longer than ``WINDOW_TOKENS`` is read in overlapping windows of that many tokens (at
-    most ``MAX_WINDOWS``), and its score is its best window's (MaxP): read whole, cut at ``max_tokens``
-    with the query, a fact past the first ~1,000 characters of a long turn was scored 0.00002 for the
-    question it answers, below unrelated turns, and one after 900 characters of chatter 0.035 (an
-    outside review's repro; the model was trained on web passages of about that many tokens).
-
-    Scores are stable: INT8 models quantise activations dynamically over the whole input tensor, so in
-    a padded batch a pair's score shifts with its batch-mates (measured: up to 0.5 logit). Each pair is
-    therefore run alone and unpadded, and the same (query, passage) always gets the same score. Batching
-    bought little anyway (the cost is per token), while ``workers`` single-threaded sessions running
-    pairs in parallel were ~30% faster on 2 cores than one session with 2 intra-op threads.
-    """
-
-    def __init__(
-        self, model_dir: Path, *, name: str, max_tokens: int = 256, workers: int = 2, nice: int = 0
-    ) -> None:
-        self._tokenizer, first = _load(model_dir, threads=1)
-        self._max_tokens = max_tokens
-        self._counter = Tokenizer.from_str(self._tokenizer.to_str())  # the same, cutting nothing
-        self._counter.no_truncation()
-        # Cut the longer side first: the passage, unless a query is longer than it (with "only_second"
-        # a query past max_tokens made every pair fail and recall fell back to RRF order).
-        self._tokenizer.enable_truncation(max_tokens, strategy="longest_first")
-        self._name = name
-        self._sessions: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._sessions.put(first)
-        for copy in range(1, workers):  # a session of its own per worker
-            self._sessions.put(_load(model_dir, threads=1, copy=copy)[1])
-        # Its threads only ever rerank, so they may run at a lower CPU priority (``nice``, see
-        # engram.threads) for good.
-        self._pool = ThreadPoolExecutor(
-            max_workers=workers,
-            thread_name_prefix="engram-rerank",
-            initializer=lower_priority,
-            initargs=(nice,),
-        )
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-
-    @classmethod
-    def packaged(cls, *, workers: int = 2, nice: int = 0) -> OnnxCrossEncoder:
-        model_dir = PACKAGED_RERANKER.verified_dir()
-        return cls(model_dir, name=PACKAGED_RERANKER.name, workers=workers, nice=nice)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def _logit(self, encoding: Any) -> float:
-        session = self._sessions.get()  # blocks while every session is busy: no oversubscription
-        try:
-            return float(session.run(None, _pad([encoding], len(encoding.ids)))[0][0][0])
-        finally:
-            self._sessions.put(session)
-
-    def score(self, query: str, passages: Sequence[str]) -> list[float]:
-        room = self._max_tokens - len(self._counter.encode(query, add_special_tokens=False).ids) - 3
-        windows = [self._windows(p, room) for p in passages]  # [CLS] q [SEP] p [SEP]: 3 special tokens
-        pairs = [(query, w) for ws in windows for w in ws]
-        logits = iter(self._pool.map(self._logit, self._tokenizer.encode_batch(pairs)))
-        best = [max(next(logits) for _ in ws) for ws in windows]
-        return [float(1.0 / (1.0 + np.exp(-x))) for x in best]
-
-    def _windows(self, passage: str, room: int) -> list[str]:
-        """``passage`` whole when it has at most WINDOW_TOKENS tokens (or ``room``, if less); else
-        windows of that many tokens that overlap by a quarter, cut at token boundaries, at most
-        MAX_WINDOWS."""
-        offsets = self._counter.encode(passage, add_special_tokens=False).offsets
-        size = min(room, WINDOW_TOKENS)
-        if size < MIN_WINDOW_TOKENS or len(offsets) <= size:  # a query that long: cut as before
-            return [passage]
-        starts = range(0, len(offsets) - size // 4, size - size // 4)[:MAX_WINDOWS]
-        return [passage[offsets[i][0] : offsets[min(i + size, len(offsets)) - 1][1]] for i in starts]
 
 
 class OnnxTokenEncoder:
@@ -349,7 +262,7 @@ class OnnxTokenEncoder:
         threads: int = 2,
         batch_size: int = 32,
     ) -> None:
-        self._tokenizer, self._session = _load(model_dir, threads)
+        self._tokenizer, self._session = load_session(model_dir, threads)
         self._model_dir, self._threads, self._batch_size = model_dir, threads, batch_size
         self._batch_session: Any = None  # built at the first batch (engram.providers.onnx_quant)
         self._batch_lock = threading.Lock()

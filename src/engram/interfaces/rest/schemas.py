@@ -46,8 +46,8 @@ from engram.models import (
 )
 from engram.recall_filter import MetadataKey, MetadataScalar
 from engram.settings import DEFAULT_MAX_METADATA_CHARS, DEFAULT_MAX_TEXT_CHARS, EngramSettings
-from engram.validation import USER_ID_PATTERN
-from engram.visibility import empty_or_visible_schema, shows_nothing, visible_schema
+from engram.validation import MAX_METADATA_DEPTH, USER_ID_PATTERN
+from engram.visibility import NUL_PATTERN, empty_or_visible_schema, refused_text, visible_schema
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -66,7 +66,7 @@ def visible_text(*, empty: bool = False) -> Callable[[JsonDict], None]:
     def extra(schema: JsonDict) -> None:
         schema.update(
             {
-                "not": shows_nothing(empty=not empty),
+                "not": refused_text(empty=not empty),
                 "maxLength": DEFAULT_MAX_TEXT_CHARS,
                 LIMIT_MARK: "max_text_chars",
             }
@@ -81,7 +81,9 @@ def publish_limits(app: FastAPI, settings: EngramSettings) -> None:
 
     def openapi() -> JsonDict:
         if app.openapi_schema is None:
-            _write_settings(generate(), settings)
+            document = generate()
+            document["components"]["schemas"][METADATA_VALUE] = metadata_value_schema()
+            _write_settings(document, settings)
         return app.openapi_schema or {}
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -104,11 +106,29 @@ def _text(description: str) -> Any:
     return Field(min_length=1, description=f"{description}; {VISIBLE}", json_schema_extra=visible_text())
 
 
+METADATA_VALUE = "MetadataValue"  # the OpenAPI component for what metadata holds, at any depth
+_METADATA_REF: JsonDict = {"$ref": f"#/components/schemas/{METADATA_VALUE}"}
+_NO_NUL: JsonDict = {"not": {"pattern": NUL_PATTERN}}  # check_metadata's rule for every key and string
+
+
+def metadata_value_schema() -> JsonDict:
+    """Any JSON value without a NUL in a string or a key (PostgreSQL's jsonb cannot hold one)."""
+    return {
+        "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            {"type": "string", **_NO_NUL},
+            {"type": "array", "items": _METADATA_REF},
+            {"type": "object", "propertyNames": _NO_NUL, "additionalProperties": _METADATA_REF},
+        ]
+    }
+
+
 def _metadata(description: str = "free-form, kept verbatim") -> Any:
     return Field(
         default_factory=dict,
         description=f"{description}; at most {DEFAULT_MAX_METADATA_CHARS} characters as compact JSON by "
-        "default (the store's max_metadata_chars)",
+        f"default (the store's max_metadata_chars), nested at most {MAX_METADATA_DEPTH} deep",
+        json_schema_extra={"propertyNames": _NO_NUL, "additionalProperties": _METADATA_REF},
     )
 
 
@@ -130,7 +150,7 @@ class TurnCreate(_Request):
 
 def _memory_rules() -> list[JsonDict]:
     procedural = {"properties": {"memory_type": {"const": "procedural"}}, "required": ["memory_type"]}
-    fact_text = {"minLength": 1, "not": shows_nothing()}
+    fact_text = {"minLength": 1, "not": refused_text()}
     contradicts = {"properties": {"contradiction": {"type": "string"}}, "required": ["contradiction"]}
     supersedes = {"required": ["supersedes_id"], "properties": {"supersedes_id": {"type": "string"}}}
     # the other type's fields are refused when given (UserMemory.write): absent, empty or the default
