@@ -94,6 +94,15 @@ def test_runtime_role_is_not_owner_nor_superuser(pg):
         PostgresStore(admin)  # the owner / a superuser would bypass the policies
 
 
+def test_a_wrong_url_fails_at_once_with_the_servers_reason(pg_urls, caplog):
+    _, runtime = pg_urls
+    wrong_user = psycopg.conninfo.make_conninfo(runtime, user="no_such_role")
+    with caplog.at_level("WARNING"), pytest.raises(StorageError, match='role "no_such_role" does not exist'):
+        PostgresStore(wrong_user)
+    # the pool, had it been opened, would have retried for its whole timeout and logged every try
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")]
+
+
 def test_migrations_are_idempotent(pg):
     _, admin, _ = pg
     assert migrate(admin) == []

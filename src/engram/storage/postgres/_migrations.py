@@ -162,6 +162,9 @@ def _grants(role: str) -> str:
     """
 
 
+CONNECT_TIMEOUT_S = 10  # a server that does not answer at all: say so, not hang
+
+
 def migrate(admin_url: str, runtime_role: str = RUNTIME_ROLE) -> list[int]:
     """Create or upgrade the schema as the owner role, and grant the runtime role what it needs.
 
@@ -171,7 +174,7 @@ def migrate(admin_url: str, runtime_role: str = RUNTIME_ROLE) -> list[int]:
 
     applied: list[int] = []
     try:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
             conn.execute("SELECT pg_advisory_lock(743274)")  # one migrator at a time
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS engram_migrations"

@@ -39,7 +39,7 @@ from engram.storage.base import (
     owner_of,
 )
 from engram.storage.postgres import _ann
-from engram.storage.postgres._migrations import MIGRATIONS, RUNTIME_ROLE, migrate
+from engram.storage.postgres._migrations import CONNECT_TIMEOUT_S, MIGRATIONS, RUNTIME_ROLE, migrate
 from engram.storage.postgres._statements import (
     PostgresMeta,
     PostgresRows,
@@ -95,6 +95,9 @@ class PostgresStore(StoreRules[int]):
         if admin_url:
             migrate(admin_url)
         try:
+            # One plain connection first: a wrong URL or password fails here at once with the server's
+            # reason, where the pool would retry it for its whole timeout and log every try.
+            psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()
             self._pool: ConnectionPool[Connection] = ConnectionPool(
                 url, min_size=1, max_size=pool_size, open=True, timeout=30
             )
