@@ -330,7 +330,10 @@ def forget(memory_id: str, user: UserOpt, as_json: JsonOpt = False, store: Store
 def list_(
     user: UserOpt,
     memory_type: Annotated[
-        MemoryType, typer.Option("--type", "-t", help="episodic, semantic or procedural")
+        MemoryType,
+        typer.Option(
+            "--type", "-t", help="episodic, semantic or procedural (the catalog: `engram catalog list`)"
+        ),
     ] = "semantic",
     include_superseded: bool = False,
     limit: int = 50,
