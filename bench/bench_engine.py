@@ -79,8 +79,15 @@ def user_sizes(rng: random.Random, users: int, total: int) -> list[int]:
 
 
 def bulk_load(
-    eng: Engram, gen: TextGen, rng: random.Random, total: int, users: int, legacy_tokens: bool = False
+    eng: Engram,
+    gen: TextGen,
+    rng: random.Random,
+    total: int,
+    users: int,
+    legacy_tokens: bool = False,
+    chunk_rows: int = 2000,
 ) -> float:
+    """Load ``total`` rows over ``users`` tenants, ``chunk_rows`` a Store.insert; the seconds it took."""
     dim = eng.embedder.dim
     now = utcnow()
     start = time.perf_counter()
@@ -122,9 +129,9 @@ def bulk_load(
         vectors = vectors.reshape(len(rows), dim)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         tokens = random_tokens(eng, rows, legacy_tokens) if eng.token_encoder is not None else None
-        for i in range(0, len(rows), 2000):
-            chunk = tokens[i : i + 2000] if tokens is not None else None
-            eng.store.insert(user, rows[i : i + 2000], vectors[i : i + 2000], None, chunk)
+        for i in range(0, len(rows), chunk_rows):
+            chunk = tokens[i : i + chunk_rows] if tokens is not None else None
+            eng.store.insert(user, rows[i : i + chunk_rows], vectors[i : i + chunk_rows], None, chunk)
     return time.perf_counter() - start
 
 

@@ -135,7 +135,11 @@ def run_cluster(nodes: int, args: argparse.Namespace, home: Path) -> dict[str, A
             eng.import_json([{"title": gen.sentence(2, 4), "text": gen.sentence(8, 20)} for _ in range(200)])
             engine_bench._tenant_hash[:] = [engine_bench.bcrypt_hash(engine_bench.random_password())]
             engine_bench.create_tenant_users(eng, args.users)
-            load_s = engine_bench.bulk_load(eng, gen, random.Random(args.rows), args.rows, args.users)
+            # 500 rows a bulk: a tenant's 2,000 (~30 MB with token vectors) once took longer than the
+            # client's 30 s read timeout with three nodes on two cores
+            load_s = engine_bench.bulk_load(
+                eng, gen, random.Random(args.rows), args.rows, args.users, chunk_rows=500
+            )
             cluster.health(wait_for="green", timeout_s=600)
             result |= {"rows": args.rows, "users": args.users, "bulk_load_s": round(load_s, 1)}
             result |= disk(cluster)

@@ -75,7 +75,7 @@ def test_readme_quickstart_runs_as_written(tmp_path):
     assert turn["memory_type"] == "episodic" and "E-4021" in turn["text"] and turn["session_id"] == "chat-1"
     assert "E-4021" in recall["hits"][0]["text"] and set(recall["hits"][0]) >= {"id", "confidence"}
     old = new["supersedes"]
-    assert new["text"] == "Sarah lives in Edinburgh" and old
+    assert new["text"] == "Alex lives in Edinburgh" and old
     live = [m["id"] for m in listed["data"]]
     assert listed["data"][0]["id"] == new["id"] and old not in live
-    assert [m["text"] for m in history["data"]] == ["Sarah lives in Bristol", "Sarah lives in Edinburgh"]
+    assert [m["text"] for m in history["data"]] == ["Alex lives in Bristol", "Alex lives in Edinburgh"]
