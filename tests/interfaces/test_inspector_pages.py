@@ -56,6 +56,7 @@ def test_error_pages_keep_the_header_and_name_the_problem(service):
         (admin.get("/inspector/semantic", params={"user": "ghost"}), 404, "No user &#39;ghost&#39;"),
         (admin.get("/inspector/semantic", params={"user": "no/such"}), 422, "user_id"),
         (sarah.post(f"/inspector/memory/{rows['edinburgh']['id']}/forget"), 403, "token is missing"),
+        (sarah.get("/inspector/semantic/nonsense"), 404, "No such page in the inspector"),  # no route
     ]
     for response, status, message in cases:
         assert response.status_code == status and message in response.text, (status, response.text[-600:])

@@ -153,9 +153,13 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
 
     # Starlette's, not FastAPI's subclass: unknown routes (404) and wrong methods (405) raise it too.
     @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> Response:
         if exc.status_code == 400:  # FastAPI could not read the body as JSON (not UTF-8, too deep)
             return _error(422, "invalid_input", "the request body could not be read as JSON")
+        if exc.status_code == 404 and _in_inspector(request.url.path):  # a person's browser
+            return await anyio.to_thread.run_sync(
+                error_page, request, 404, "Not found", "No such page in the inspector."
+            )
         headers = dict(exc.headers or {})
         documented = allowed_methods(routes, request.url.path) if exc.status_code == 405 else []
         if documented:
@@ -166,8 +170,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         content_type = request.headers.get("content-type", "")
         problems = [_problem(err, content_type) for err in exc.errors()[:5]]
-        path = request.url.path
-        if path == ROOT or path.startswith(ROOT + "/"):  # a person's browser: the inspector's own page
+        if _in_inspector(request.url.path):  # a person's browser: the inspector's own page
             return await anyio.to_thread.run_sync(
                 error_page, request, 422, "Not a valid request", "; ".join(problems)
             )
@@ -188,6 +191,10 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     app.add_middleware(Observe, http=http_metrics, telemetry=engram.telemetry, routes=app.router.routes)
     publish_limits(app, engram.settings)
     return app
+
+
+def _in_inspector(path: str) -> bool:
+    return path == ROOT or path.startswith(ROOT + "/")
 
 
 def allowed_methods(routes: Mapping[str, set[str]], path: str) -> list[str]:
