@@ -350,17 +350,14 @@ class EngramSettings(BaseSettings):
         default=8, ge=1, le=100, description="hits recalled on the raw message before the model's first call"
     )
     # Optional providers; the default is always the packaged local models.
-    embedder_onnx_dir: Path | None = Field(
-        default=None, description="a local BERT-style ONNX embedder (model.onnx + tokenizer.json)"
-    )
-    embedder_url: str | None = Field(
-        default=None, description="an OpenAI-compatible /v1 base URL for embeddings instead"
-    )
+    embedder_onnx_dir: Path | None = Field(None, description="a local ONNX embedder and its tokenizer.json")
+    embedder_url: str | None = Field(None, description="an OpenAI-compatible /v1 base URL for embeddings")
     embedder_model: str | None = Field(default=None, description="model name sent to embedder_url")
     embedder_api_key: str | None = Field(default=None, description="bearer key for embedder_url")
-    reranker_onnx_dir: Path | None = Field(
-        default=None, description="a local cross-encoder ONNX model (one-logit output)"
-    )
+    reranker_onnx_dir: Path | None = Field(None, description="a local cross-encoder ONNX model (one logit)")
+    reranker_url: str | None = Field(None, description="base URL of a /rerank endpoint (http_rerank.py)")
+    reranker_model: str | None = Field(default=None, description="model name sent to reranker_url")
+    reranker_api_key: str | None = Field(default=None, description="bearer key for reranker_url")
     # /metrics tells how much the service is used and what it holds: readable by the admin key alone
     # unless the operator opens it (a scraper on a private network), or turns it off.
     metrics: Literal["off", "open", "admin"] = Field(

@@ -38,6 +38,12 @@ def default_embedder(settings: EngramSettings) -> Embedder:
 def default_reranker(settings: EngramSettings) -> Reranker:
     from engram.providers.onnx_rerank import OnnxCrossEncoder
 
+    if settings.reranker_url:
+        from engram.providers.http_rerank import HttpReranker
+
+        return HttpReranker(
+            settings.reranker_url, model=settings.reranker_model, api_key=settings.reranker_api_key
+        )
     if settings.reranker_onnx_dir:
         directory = settings.reranker_onnx_dir
         return OnnxCrossEncoder(
