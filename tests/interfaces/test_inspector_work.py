@@ -113,6 +113,8 @@ def test_an_ended_session_says_why(tab, service):
 
 def test_at_a_phones_width_nothing_runs_off_the_side(browser, service):
     rows = seed_world(service)
+    long_url = "Sarah's router page is https://192.168.1.1/cgi-bin/" + "a" * 300 + "?token=" + "f" * 64
+    unbroken = service.client("sarah").post("/v1/memories", json={"text": long_url}).json()
     context = browser.new_context(viewport=PHONE)
     context.set_default_timeout(10_000)
     page = context.new_page()
@@ -129,6 +131,7 @@ def test_at_a_phones_width_nothing_runs_off_the_side(browser, service):
             "turn",
             f"memory/{rows['edinburgh']['id']}",
             f"memory/{rows['xss']['id']}",
+            f"memory/{unbroken['id']}",  # a word wider than the screen, in the page's title
             f"memory/{rows['edinburgh']['id']}/forget",
             "semantic?user=bob",  # an error page
             "recall",

@@ -20,7 +20,7 @@ from engram.retrieval.change_cues import (
     says_own_change,
 )
 from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.currency import put_current_first, put_past_first
+from engram.retrieval.currency import put_current_first, put_invalid_below, put_past_first
 from engram.settings import DEFAULT_CHANGE_PLACES
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -588,6 +588,29 @@ def test_for_a_question_about_before_an_unrelated_chain_near_the_top_is_not_foll
     assert put_past_first(superseded_leader, margin=0.05, places=5) == {anytime.memory.id: joined.memory.id}
 
 
+def test_a_fact_whose_validity_does_not_cover_the_present_goes_below():
+    ended, ahead, current, open_ended = (
+        fact(1, "Sam's office is in Canary Wharf", 400),
+        fact(2, "Sam's office will be in Stratford", 10),
+        fact(3, "Sam's office is at King's Cross", 100),
+        fact(4, "Sam's office is in Leeds", 900),
+    )
+    ended = ended.model_copy(update={"valid_to": NOW - timedelta(days=60)})
+    ahead = ahead.model_copy(update={"valid_from": NOW + timedelta(days=90)})
+    current = current.model_copy(
+        update={"valid_from": NOW - timedelta(days=100), "valid_to": NOW + timedelta(days=1)}
+    )
+    order = [
+        cand(ended, 1.0, 0.8),
+        cand(ahead, 0.9, 0.8),
+        cand(current, 0.6, 0.8),
+        cand(open_ended, 0.5, 0.8),
+    ]
+    put_invalid_below(order, NOW, 0.5)
+    assert [c.memory.id for c in order] == [current.id, ended.id, open_ended.id, ahead.id]
+    assert [c.multipliers.get("validity") for c in order] == [None, 0.5, None, 0.5]
+
+
 # -- recall on a real store ----------------------------------------------------------------------------
 def test_recall_puts_the_newer_statement_first_and_marks_the_older_one(eng):
     mem = eng.for_user("sarah")
@@ -785,3 +808,29 @@ def test_a_question_about_before_the_current_value_gets_the_fact_it_superseded_f
     assert virgin.id in [h.memory.id for h in off[1:]]  # seen, not first
     assert hits[0].memory.id == virgin.id and "past_lift" in hits[0].explain
     assert hyperoptic.id in [h.memory.id for h in hits[1:3]]
+
+
+def test_a_fact_that_ended_is_not_the_present_answer_but_is_a_past_one(eng):
+    """An office move told by validity alone (no supersession): the fact that ended last month goes
+    below the one that holds, for a question about now; a question about before sees them as ranked."""
+    mem = eng.for_user("sam")
+    now = utcnow()
+    wharf = mem.write("Sam's office is in Canary Wharf", valid_to=now - timedelta(days=30))
+    cross = mem.write("Sam's office is at King's Cross", valid_from=now - timedelta(days=30))
+    hits = mem.recall("where is my office?", record_use=False)
+    assert [h.memory.id for h in hits[:2]] == [cross.id, wharf.id]  # scores 0.998 and 0.499 (x 0.5)
+    assert hits[1].explain["validity"] == 0.5 and "validity" not in hits[0].explain
+    past = mem.recall("where was my office before?", record_use=False)
+    assert all("validity" not in h.explain for h in past)
+
+
+def test_a_retracted_fact_answers_no_question_about_the_past(eng):
+    """A harsh correction says the old fact was never true: a question about before does not get it
+    (it sees superseded facts, not retracted ones); include_superseded still shows it, for audit."""
+    mem = eng.for_user("nina")
+    peanuts = mem.write("Nina is allergic to peanuts")
+    mem.write("Nina is allergic to shellfish, not peanuts", supersedes_id=peanuts.id, contradiction="harsh")
+    for query in ("what was I allergic to before?", "was I ever allergic to peanuts?"):
+        assert peanuts.id not in [h.memory.id for h in mem.recall(query, record_use=False)]
+    audit = mem.recall("was I ever allergic to peanuts?", include_superseded=True, record_use=False)
+    assert peanuts.id in [h.memory.id for h in audit]

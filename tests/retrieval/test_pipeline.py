@@ -567,7 +567,7 @@ def test_a_question_naming_the_user_finds_their_own_turn_among_facts_that_name_t
 
 def test_rerank_text_reads_the_users_facts_in_their_own_voice_and_turns_as_said():
     from engram.models import CatalogItem, EpisodicMemory, SemanticMemory, new_id
-    from engram.retrieval.pipeline import rerank_text
+    from engram.retrieval.rerank import rerank_text
 
     now = utcnow()
     row = {"user_id": "aisha", "created_at": now}

@@ -31,7 +31,7 @@ class HttpReranker:
         if not model:
             raise ModelError("reranker_url needs reranker_model (the model name to request)")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # a recall waits on this: past the timeout it answers without the reranker (pipeline.apply_rerank)
+        # a recall waits on this: past the timeout it answers without the reranker (retrieval.rerank)
         self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
         self._model = model
 

@@ -311,6 +311,22 @@ def put_current_first(
     return {old_id: new.memory.id for old_id, new in pairs.items()}
 
 
+def put_invalid_below(order: list[Candidate], now: datetime, factor: float) -> None:
+    """A fact whose recorded validity does not cover ``now`` (its ``valid_to`` has passed, or its
+    ``valid_from`` is still ahead) takes the multiplier ``validity = factor``, as a replaced memory takes
+    ``outdated``, and ``order`` is sorted again: "Sam's office is in Canary Wharf", valid until last
+    month, is not where the office is now. For queries about the present (the caller's rule, as for
+    ``put_current_first``); a question about the past, or one naming a period, sees it as it ranks."""
+    for c in order:
+        m = c.memory
+        if isinstance(m, SemanticMemory) and (
+            (m.valid_to is not None and m.valid_to <= now)
+            or (m.valid_from is not None and m.valid_from > now)
+        ):
+            c.multipliers["validity"] = factor
+    order.sort(key=lambda c: -c.final)
+
+
 def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dict[str, str]:
     """For a question about an earlier state (``asks_about_earlier_state``), put what was true before
     first, by ``past_lift = leader.final / its final x 1.001``; returns {leader id: its id}, or {}.

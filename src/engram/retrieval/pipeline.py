@@ -29,7 +29,9 @@
    multiplied by ``outdated`` unless a change-announcing turn replaced it for a query that does not
    expect a change (then the two only swap places). For a question about an earlier state, the fact
    a leading live one superseded, else an older near match, goes above the leader
-   (``currency.put_past_first``, explain ``past_lift``).
+   (``currency.put_past_first``, explain ``past_lift``). A fact whose ``valid_from``/``valid_to`` do
+   not cover the present is multiplied by ``outdated`` too (``currency.put_invalid_below``, explain
+   ``validity``), and a retracted fact (never true) is left out unless ``include_superseded``.
 8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
    successor's is at least that of what it replaced.
 """
@@ -45,7 +47,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from engram.errors import public_failure
-from engram.models import CatalogItem, EpisodicMemory, Hit, Memory, MemoryType, event_time, search_text_of
+from engram.models import EpisodicMemory, Hit, MemoryType, event_time, search_text_of
 from engram.observability import Telemetry
 from engram.providers.base import Embedder, Reranker, TokenEncoder, query_content_positions
 from engram.recall_filter import NO_FILTER, RecallFilter
@@ -55,7 +57,7 @@ from engram.retrieval.change_cues import asks_about_earlier_state, asks_about_pa
 from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.contenders import contenders, is_echo, put_askers_below, set_aside_askers
-from engram.retrieval.currency import put_current_first, put_past_first
+from engram.retrieval.currency import put_current_first, put_invalid_below, put_past_first
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import (
     Matrix,
@@ -65,8 +67,8 @@ from engram.retrieval.late_interaction import (
     text_similarity,
     token_maxima,
 )
-from engram.retrieval.own_voice import names_user_uncapitalised, own_voice
-from engram.retrieval.scoring import keep_scores_ordered, multipliers, named_speakers, speaker_of
+from engram.retrieval.rerank import apply_rerank
+from engram.retrieval.scoring import keep_scores_ordered, multipliers, named_speakers
 from engram.retrieval.temporal import time_window
 from engram.storage.base import CandidateSearch, SearchFilter, SearchStore, Tenant
 from engram.text import query_words, user_id_words, user_named_in
@@ -137,7 +139,9 @@ def recall(
         with stage("fetch"):
             fetched = store.fetch(tenant, list(fused), include_catalog="catalog" in memory_types)
     rows = {m.id: m for m in fetched}
-    candidates = [Candidate(memory=rows[i], rrf=s) for i, s in fused.items() if i in rows]
+    # a retracted fact was never true: a question about the past gets it only with include_superseded
+    shown = [i for i in fused if i in rows and (include_superseded or not getattr(rows[i], "retracted", 0))]
+    candidates = [Candidate(memory=rows[i], rrf=fused[i]) for i in shown]
     by_id = {c.memory.id: c for c in candidates}
     for leg, hits in legs.items():
         for rank, (doc_id, score) in enumerate(hits, start=1):
@@ -234,6 +238,7 @@ def recall(
                     else lambda ids: {}
                 ),
             )
+            put_invalid_below(candidates, now, config.outdated_factor)
     answers_for: dict[str, str] = {}  # displaced id -> the id that now answers in its place
     if config.current_first and period is None and asks_about_earlier_state(query):
         answers_for = put_past_first(candidates, margin=config.replace_margin, places=config.change_places)
@@ -261,7 +266,7 @@ def recall(
         if not raised:
             break
     for c in candidates[:k]:  # what was replaced is as likely to be the answer now as it ranks
-        confidences[c.memory.id] *= c.multipliers.get("outdated", 1.0)
+        confidences[c.memory.id] *= c.multipliers.get("outdated", 1.0) * c.multipliers.get("validity", 1.0)
     return [
         Hit(
             memory=c.memory,
@@ -362,16 +367,6 @@ def stored_late_scores(
     return scores
 
 
-def rerank_text(memory: Memory, user_id: str) -> str:
-    """What the cross-encoder reads for a row: ``search_text_of``, a fact or playbook in the user's own
-    voice (``own_voice``: "Aisha's niece Zara is 8" -> "my niece Zara is 8"), as their turns are; a turn
-    another speaker said and a catalog item as they are."""
-    text = search_text_of(memory)
-    if isinstance(memory, EpisodicMemory | CatalogItem):
-        return text
-    return own_voice(text, user_id)
-
-
 def _in_background(nice: int, work: Callable[..., T], *args: Any) -> Future[T]:
     """Run ``work`` on the leg pool, its thread at nice ``nice`` at least (the pool runs only recall's
     work, so its threads never need their priority back)."""
@@ -426,25 +421,3 @@ def normalised(scores: list[float]) -> list[float]:
     if high <= low:
         return [1.0] * len(scores)
     return [LATE_FLOOR + (1.0 - LATE_FLOOR) * (s - low) / (high - low) for s in scores]
-
-
-def apply_rerank(
-    reranker: Reranker, query: str, window: list[Candidate], weight: float = 1.0, user_id: str = ""
-) -> str | None:
-    """Set each window candidate's rerank probability; return an error text instead of raising. The
-    query and the user's facts are read in the user's own voice (``rerank_text``), unless the query
-    writes the user's name in lower case or another speaker's turn is in the window."""
-    if names_user_uncapitalised(query, user_id) or any(
-        isinstance(c.memory, EpisodicMemory) and speaker_of(c.memory) for c in window
-    ):
-        user_id = ""  # read as written: own_voice would rewrite the facts, not "sarah", nor a group chat
-    try:
-        passages = [rerank_text(c.memory, user_id) for c in window]
-        scores = reranker.score(own_voice(query, user_id), passages)
-        if len(scores) != len(window):
-            raise ValueError(f"reranker returned {len(scores)} scores for {len(window)} passages")
-    except Exception as exc:  # recall must never fail because of the reranker
-        return public_failure(exc, "the reranker")  # logged there; no driver text in explain
-    for candidate, score in zip(window, scores, strict=True):
-        candidate.rerank, candidate.rerank_weight = float(score), weight
-    return None
