@@ -260,6 +260,21 @@ def test_forget_is_final_and_leaves_no_text(eng):
         mem.forget(f.id)
 
 
+def test_a_turn_forgotten_by_another_process_is_not_echoed_in_the_next_turns_answer(make_engram):
+    """The serving process remembers each session's last turn; a forget (or an erasure) through another
+    process, the CLI or a second worker, does not reach that memory. The next turn is stored without
+    the forgotten words, and its answer must be the row as stored, not the words it was built with."""
+    serving, other = make_engram("shared.db"), make_engram("shared.db")
+    secret = serving.for_user("sarah").remember_turn("my PIN is 4417, please forget this", session_id="s1")
+    other.for_user("sarah").forget(secret.id)
+    reply = serving.for_user("sarah").remember_turn("thanks", session_id="s1")
+    assert (reply.context, reply.context_id) == (None, None)
+    stored = other.for_user("sarah").get(reply.id)
+    assert (stored.context, stored.context_id) == (None, None)
+    follow_up = serving.for_user("sarah").remember_turn("one more thing", session_id="s1")
+    assert follow_up.context_id == reply.id  # the session goes on from the row as stored
+
+
 def test_catalog_is_shared_and_admin_only(eng):
     item = eng.catalog.add(
         "The Lumio Hub v2 supports Zigbee 3.0", title="Hub v2 radios", metadata={"src": "docs"}

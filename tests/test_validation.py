@@ -98,7 +98,11 @@ def test_shared_checks():
     with pytest.raises(InvalidInput, match="unknown memory_type"):
         check_types(["facts"])
     assert validate_user_id("sarah@home") == "sarah@home"
-    with pytest.raises(InvalidInput, match="user_id"):
-        validate_user_id("-sarah")
+    for bad in ("-sarah", "mallory\n", "mallory\r\n"):  # "$" alone let a final newline through
+        with pytest.raises(InvalidInput, match="user_id"):
+            validate_user_id(bad)
+    from engram.models import is_well_formed_id
+
+    assert is_well_formed_id("epi_" + "a" * 22) and not is_well_formed_id("epi_" + "a" * 22 + "\n")
     with pytest.raises(InvalidInput, match="confidence"):
         build_row(SemanticMemory, id="x", text="t", user_id="u", created_at=datetime.now(UTC), confidence=[])

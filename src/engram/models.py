@@ -54,7 +54,7 @@ def new_id(memory_type: MemoryType, seed: str | None = None) -> str:
 
 
 def is_well_formed_id(memory_id: object) -> bool:
-    return isinstance(memory_id, str) and _ID_RE.match(memory_id) is not None
+    return isinstance(memory_id, str) and _ID_RE.fullmatch(memory_id) is not None
 
 
 def utcnow() -> datetime:

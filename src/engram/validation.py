@@ -27,7 +27,7 @@ RowT = TypeVar("RowT", bound=BaseModel)
 
 
 def validate_user_id(user_id: object) -> str:
-    if not isinstance(user_id, str) or not _USER_ID.match(user_id):
+    if not isinstance(user_id, str) or not _USER_ID.fullmatch(user_id):
         raise InvalidInput("user_id must be 1-128 characters: letters, digits and . _ @ : + - (not first)")
     return user_id
 

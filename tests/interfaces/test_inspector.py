@@ -483,9 +483,12 @@ def test_the_turn_view_keeps_rows_slim_and_never_shows_a_row_forgotten_elsewhere
     sarah = sign_in(service, service.user_keys["sarah"])
     page = sarah.get("/inspector/turn").text
     assert "my router logs say E42" in page and long_text not in page and "z" * 1000 not in page
-    assert "Fritzbox 7590" in page
+    assert "Fritzbox 7590" in page and "which router does sarah have" in page
     # forgotten through the Python API (or the CLI, or another worker): this log never saw it go
     service.engram.for_user("sarah").forget(fact["id"])
     service.engram.for_user("sarah").forget(turn["id"])
     page = sarah.get("/inspector/turn").text
     assert "Fritzbox 7590" not in page and "my router logs say" not in page
+    # the turn's recalls go with it (an agent recalls the message's own words; an erased user's id
+    # given to someone else must not show them)
+    assert "which router does sarah have" not in page and "(the query of a forgotten turn)" in page

@@ -83,6 +83,25 @@ def test_other_tenants_ids_are_invisible_over_rest(world):
     assert 404 in seen
 
 
+def test_a_request_with_two_keys_is_refused_on_every_surface(world):
+    """The routes read the first Authorization header and the MCP SDK the last: a request naming two
+    keys (a proxy adding its own) must not be one tenant here and another there."""
+    service, _, _ = world
+    client = service.client(key="-")
+    two = [(b"Authorization", f"Bearer {service.user_keys[u]}".encode()) for u in ("sarah", "bob")]
+    before = snapshot(service)
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+    for method, path, kwargs in [
+        ("get", "/v1/me", {}),
+        ("post", "/v1/recall", {"json": {"query": "garage code"}}),
+        ("post", "/v1/turns", {"json": {"text": "hello"}}),
+        ("post", "/mcp", {"json": initialize}),
+    ]:
+        r = client.request(method.upper(), path, headers=two, **kwargs)
+        assert r.status_code == 401 and r.json()["message"].startswith("more than one Authorization"), path
+    assert snapshot(service) == before
+
+
 @pytest.mark.parametrize("who", ["missing", "forged", "revoked", "admin"])
 def test_bad_credentials_are_refused_everywhere(world, who):
     service, rows, revoked_key = world

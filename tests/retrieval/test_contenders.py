@@ -140,6 +140,13 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
         ("ok I bought a Skoda Octavia estate", "what car do I drive?", False),  # no question
         ("do you think my Skoda Octavia is a good car to drive in snow?", "what car do I drive?", False),
         ("is the wifi password BTHub-4821?", "what's the wifi password?", False),  # it confirms a value
+        # a day names a value in lower case too (an outside review's repro)
+        (
+            "what time is my pilates class now that it moved to wednesdays?",
+            "when is my pilates class?",
+            False,
+        ),
+        ("what time is my pilates class on Wednesday?", "when is my pilates class on wednesday?", True),
         ("where do I live? the form asks", "where do I live?", False),  # one content word: not judged
         ("is this ok? " + "word " * 20_000, "is this ok now?", False),  # long, and linear in its length
         # one shared word is a question on the subject, and it tells: "my sister Magda"

@@ -18,6 +18,7 @@ from engram.retrieval.change_cues import (
     expects_change,
     says_otherwise,
     says_own_change,
+    tells_of_another,
 )
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.currency import put_current_first, put_invalid_below, put_past_first
@@ -405,6 +406,31 @@ def test_a_question_about_what_something_was_before_is_told_by_its_words(query, 
 def test_a_turn_where_the_speaker_says_they_changed_something_is_told_from_others(text, own):
     assert says_own_change(text) is own
     assert not announces_change("she started a pottery class")  # only the speaker's own "started"
+
+
+@pytest.mark.parametrize(
+    ("text", "older", "another"),
+    [
+        ("my husband switched jobs, he's at Lloyds now", "I work at Barclays as an analyst", True),
+        ("my mum got a new number: 07700 111222", "my phone number is 07700 900123", True),
+        ("my sister moved to Leeds last week", "my sister lives in York", False),  # the older names her too
+        ("Ola got the pharmacist job, so we're moving to Manchester", "we live in Leeds", False),  # ours too
+        ("anyway she's upped the amlodipine to 10mg", "doc put me on amlodipine 5mg", False),  # my dose
+        ("footy's switched to thursdays", "I play five-a-side on monday nights", False),
+    ],
+)
+def test_a_turn_that_tells_of_someone_else_is_told_from_the_speakers_own(text, older, another):
+    assert tells_of_another(text, older) is another
+
+
+def test_a_change_someone_else_made_does_not_replace_what_the_speaker_said_of_themself():
+    old = cand(turn(1, "I work at Barclays as an analyst", 300), 0.66, 0.80)
+    husband = cand(turn(2, "my husband switched jobs, he's at Lloyds now", 10), 0.60, 0.80)
+    assert put_current_first([old, husband], nothing_superseded, NOW, margin=0.05, outdated=0.5) == {}
+    own = cand(turn(3, "I switched jobs, I'm at Lloyds now", 10), 0.60, 0.80)
+    assert put_current_first([old, own], nothing_superseded, NOW, margin=0.05, outdated=0.5) == {
+        old.memory.id: own.memory.id
+    }
 
 
 @pytest.mark.parametrize(

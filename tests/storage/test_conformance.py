@@ -307,7 +307,10 @@ def test_a_context_whose_turn_was_forgotten_meanwhile_is_not_stored(store, embed
     put(store, embedder, "sarah", gone)
     store.forget("sarah", gone.id, T0)
     reply = episode("sarah", "ok").model_copy(update={"context": gone.text, "context_id": gone.id})
-    put(store, embedder, "sarah", reply)
+    kept = episode("sarah", "and another").model_copy(update={"context": "ok", "context_id": reply.id})
+    # said by the insert, so remember_turn answers the row as stored, not the words it was given
+    assert store.insert("sarah", [reply], embedder.embed_documents(["ok"])) == {reply.id}
+    assert store.insert("sarah", [kept], embedder.embed_documents(["and another"])) == set()
     assert store.search_text("sarah", "XQ7781234", ALL, 10) == []
     assert store.fetch("sarah", [reply.id])[0].context is None
 

@@ -5,6 +5,7 @@ import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
 
+from engram.models import EpisodicMemory, new_id, utcnow
 from engram.storage.sqlite import SQLiteStore
 
 WRITER = textwrap.dedent(
@@ -191,3 +192,24 @@ def test_row_counts_per_owner_follow_writes_and_are_made_for_older_files(tmp_pat
     write(reopened, "sarah", 1)
     assert counts(reopened) == {"sarah": 3, "bob": 2}
     reopened.close()
+
+
+def test_a_new_store_is_readable_by_its_owner_alone(tmp_path, embedder):
+    """Every tenant's memories are in one file: another account on the host must not read it."""
+    import stat
+
+    path = tmp_path / "home" / "engram.db"
+    store = SQLiteStore(path)
+    try:
+        now = utcnow()
+        row = EpisodicMemory(
+            id=new_id("episodic"), text="PIN 4417", user_id="sarah", created_at=now, timestamp=now
+        )
+        store.insert("sarah", [row], embedder.embed_documents([row.text]))
+        modes = {
+            p.name: stat.S_IMODE(p.stat().st_mode) for p in [path.parent, *path.parent.glob("engram.db*")]
+        }
+    finally:
+        store.close()
+    assert modes["home"] == 0o700 and modes["engram.db"] == 0o600
+    assert {modes.get(f"engram.db-{end}", 0o600) for end in ("wal", "shm")} == {0o600}

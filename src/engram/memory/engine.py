@@ -178,7 +178,10 @@ class Engine:
     def _check_text(self, text: object, what: str = "text") -> str:
         return check_text(text, what, self.settings.max_text_chars)
 
-    def _store_row(self, tenant: Tenant, row: Memory, supersede: Supersession | None = None) -> None:
+    def _store_row(self, tenant: Tenant, row: Memory, supersede: Supersession | None = None) -> bool:
+        """Store one row; False when a turn was stored without its context, the turn it quotes having
+        been forgotten meanwhile (perhaps by another process): the answer must not carry those words."""
         check_metadata_size(row.metadata, self.settings.max_metadata_chars)
         vectors, tokens = self.encode_rows([row])
-        self.store.insert(tenant, [row], vectors, {row.id: supersede} if supersede else None, tokens)
+        bare = self.store.insert(tenant, [row], vectors, {row.id: supersede} if supersede else None, tokens)
+        return row.id not in bare

@@ -94,7 +94,8 @@ class UserMemory(TenantHandle):
             context=context,
             context_id=context_id,
         )
-        self._engram._store_row(self.user_id, row)
+        if not self._engram._store_row(self.user_id, row):  # answer it as stored
+            row = row.model_copy(update={"context": None, "context_id": None})
         self._engram.session_tails.put(row)
         return row
 

@@ -53,6 +53,10 @@ _FIRST_PERSON = r"i|we|i've|we've|i'm|we're|ive|im"  # a speaker's own subject, 
 _OWN_CHANGE = re.compile(
     rf"\b(?:{_FIRST_PERSON}|i'd|we'd)\b(?:\W+\w+){{0,2}}?\W+(?:" + "|".join(sorted(CHANGE_WORDS)) + r")\b"
 )
+_OWN = re.compile(rf"\b(?:{_FIRST_PERSON}|i'd|we'd|i'll|we'll|us|our)\b")
+_KIN = """husband wife partner boyfriend girlfriend fiance fiancee son daughter kid mum mom dad mother father
+    brother sister boss friend flatmate dog cat""".split()  # noqa: SIM905 - a word list reads better as text
+_ANOTHER = re.compile(r"\bmy\s+(?:" + "|".join(_KIN) + r")s?\b")
 # ... and "I've started ..." with the speaker as its subject, not in a clause of time ("when I started
 # school", "since we started"): "I've started eating fish again" after "I've been veggie since uni".
 # Anyone's "started" ("she started a pottery class") cost LoCoMo dev R@1 0.004.
@@ -145,6 +149,16 @@ def announces_change(text: str) -> bool:
     """Whether a turn says that something changed (``CHANGE_WORDS``, ``_CHANGE_PHRASE``). Examples: "we
     moved to Edinburgh last week!", "I'm not vegetarian any more" -> True; "we live in Bristol" -> False."""
     return bool(query_words(text) & CHANGE_WORDS) or bool(_CHANGE_PHRASE.search(text.casefold()))
+
+
+def tells_of_another(text: str, older: str) -> bool:
+    """Whether a turn tells of someone close (``_ANOTHER``: "my husband", "my dog's" ...) whom the older
+    turn does not name, with nothing said of the speaker (no ``_FIRST_PERSON`` subject, "us" or "our"):
+    "my husband switched jobs, he's at Lloyds now" is no successor to "I work at Barclays" (an outside
+    review's repro); "Ola got the job, so we're moving to Manchester" and "she's upped the amlodipine to
+    10mg" (the doctor changed the speaker's dose) may be."""
+    folded, before = text.casefold(), older.casefold()
+    return bool(_ANOTHER.search(folded)) and not _ANOTHER.search(before) and not _OWN.search(folded)
 
 
 def says_own_change(text: str) -> bool:

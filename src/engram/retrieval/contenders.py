@@ -19,6 +19,7 @@ windows", "The leader is always judged").
 
 from __future__ import annotations
 
+import calendar
 import math
 import re
 from collections.abc import Sequence
@@ -32,6 +33,9 @@ from engram.text import content_stems
 _QUESTION = re.compile(r"(?:^|(?<=[?.!\n]))[^?.!\n]*\?")
 _TOKEN = re.compile(r"[\w'’-]+")
 _SELF = frozenset("i i'm i've i'd i'll i’m i’ve i’d i’ll".split())  # noqa: SIM905 capitalised, naming nothing
+# A day or month names a value however it is written ("now that it moved to wednesdays?")
+_CALENDAR = {n.lower() for n in [*calendar.day_name, *calendar.month_name] if n}
+_CALENDAR |= {n + "s" for n in _CALENDAR}
 
 
 def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_gap: float = 1.0) -> int:
@@ -113,16 +117,19 @@ def asks_the_query(text: str, query: str) -> bool:
 
 
 def _named(text: str) -> set[str]:
-    """What a text names beyond common words (casefolded): its tokens with a digit, and its capitalised
-    words past a sentence's start but "I". "is the wifi password BTHub-4821?" -> {"bthub-4821"}; "Is
-    my Skoda ok? I drive it daily" -> {"skoda"}."""
+    """What a text names beyond common words (casefolded): its tokens with a digit, its days and months
+    however written, and its capitalised words past a sentence's start but "I". "is the wifi password
+    BTHub-4821?" -> {"bthub-4821"}; "Is my Skoda ok? I drive it daily" -> {"skoda"}; "now that it
+    moved to wednesdays?" -> {"wednesdays"}."""
     named: set[str] = set()
     end = 0
     for found in _TOKEN.finditer(text):
         word, starts = found.group(0), end == 0 or any(ch in ".?!:\n" for ch in text[end : found.start()])
         end = found.end()
-        if any(ch.isdigit() for ch in word) or (
-            word[0].isupper() and not starts and word.casefold() not in _SELF
+        if (
+            any(ch.isdigit() for ch in word)
+            or (word[0].isupper() and not starts and word.casefold() not in _SELF)
+            or word.casefold() in _CALENDAR
         ):
             named.add(word.casefold())
     return named

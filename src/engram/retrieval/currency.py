@@ -70,6 +70,7 @@ from engram.retrieval.change_cues import (
     calls_new,
     says_otherwise,
     says_own_change,
+    tells_of_another,
 )
 from engram.retrieval.scoring import speaker_of
 
@@ -174,6 +175,7 @@ def announced_successor(
         and at < c.memory.timestamp <= now
         and speaker_of(c.memory) == speaker  # people update what they said themselves
         and c.memory.id not in askers  # "sorry, what car do I drive again?" announces nothing
+        and not tells_of_another(c.memory.text, old.memory.text)  # "my husband switched jobs"
     ]
     announced = [
         c

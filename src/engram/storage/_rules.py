@@ -86,10 +86,10 @@ class StoreRules(abc.ABC, Generic[K]):
         vectors: Vectors,
         supersede: Mapping[str, Supersession] | None = None,
         tokens: Sequence[bytes] | None = None,
-    ) -> None:
+    ) -> set[str]:
         check_insert(owner_of(tenant), rows, vectors, supersede, tokens)
         with self._tenant_statements(tenant, write=True) as statements:
-            _insert_rows(statements, rows, vectors, supersede or {}, tokens)
+            return _insert_rows(statements, rows, vectors, supersede or {}, tokens)
 
     def record_use(
         self, tenant: Tenant, uses: Mapping[str, int], at: datetime, *, max_wait_s: float | None = None
@@ -270,13 +270,15 @@ def _insert_rows(
     vectors: Vectors,
     supersede: Mapping[str, Supersession],
     tokens: Sequence[bytes] | None,
-) -> None:
-    """Insert checked rows, then mark the rows they supersede (which may be among them)."""
+) -> set[str]:
+    """Insert checked rows, then mark the rows they supersede (which may be among them); return the ids
+    of those stored without their context (``_with_live_context``)."""
     if not rows:
-        return
+        return set()
     if supersede:
         statements.lock_owner()  # before any row lock, as forget does
     batch = {row.id for row in rows}
+    given = rows
     rows = [_with_live_context(statements, row, batch) for row in rows]
     statements.insert_rows(rows, vectors, tokens)
     new_rows = {row.id: row for row in rows}
@@ -286,6 +288,7 @@ def _insert_rows(
             raise NotFound(spec.old_id)
         check_supersession(spec, new_rows[new_id], old.memory_type, old.superseded_by)
         statements.mark_superseded(old.key, new_id, spec.at, spec.retract)
+    return {row.id for row, stored in zip(given, rows, strict=True) if stored is not row}
 
 
 def _with_live_context(statements: TenantStatements[K], row: Memory, batch: set[str]) -> Memory:

@@ -358,8 +358,9 @@ class MemoryStore(SearchStore, Protocol):
         vectors: Vectors,
         supersede: Mapping[str, Supersession] | None = None,
         tokens: Sequence[bytes] | None = None,
-    ) -> None:
-        """Insert rows (all owned by ``tenant``) in one transaction.
+    ) -> set[str]:
+        """Insert rows (all owned by ``tenant``) in one transaction; return the ids of the turns stored
+        without the context they were given (the turn they quote was forgotten meanwhile).
 
         ``supersede`` maps a new row's id to the row it replaces (which may be in the same batch): the
         old row must be live, the tenant's, and of the same type, else nothing is written. ``tokens``

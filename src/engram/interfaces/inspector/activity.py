@@ -118,6 +118,11 @@ def ids_in(turns: Iterable[Turn]) -> set[str]:
     return ids
 
 
+def _unless(forgotten: bool, event: RecallEvent) -> str:
+    """A recall's query, or "" once the turn it was made in is forgotten (the view says so)."""
+    return "" if forgotten else event.query
+
+
 def without(turns: list[Turn], gone: set[str]) -> list[Turn]:
     """Copies of ``turns`` with the rows in ``gone`` left out (the log itself is not changed)."""
     if not gone:
@@ -125,12 +130,14 @@ def without(turns: list[Turn], gone: set[str]) -> list[Turn]:
     kept: list[Turn] = []
     for turn in turns:
         events: list[Event] = []
+        said_gone = turn.episode is not None and turn.episode.id in gone
         for event in turn.events:
             if isinstance(event, RecallEvent):
                 hits = [h for h in event.hits if h.memory.id not in gone]
-                events.append(
-                    replace(event, hits=hits, dropped_hits=event.dropped_hits + len(event.hits) - len(hits))
-                )
+                dropped = event.dropped_hits + len(event.hits) - len(hits)
+                # an agent recalls the message itself: a forgotten turn's queries go with its words
+                query = _unless(said_gone, event)
+                events.append(replace(event, hits=hits, dropped_hits=dropped, query=query))
             elif isinstance(event, WriteEvent):
                 events.append(
                     replace(
@@ -143,7 +150,7 @@ def without(turns: list[Turn], gone: set[str]) -> list[Turn]:
                 )
             else:
                 events.append(event)
-        episode = None if turn.episode is not None and turn.episode.id in gone else turn.episode
+        episode = None if said_gone else turn.episode
         kept.append(Turn(turn.number, turn.started_at, episode, events, turn.dropped_events, turn.size))
     return kept
 
@@ -268,10 +275,12 @@ class ActivityLog:
             if log is None:
                 return
             for turn in log.turns:
-                if turn.episode is not None and turn.episode.id == memory_id:
+                said = turn.episode is not None and turn.episode.id == memory_id
+                if said:
                     turn.episode = None
                 for event in turn.events:
                     if isinstance(event, RecallEvent):
+                        event.query = _unless(said, event)
                         kept = [h for h in event.hits if h.memory.id != memory_id]
                         event.dropped_hits += len(event.hits) - len(kept)
                         event.hits = kept

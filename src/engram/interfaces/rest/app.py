@@ -67,6 +67,9 @@ ERROR_STATUS: list[tuple[type[EngramError], int]] = [
 ]
 
 
+TWO_KEYS = "more than one Authorization header: send one key"
+
+
 def _error(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": code, "message": message}, status_code=status, headers=headers)
 
@@ -258,6 +261,9 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if [name for name, _ in scope.get("headers", [])].count(b"authorization") > 1:
+            # the routes read the first, the MCP SDK the last: a proxy that adds one must not choose
+            return await _error(401, "unauthorized", TWO_KEYS)(scope, receive, send)
         limit = MAX_BODY_BYTES
         route_for = IMPORT_ROUTES.get(scope["path"])
         if route_for is not None and scope["method"] == "POST":

@@ -159,7 +159,7 @@ def tenant_user(owner: str) -> str:
     """The internal user a tenant's requests run as (impersonated): readable when the id allows it."""
     if owner == "":
         return CATALOG_USER
-    if _READABLE_NAME.match(owner):
+    if _READABLE_NAME.fullmatch(owner):
         return TENANT_USER_PREFIXES[0] + owner
     return TENANT_USER_PREFIXES[1] + hashlib.sha256(owner.encode()).hexdigest()[:40]
 

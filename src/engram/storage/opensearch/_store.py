@@ -197,17 +197,16 @@ class OpenSearchStore(StoreRules[str]):
         vectors: Vectors,
         supersede: Mapping[str, Supersession] | None = None,
         tokens: Sequence[bytes] | None = None,
-    ) -> None:
+    ) -> set[str]:
         """New rows that supersede nothing (an appended turn, a new fact) are one bulk request without
         the lease: they read nothing and change no other row, and the turn a row quotes is checked in
         that same bulk (``UnitOfWork.append``). Supersession reads and then changes: the shared rule."""
         if supersede or not self._one_shard:
-            super().insert(tenant, rows, vectors, supersede, tokens)
-            return
+            return super().insert(tenant, rows, vectors, supersede, tokens)
         owner = owner_of(tenant)
         check_insert(owner, rows, vectors, supersede, tokens)
         if not rows:
-            return
+            return set()
         if len({row.id for row in rows}) != len(rows):
             raise Conflict("duplicate: a memory is written twice in one insert")
         blobs: Sequence[bytes | None] = tokens if tokens is not None else [None] * len(rows)
@@ -217,7 +216,7 @@ class OpenSearchStore(StoreRules[str]):
         if owner and owner not in self._tenants.noted:
             self._meta().note_tenant(owner)  # before the rows: a listed tenant may have no rows
             self._tenants.noted.add(owner)
-        self._rows(owner).append(docs, bare)
+        return set(self._rows(owner).append(docs, bare))
 
     def forget(
         self, tenant: Tenant, memory_id: str, at: datetime, *, revive_retracted: bool = False

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 import weakref
@@ -69,9 +70,13 @@ class SQLiteStore(StoreRules[int]):
         self._writer = threading.Lock()  # this process's writers queue here (see _write)
         self._writer_thread: int | None = None  # the thread inside _write, to refuse nesting at once
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # every tenant's memories: a new folder and file are the owner's alone (0700 / 0600; the
+            # -wal and -shm files take the database file's mode), whatever the umask
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if str(path) != ":memory:" and not self.path.exists():
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         except OSError as exc:
-            raise StorageError(f"cannot create the folder for {self.path}: {exc}") from exc
+            raise StorageError(f"cannot create {self.path}: {exc}") from exc
         with self._errors():
             conn = self._conn()
             with self._write(conn):
