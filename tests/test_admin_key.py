@@ -67,7 +67,9 @@ def test_weak_admin_keys_are_refused(keys, weak, why):
 
 
 def _serve(tmp_path, admin_key):
-    env = dict(os.environ, ENGRAM_HOME=str(tmp_path), ENGRAM_ADMIN_KEY=admin_key)
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path), ENGRAM_ADMIN_KEY=admin_key or "")
+    if admin_key is None:
+        del env["ENGRAM_ADMIN_KEY"]
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "engram", "serve", "--port", str(port)],
@@ -108,6 +110,15 @@ def test_serve_uses_exactly_the_configured_admin_key(tmp_path):
     finally:
         out = _stop(proc)
     assert "older admin keys revoked: 1" in out
+
+
+def test_a_generated_admin_key_is_shown_once_and_a_restart_says_how_to_replace_it(tmp_path):
+    proc, _ = _serve(tmp_path, None)
+    first = _stop(proc)
+    proc, _ = _serve(tmp_path, None)
+    again = _stop(proc)
+    assert "admin key (shown once, keep it): egk_" in first and "egk_" not in again
+    assert "lost? set ENGRAM_ADMIN_KEY to replace it" in again
 
 
 def test_serve_refuses_a_weak_admin_key(tmp_path):

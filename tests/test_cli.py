@@ -40,7 +40,9 @@ def run(*args, env_home, check=True, cwd=None, env=None):
 def test_demo_runs_and_explains(tmp_path):
     """Through the installed entry point (`python -m engram`), as a user runs it."""
     env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
-    proc = subprocess.run([*ENGRAM, "demo"], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [*ENGRAM, "demo", "--explain"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "loaded demo_sarah.json" in out and "rrf=" in out and "decay=" in out
@@ -180,6 +182,7 @@ def test_demo_loads_into_the_store_serve_uses_once(tmp_path):
 
     out = run("demo", env_home=tmp_path).stdout
     assert not (tmp_path / "demo.db").exists() and (tmp_path / "engram.db").is_file()
+    assert "rrf=" not in out and "confidence=" in out and "demo --explain" in out  # the hits, compact
     key = re.search(r"a key for sarah .*: (egk_\S+)", out).group(1)
     assert "engram serve" in out and "http://127.0.0.1:8765/inspector" in out
     # the cross-tenant question says why its hits are marco's own, and none of sarah's is among them

@@ -258,7 +258,10 @@ def check_admin_key(key: str) -> None:
     least 8 distinct (so no repeated character or short pattern). ``openssl rand -hex 16`` or longer,
     ``openssl rand -base64 32`` and ``python -c "import secrets; print(secrets.token_urlsafe())"`` pass."""
     if len(key) < ADMIN_KEY_MIN_CHARS:
-        raise InvalidInput(f"ENGRAM_ADMIN_KEY must be at least {ADMIN_KEY_MIN_CHARS} characters")
+        raise InvalidInput(
+            f"ENGRAM_ADMIN_KEY must be at least {ADMIN_KEY_MIN_CHARS} characters "
+            "(generate one: openssl rand -hex 32)"
+        )
     if not all("!" <= c <= "~" for c in key):
         raise InvalidInput("ENGRAM_ADMIN_KEY must be printable ASCII without spaces")
     if len(set(key)) < ADMIN_KEY_MIN_DISTINCT:

@@ -313,6 +313,25 @@ def put_current_first(
     return {old_id: new.memory.id for old_id, new in pairs.items()}
 
 
+def turns_behind(outdated_by: dict[str, str], order: Sequence[Candidate]) -> list[tuple[str, str]]:
+    """(old id, turn id) for each turn among ``order`` that a live fact replacing the old one stands on,
+    said after the old one: it says what that fact says, so it answers what the old one answered (the
+    demo's "big news - we moved to Edinburgh last week!" behind "Sarah lives in Edinburgh (Leith)",
+    which replaced "we live in Bristol btw": its confidence 0.06 fell below the default threshold while
+    the outdated turn's 0.25 did not)."""
+    by_id = {c.memory.id: c.memory for c in order}
+    pairs = []
+    for old_id, new_id in outdated_by.items():
+        old, new = by_id.get(old_id), by_id.get(new_id)
+        if old is None or not isinstance(new, SemanticMemory):
+            continue
+        for turn_id in new.supporting_episode_ids:
+            turn = by_id.get(turn_id)
+            if isinstance(turn, EpisodicMemory) and event_time(turn) > event_time(old):
+                pairs.append((old_id, turn_id))
+    return pairs
+
+
 def put_invalid_below(order: list[Candidate], now: datetime, factor: float) -> None:
     """A fact whose recorded validity does not cover ``now`` (its ``valid_to`` has passed, or its
     ``valid_from`` is still ahead) takes the multiplier ``validity = factor``, as a replaced memory takes

@@ -57,7 +57,7 @@ from engram.retrieval.change_cues import asks_about_earlier_state, asks_about_pa
 from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.contenders import contenders, is_echo, put_askers_below, set_aside_askers
-from engram.retrieval.currency import put_current_first, put_invalid_below, put_past_first
+from engram.retrieval.currency import put_current_first, put_invalid_below, put_past_first, turns_behind
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import (
     Matrix,
@@ -258,9 +258,10 @@ def recall(
         for c in candidates
     }
     answers_for |= outdated_by
-    for _ in answers_for:  # a successor answers what its predecessor answered, down a chain too
+    answering = [*answers_for.items(), *turns_behind(outdated_by, candidates)]
+    for _ in answering:  # a successor answers what its predecessor answered, down a chain too
         raised = False
-        for old_id, new_id in answers_for.items():
+        for old_id, new_id in answering:
             if confidences[old_id] > confidences[new_id]:
                 confidences[new_id], raised = confidences[old_id], True
         if not raised:

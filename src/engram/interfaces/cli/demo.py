@@ -1,6 +1,6 @@
-"""`engram demo`: the sample (engram.demo) loaded into the store `engram serve` uses, a few recalls with
-their explain breakdown, a ready key for one of its users, and what to try next. A store whose demo users
-already have memories is left as it is: the demo says so and how to see them."""
+"""`engram demo`: the sample (engram.demo) loaded into the store `engram serve` uses, a few recalls (with
+their explain breakdown on request), a ready key for one of its users, and what to try next. A store
+whose demo users already have memories is left as it is: the demo says so and how to see them."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ NEXT = [
 ]
 
 
-def run_demo(store: str | None, console: Console) -> None:
+def run_demo(store: str | None, console: Console, explain: bool = False) -> None:
     settings = load_settings()
     url = store or settings.store_url()
     pinned = ["--store", store] if store else []  # the default store needs no --store
@@ -64,7 +64,7 @@ def run_demo(store: str | None, console: Console) -> None:
             console.print(f"\n[bold]{question.user}[/bold] asks: [italic]{question.query}[/italic]{opts}")
             if question.note:
                 console.print(f"  ({question.note})", style="dim", soft_wrap=True, highlight=False)
-            print_hits(ask(eng, question), explain=True)
+            print_hits(ask(eng, question), explain=explain)
         key, _ = ApiKeys(eng.store).create(KEY_USER, label="engram demo")
     serve = "engram serve" + (f" --store {shlex.quote(store)}" if store else "")
     console.print(
@@ -75,6 +75,10 @@ def run_demo(store: str | None, console: Console) -> None:
         soft_wrap=True,
         highlight=False,
     )
+    if not explain:
+        console.print(
+            "\n(`engram demo --explain`, in a fresh store, shows how each score was made)", style="dim"
+        )
     console.print("\n[bold]Try it yourself[/bold]:")
     for args in NEXT:
         console.print(f"  {command(*args)}", soft_wrap=True, highlight=False)

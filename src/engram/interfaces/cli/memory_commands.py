@@ -32,14 +32,17 @@ from engram.validation import check_types
 
 
 @app.command()
-def demo(store: StoreOpt = None) -> None:
+def demo(
+    store: StoreOpt = None,
+    explain: Annotated[bool, typer.Option("--explain", help="each hit's score breakdown too")] = False,
+) -> None:
     """Load a small sample (two users, a supersession, a playbook, a catalog) into the store `engram
-    serve` uses (or --store), show recalls with their explain breakdown, and print a key for sarah;
-    a store whose demo users have memories already is left as it is."""
+    serve` uses (or --store), show a few recalls (with --explain, how each score was made), and print a
+    key for sarah; a store whose demo users have memories already is left as it is."""
     from engram.interfaces.cli.demo import run_demo
 
     try:
-        run_demo(store, console)
+        run_demo(store, console, explain)
     except EngramError as exc:
         raise _fail(exc) from None
 
