@@ -57,7 +57,9 @@ def test_import_recall_forget_round_trip(tmp_path):
     assert "imported 1 semantic" in run("import", str(path), env_home=tmp_path).stdout
     hits = json.loads(run("recall", "fritzbox 7590", "--user", "sarah", "--json", env_home=tmp_path).stdout)
     assert hits[0]["memory"]["text"] == "Sarah's router is a FRITZ!Box 7590" and "rrf" in hits[0]["explain"]
-    assert json.loads(run("recall", "fritzbox", "--user", "bob", "--json", env_home=tmp_path).stdout) == []
+    nobody = run("recall", "fritzbox", "--user", "bob", "--json", env_home=tmp_path)
+    assert json.loads(nobody.stdout) == [] and "user 'bob' has no memories in this store" in nobody.stderr
+    assert "has no memories" not in run("recall", "x", "--user", "sarah", env_home=tmp_path).stderr
     memory_id = hits[0]["memory"]["id"]
     denied = run("forget", memory_id, "--user", "bob", env_home=tmp_path, check=False)
     assert denied.returncode == 1 and "not found" in denied.stdout

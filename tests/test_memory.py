@@ -406,3 +406,16 @@ def test_recalls_past_the_concurrency_limit_wait_their_turn_and_past_the_queue_s
     assert results["shed"][0].explain["rerank"] == "skipped: load"
     assert results["waited"][0].memory.id == results["shed"][0].memory.id
     assert eng.recall_gate.shed == 1
+
+
+def test_provenance_names_the_users_own_turns_and_says_what_else_it_was_given(eng):
+    sarah, bob = eng.for_user("sarah"), eng.for_user("bob")
+    fact = sarah.write("Sarah likes tea")
+    turn = bob.remember_turn("I like coffee")
+    with pytest.raises(InvalidInput, match=f"names turns; {fact.id} is a semantic memory"):
+        sarah.write("Sarah likes green tea", supporting_episode_ids=[fact.id])
+    with pytest.raises(NotFound):  # another user's turn: as if it did not exist
+        sarah.write("Sarah likes coffee", supporting_episode_ids=[turn.id])
+    with pytest.raises(InvalidInput, match="a semantic memory cannot supersede an episodic memory"):
+        bob.write("Bob likes tea now", supersedes_id=turn.id)
+    assert [m.id for m in sarah.list("semantic")] == [fact.id]  # nothing written

@@ -203,7 +203,11 @@ def test_admin_picks_a_user_reads_and_signs_out(tab, service):
     tab.sign_in(service.admin_key, "catalog")
     page = tab.page
     assert "The Lumio Hub v2 supports Zigbee 3.0 and Thread" in tab.text()
-    tab.open_tab("semantic")
+    page.select_option("#user-pick", "bob")  # from the catalog tab: the user's facts, not the catalog
+    page.wait_for_url("**/inspector/semantic?user=bob")
+    page.wait_for_selector("text=Bob lives at 12 Harbour Road")
+    page.select_option("#user-pick", "")
+    page.wait_for_url("**/inspector/semantic?user=")
     assert "Pick a user above" in tab.text()
     page.select_option("#user-pick", "bob")
     page.wait_for_url("**/inspector/semantic?user=bob")

@@ -160,8 +160,11 @@ class UserMemory(TenantHandle):
         if supporting:  # provenance must be this user's own episodes
             found = {m.id: m for m in engram.store.fetch(self.user_id, supporting, include_catalog=False)}
             for episode_id in supporting:
-                if episode_id not in found or not episode_id.startswith("epi_"):
+                if episode_id not in found:
                     raise NotFound(str(episode_id))
+                if not isinstance(found[episode_id], EpisodicMemory):  # the user's own row: say what it is
+                    kind = found[episode_id].memory_type
+                    raise InvalidInput(f"supporting_episode_ids names turns; {episode_id} is a {kind} memory")
             said_at = max(event_time(found[i]) for i in supporting)
         now = utcnow()
         supersede = None

@@ -290,10 +290,16 @@ def check_insert(
             raise InvalidInput(f"row {row.id} does not belong to this tenant")
 
 
+def _a(word: str) -> str:
+    """The article before ``word``: "an episodic", "a semantic"."""
+    return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
 def check_supersession(spec: Supersession, new: Memory, old_type: str, superseded_by: str | None) -> None:
     """The old row (found in the tenant's scope, else NotFound earlier) must be live and of the same type."""
     if old_type != new.memory_type:
-        raise InvalidInput(f"a {new.memory_type} memory cannot supersede a {old_type} memory ({spec.old_id})")
+        new_type = _a(new.memory_type)
+        raise InvalidInput(f"{new_type} memory cannot supersede {_a(old_type)} memory ({spec.old_id})")
     if superseded_by is not None:
         raise Conflict(
             f"memory {spec.old_id} is already superseded by {superseded_by}; "

@@ -190,6 +190,10 @@ def recall(
             time_to=_when(time_to, "--to"),
             metadata=_pairs(meta),
         )
+        kinds: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural")
+        if not any(eng.store.count_memories(user, t, include_superseded=True, limit=1) for t in kinds):
+            note = f"note: user {user!r} has no memories in this store (a typo?): only the catalog can answer"
+            Console(stderr=True).print(note, style="dim", highlight=False, markup=False, soft_wrap=True)
     if as_json:
         _print_json([h.model_dump(mode="json") for h in hits])
     else:
