@@ -21,8 +21,15 @@ from engram.models import Hit, no_confident_match, search_text_of
 from engram.settings import EngramSettings, load_settings
 from engram.text import printable
 
-app = typer.Typer(help="Engram: persistent, multi-tenant memory for LLM agents.", no_args_is_help=True)
-catalog_app = typer.Typer(help="Manage the shared catalog (admin).", no_args_is_help=True)
+
+def command_group(help: str) -> typer.Typer:
+    """A command group with click's plain help: rich's option table cut option names at 80 columns
+    ("--include-supe…" in a newcomer's `engram list --help`), and at any width when piped."""
+    return typer.Typer(rich_markup_mode=None, help=help, no_args_is_help=True)
+
+
+app = command_group("Engram: persistent, multi-tenant memory for LLM agents.")
+catalog_app = command_group("Manage the shared catalog (admin).")
 app.add_typer(catalog_app, name="catalog")
 console = Console()
 
@@ -97,10 +104,9 @@ def _engram(
 
 
 def one_line_summaries(typer_app: typer.Typer) -> None:
-    """`engram --help` lists each command by its docstring's first paragraph, and Typer's rich mode
-    keeps that paragraph's line breaks there: the table broke mid-sentence ("into the store `engram",
-    then " serve` uses"). Each command gets that paragraph as its one-line summary; its own --help is
-    unchanged."""
+    """`engram --help` lists each command by its docstring's first paragraph, rewrapped as one text
+    (click would cut it at ~45 characters; Typer's rich mode kept its line breaks: "into the store
+    `engram", then " serve` uses"). Its own --help is unchanged."""
     for info in typer_app.registered_commands:
         doc = info.help or inspect.getdoc(info.callback) or ""
         if info.short_help is None and doc:
@@ -149,5 +155,5 @@ def format_explain(explain: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-keys_app = typer.Typer(help="Manage API keys (one per user; only hashes are stored).", no_args_is_help=True)
+keys_app = command_group("Manage API keys (one per user; only hashes are stored).")
 app.add_typer(keys_app, name="keys")

@@ -12,11 +12,18 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from engram.interfaces.cli.common import JsonOpt, StoreOpt, _engram, _fail, _print_json, app, console
-
-users_app = typer.Typer(
-    help="Export or delete everything of one user (data-rights requests).", no_args_is_help=True
+from engram.interfaces.cli.common import (
+    JsonOpt,
+    StoreOpt,
+    _engram,
+    _fail,
+    _print_json,
+    app,
+    command_group,
+    console,
 )
+
+users_app = command_group("Export or delete everything of one user (data-rights requests).")
 app.add_typer(users_app, name="users")
 
 UserArg = Annotated[str, typer.Argument(help="the user id")]
