@@ -2,7 +2,7 @@
 
 import pytest
 
-from engram import NotFound
+from engram import InvalidInput, NotFound
 
 
 @pytest.fixture
@@ -83,9 +83,11 @@ def test_provenance_cannot_cite_foreign_or_missing_episodes(tenants):
     own = sarah.remember_turn("I moved to Leith")
     fact = sarah.write("Sarah lives in Leith", supporting_episode_ids=[own.id, own.id])
     assert fact.supporting_episode_ids == [own.id]
-    for bad in (rows["ep"].id, rows["fact"].id, "epi_" + "A" * 22, fact.id):
+    for bad in (rows["ep"].id, rows["fact"].id, "epi_" + "A" * 22):  # another's, or none: as if absent
         with pytest.raises(NotFound):
             sarah.write("Sarah likes tea", supporting_episode_ids=[own.id, bad])
+    with pytest.raises(InvalidInput, match="is a semantic memory"):  # one's own fact: said what it is
+        sarah.write("Sarah likes tea", supporting_episode_ids=[own.id, fact.id])
     assert len(sarah.list("semantic")) == 2
 
 
