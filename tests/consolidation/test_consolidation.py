@@ -480,7 +480,9 @@ def test_a_turn_committed_after_a_later_stamped_one_is_still_consolidated(eng, f
     assert "Sarah said: I also have a blue bike" in {f.text for f in mem.list("semantic")}
 
 
-def test_the_worker_goes_on_to_the_next_user_when_one_fails(make_engram, fake_llm):
+def test_the_worker_goes_on_to_the_next_user_when_one_fails(make_engram, fake_llm, caplog):
+    import logging
+
     from engram.consolidation.worker import ConsolidationWorker
 
     eng = make_engram(llm_base_url=fake_llm.url, llm_model="m", llm_max_retries=0)
@@ -490,8 +492,12 @@ def test_the_worker_goes_on_to_the_next_user_when_one_fails(make_engram, fake_ll
     eng.for_user("sarah").remember_turn("I drive a red Volvo")
     fake_llm.script(raw(500, "upstream down"), poison_aware)
     worker = ConsolidationWorker(eng, every_episodes=1, every_hours=24)
-    reports = worker.tick()
+    with caplog.at_level(logging.INFO, logger="engram.consolidation.worker"):
+        reports = worker.tick()
     assert [(r["user_id"], r["status"][:5]) for r in reports] == [("alice", "error"), ("sarah", "ok")]
+    # a failed run is an error in the log (it was "INFO consolidated alice: {'status': 'error: ...'}")
+    logged = [(r.levelname, r.getMessage()[:28]) for r in caplog.records]
+    assert logged == [("ERROR", "consolidation of alice faile"), ("INFO", "consolidation of sarah done:")]
     assert worker.tick() == []  # the failed user backs off instead of failing on every tick
     assert [f.text for f in eng.for_user("sarah").list("semantic")] == ["Sarah said: I drive a red Volvo"]
 
@@ -610,3 +616,76 @@ def test_engram_consolidate_prints_a_line_per_user_or_json(tmp_path, fake_llm):
     again = CliRunner().invoke(app, ["consolidate", "--user", "sarah", "--json", "--store", url], env=env)
     assert again.exit_code == 0, again.output
     assert [(r["user_id"], r["written"]) for r in json.loads(again.stdout)] == [("sarah", [])]
+
+
+def test_a_reply_cannot_revive_what_it_replaces_store_a_playbook_twice_or_one_write_refuses(eng, fake_llm):
+    """An outside review's repros: a fact listed beside the supersession that replaces it ("Sarah lives
+    in Bristol" with Bristol -> Edinburgh) was written again, live; the same playbook twice in one reply
+    was stored twice; a playbook write() refuses (a NUL, 500 steps) was stored."""
+    mem = eng.for_user("sarah")
+    bristol = mem.write("Sarah lives in Bristol")
+    mem.remember_turn("we moved to Edinburgh last month")
+    mem.remember_turn("tucking the cables behind the skirting worked, thanks")
+    steps = [{"order": 1, "instruction": "run the cable behind the skirting board"}]
+
+    def reply(p):
+        moved, cables = episode_id(p, "Edinburgh"), episode_id(p, "cables")
+        playbook = {"name": "Hide cables", "trigger_text": "cables show", "steps": steps}
+        return {
+            "supersessions": [
+                {
+                    "fact_id": bristol.id,
+                    "new_text": "Sarah lives in Edinburgh",
+                    "confidence": 0.95,
+                    "supporting_episode_ids": [moved],
+                }
+            ],
+            "facts": [
+                {"text": "Sarah lives in Bristol", "confidence": 0.9, "supporting_episode_ids": [moved]}
+            ],
+            "playbooks": [
+                {**playbook, "supporting_episode_ids": [cables]},
+                {**playbook, "supporting_episode_ids": [cables]},
+                {**playbook, "name": "Hide\u0000cables", "supporting_episode_ids": [cables]},
+                {**playbook, "name": "Long", "steps": steps * 500, "supporting_episode_ids": [cables]},
+            ],
+        }
+
+    fake_llm.script(ok(reply))
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.status == "ok", report.as_dict()
+    assert [f.text for f in mem.list("semantic")] == ["Sarah lives in Edinburgh"]
+    assert [p.name for p in mem.list("procedural")] == ["Hide cables"]
+    reasons = sorted(d["reason"].split(":")[0] for d in report.dropped)
+    assert reasons == [
+        "duplicate of a stored playbook",
+        "not storable",
+        "not storable",
+        "repeats a fact this batch replaces",
+    ]
+
+
+def test_a_fact_forgotten_while_the_llm_works_stops_the_run_for_next_time(eng, fake_llm):
+    """The supersession's old fact forgotten while the LLM call is in flight: a NotFound from the write
+    ended the run as an error (and the worker backed off); it is a change meanwhile, like a Conflict."""
+    mem = eng.for_user("sarah")
+    bristol = mem.write("Sarah lives in Bristol")
+    mem.remember_turn("we moved to Edinburgh last month")
+
+    def forget_then_supersede(p):
+        mem.forget(bristol.id)
+        return {
+            "supersessions": [
+                {
+                    "fact_id": bristol.id,
+                    "new_text": "Sarah lives in Edinburgh",
+                    "confidence": 0.95,
+                    "supporting_episode_ids": [episode_id(p, "Edinburgh")],
+                }
+            ]
+        }
+
+    fake_llm.script(ok(forget_then_supersede))
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.status.startswith("stopped:") and report.written == []
+    assert mem.list("semantic") == [] and len(eng.store.waiting_episodes("sarah", 10)) == 1

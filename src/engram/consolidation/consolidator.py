@@ -30,13 +30,14 @@ from engram.consolidation.prompts import (
     judge_prompt,
 )
 from engram.consolidation.schema import Extraction, JudgeVerdicts, NewFact
-from engram.errors import Conflict, EngramError, InvalidInput
+from engram.errors import Conflict, EngramError, InvalidInput, NotFound
 from engram.models import (
     EpisodicMemory,
     Memory,
     ProceduralMemory,
     SemanticMemory,
     Vectors,
+    check_playbook,
     check_text,
     new_id,
     search_text_of,
@@ -111,7 +112,7 @@ class Consolidator:
                 report.status = f"error: {exc}"
                 unreadable.clear()  # the LLM is failing, not these turns: they stay waiting
                 break
-            except Conflict as exc:
+            except (Conflict, NotFound) as exc:  # a fact it touches changed or was forgotten meanwhile
                 report.status = f"stopped: {exc}"
                 break
             if len(episodes) < self.policy.batch_size:
@@ -266,11 +267,17 @@ class Consolidator:
             rows.append(row)
             supersede[row.id] = Supersession(old_id=s.fact_id, retract=harsh, at=now)
         replaced = {x.old_id for x in supersede.values()}
+        duplicate = self.policy.duplicate_similarity
 
         unclear: list[tuple[str, list[SemanticMemory], list[str], NewFact]] = []
         for fact in extraction.facts:
             support = admissible(fact.text, fact.supporting_episode_ids, fact.confidence)
             if support is None:
+                continue
+            # not a neighbour to merge into, but no new fact either: "Sarah lives in Bristol" listed
+            # beside the supersession that replaces it would make it live again
+            if replaced and self._closest(fact.text, [live[i] for i in replaced])[0] >= duplicate:
+                drop(fact.text, "repeats a fact this batch replaces")
                 continue
             pending = [r for r in rows if isinstance(r, SemanticMemory)]
             neighbours = [n for n in self._neighbours(user, fact.text) if n.id not in replaced] + pending
@@ -309,13 +316,19 @@ class Consolidator:
                 steps=pb.steps,
                 metadata={"supporting_episode_ids": support},
             )
-            similarity, _ = self._closest(search_text_of(playbook), playbooks)
-            if similarity >= self.policy.duplicate_similarity:
+            try:  # the limits write() holds a playbook to (a NUL, a 5,000-character name, 500 steps)
+                check_playbook(playbook, self.policy.max_text_chars)
+            except InvalidInput as exc:
+                drop(pb.name, f"not storable: {exc}")
+                continue
+            written = [r for r in rows if isinstance(r, ProceduralMemory)]  # the same one twice in a reply
+            similarity, _ = self._closest(search_text_of(playbook), [*playbooks, *written])
+            if similarity >= duplicate:
                 drop(pb.name, "duplicate of a stored playbook")
                 continue
             rows.append(playbook)
 
-        known_playbooks = {p.id for p in playbooks}
+        known_playbooks = {p.id: p for p in playbooks}
         feedback: list[PlaybookFeedback] = []
         for update in extraction.procedural_updates:
             evidence = guards.cited(update.evidence_episode_ids, set(batch))
@@ -329,6 +342,15 @@ class Consolidator:
                     if update.refined_steps and update.outcome == "failure"
                     else None
                 )
+                try:  # better steps are held to a playbook's limits; the outcome counts either way
+                    if refined:
+                        known = known_playbooks[update.playbook_id]
+                        check_playbook(
+                            known.model_copy(update={"steps": list(refined)}), self.policy.max_text_chars
+                        )
+                except InvalidInput as exc:
+                    drop(update.playbook_id, f"refined steps not storable: {exc}")
+                    refined = None
                 feedback.append(PlaybookFeedback(update.playbook_id, update.outcome == "success", refined))
 
         vectors, tokens = self.encode_rows(rows)

@@ -77,7 +77,14 @@ class ConsolidationWorker:
                 if waiting and (waiting >= self.every_episodes or waited >= self.every_seconds):
                     self._last_run[user] = now
                     report = self.engram.consolidate(user).as_dict()
-                    log.info("consolidated %s: %s", user, {k: report[k] for k in ("status", "episodes")})
+                    failed = str(report["status"]).startswith("error")  # a run that ended in a report
+                    log.log(
+                        logging.ERROR if failed else logging.INFO,
+                        "consolidation of %s %s: %s",
+                        user,
+                        "failed" if failed else "done",
+                        {k: report[k] for k in ("status", "episodes")},
+                    )
                     reports.append(report)
             except Exception as exc:  # one user's failure must not starve every user after it
                 log.exception("consolidation of %s failed", user)
