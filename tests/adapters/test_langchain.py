@@ -111,3 +111,47 @@ def test_chat_history_async_over_the_rest_client(eng: Engram, sarah_client: Clie
 
     asyncio.run(run())
     assert eng.for_user("sarah").list("episodic") == []
+
+
+@pytest.mark.filterwarnings("ignore:RunnableWithMessageHistory is deprecated")
+def test_a_history_made_per_call_keeps_the_assistants_replies(eng: Engram):
+    """LangChain's RunnableWithMessageHistory (deprecated in langchain-core 1.x, still in wide use)
+    builds a history per call from a factory: a reply held in the object was lost, so the model never
+    saw its own answers and no turn kept what it answered (an outside review)."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+    from langchain_core.runnables.history import RunnableWithMessageHistory
+
+    sarah = eng.for_user("sarah")
+    seen: list[list[tuple[str, str]]] = []
+
+    class Model(FakeListChatModel):
+        def _call(self, messages, *args, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append([(type(m).__name__, str(m.content)) for m in messages])
+            return super()._call(messages, *args, **kwargs)
+
+    prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("history"), ("human", "{input}")])
+    chain = RunnableWithMessageHistory(
+        prompt | Model(responses=["Window or aisle?", "Noted: window.", "A window seat."]),
+        lambda session_id: EngramChatMessageHistory(sarah, session_id=session_id),
+        input_messages_key="input",
+        history_messages_key="history",
+    )
+    for text in ["I'm flying to Lisbon", "window, always", "what seat do I like?"]:
+        chain.invoke({"input": text}, config={"configurable": {"session_id": "trip"}})
+    assert seen[-1] == [
+        ("HumanMessage", "I'm flying to Lisbon"),
+        ("AIMessage", "Window or aisle?"),
+        ("HumanMessage", "window, always"),
+        ("AIMessage", "Noted: window."),
+        ("HumanMessage", "what seat do I like?"),
+    ]
+    said = {t.text: t.metadata.get("assistant_context") for t in sarah.list("episodic")}
+    assert said["window, always"] == "Window or aisle?"
+    # an image alone is not stored; a blank text is refused before anything of the batch is
+    image = HumanMessage(content=[{"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}])
+    edge = EngramChatMessageHistory(sarah, session_id="edge")
+    edge.add_messages([HumanMessage("first"), image, HumanMessage("third")])
+    with pytest.raises(InvalidInput):
+        edge.add_messages([HumanMessage("fourth"), HumanMessage("  ")])
+    assert [m.content for m in edge.messages] == ["first", "third"]

@@ -16,6 +16,8 @@ See docs/integrations/langchain.md.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,11 +29,42 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
 from engram.adapters._handles import UserHandle, all_rows
+from engram.errors import InvalidInput
 from engram.models import EpisodicMemory, Hit, MemoryType
 
 __all__ = ["EngramChatMessageHistory", "EngramRetriever", "hit_metadata"]
 
 ASSISTANT_CONTEXT = "assistant_context"  # the metadata key a turn carries the reply it answered in
+PENDING_KEPT = 10_000  # conversations whose latest reply this process holds (the oldest go first)
+
+
+class _PendingReplies:
+    """The assistant's latest reply per (user, session) until the next user message carries it, for the
+    whole process: LangChain's RunnableWithMessageHistory makes a new history object per call (its
+    factory), so a reply held in the object was lost before the next turn (an outside review)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._replies: OrderedDict[tuple[str, str], str] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> str | None:
+        with self._lock:
+            return self._replies.get(key)
+
+    def add(self, key: tuple[str, str], text: str) -> None:
+        """Two replies in a row are one reply to the next turn."""
+        with self._lock:
+            held = self._replies.pop(key, None)
+            self._replies[key] = f"{held}\n{text}" if held else text
+            while len(self._replies) > PENDING_KEPT:
+                self._replies.popitem(last=False)
+
+    def take(self, key: tuple[str, str]) -> str | None:
+        with self._lock:
+            return self._replies.pop(key, None)
+
+
+_PENDING = _PendingReplies()
 
 
 def hit_metadata(hit: Hit) -> dict[str, Any]:
@@ -82,13 +115,14 @@ class EngramChatMessageHistory(BaseChatMessageHistory):
     the assistant's reply before it travels with it as ``metadata["assistant_context"]``, which is how
     Engram keeps what a turn answered (consolidation reads it, and never turns it into a fact). So
     ``messages`` rebuilds the conversation as reply, turn, reply, turn...; the assistant's latest reply
-    is held here until the next user message carries it. Other messages (system, tool) are not stored.
-    ``clear`` forgets the session's turns (audit tombstones remain)."""
+    is held in this process, by user and session, until the next user message carries it (a history
+    made anew per call keeps it). A user message without text (an image alone) and other messages
+    (system, tool) are not stored. ``clear`` forgets the session's turns (audit tombstones remain)."""
 
     def __init__(self, memory: UserHandle, session_id: str) -> None:
         self.memory = memory
         self.session_id = session_id
-        self._pending_reply: str | None = None
+        self._key = (memory.user_id, session_id)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # LangChain declares an attribute
@@ -100,25 +134,29 @@ class EngramChatMessageHistory(BaseChatMessageHistory):
             if isinstance(reply, str) and reply:
                 rebuilt.append(AIMessage(content=reply))
             rebuilt.append(HumanMessage(content=turn.text, id=turn.id))
-        if self._pending_reply is not None:
-            rebuilt.append(AIMessage(content=self._pending_reply))
+        pending = _PENDING.get(self._key)
+        if pending is not None:
+            rebuilt.append(AIMessage(content=pending))
         return rebuilt
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        said = [m for m in messages if isinstance(m, HumanMessage) and isinstance(m.content, str)]
+        if any(not str(m.text).strip() for m in said):  # refused before any is stored, not halfway
+            raise InvalidInput("a user message must show some text")
         for message in messages:
             text = str(message.text)
-            if isinstance(message, HumanMessage):
-                metadata = {ASSISTANT_CONTEXT: self._pending_reply} if self._pending_reply else None
+            if isinstance(message, HumanMessage) and text.strip():  # not an image alone
+                pending = _PENDING.get(self._key)
+                metadata = {ASSISTANT_CONTEXT: pending} if pending else None
                 self.memory.remember_turn(text, session_id=self.session_id, metadata=metadata)
-                self._pending_reply = None
+                _PENDING.take(self._key)  # carried only once the turn is stored
             elif isinstance(message, AIMessage) and text.strip():
-                # two replies in a row are one reply to the next turn
-                self._pending_reply = f"{self._pending_reply}\n{text}" if self._pending_reply else text
+                _PENDING.add(self._key, text)
 
     def clear(self) -> None:
         for turn in self._turns():
             self.memory.forget(turn.id)
-        self._pending_reply = None
+        _PENDING.take(self._key)
 
     def _turns(self) -> list[EpisodicMemory]:
         return [
