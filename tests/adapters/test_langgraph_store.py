@@ -259,3 +259,35 @@ def test_the_memory_text_comes_from_the_indexed_fields(eng: Engram):
     assert store.search(FACTS, query="when does she fly to Lisbon?")[0].key == "trip"
     with pytest.raises(PermissionDenied):
         store.get(("users", "bob", "facts"), "trip")
+
+
+def test_two_puts_of_one_new_key_at_once_leave_one_live_version(store: EngramStore, eng: Engram):
+    """LangGraph runs tool calls in parallel: two puts of a new key both found none and wrote two live
+    facts, and a delete then brought one back (an outside review)."""
+
+    async def run() -> None:
+        await asyncio.gather(
+            *(store.aput(FACTS, "home", {"text": f"Sarah lives in {city}"}) for city in ("Bristol", "Leeds"))
+        )
+
+    asyncio.run(run())
+    sarah = eng.for_user("sarah")
+    (live,) = sarah.list("semantic")
+    assert len(sarah.history(live.id)) == 2 and store.get(FACTS, "home").value["text"] == live.text
+    store.delete(FACTS, "home")
+    assert store.get(FACTS, "home") is None and sarah.list("semantic") == []
+
+
+def test_a_version_written_outside_the_store_keeps_the_items_key(store: EngramStore, eng: Engram):
+    """Consolidation (or an agent) supersedes an item's fact with a row of its own: the key followed it
+    (a get found nothing, and the next put started a second live chain)."""
+    store.put(FACTS, "car", {"text": "Sarah drives a green Fiat", "source": "onboarding"})
+    sarah = eng.for_user("sarah")
+    (fiat,) = sarah.list("semantic")
+    tesla = sarah.write("Sarah drives a blue Tesla", supersedes_id=fiat.id)  # no item entry of its own
+    item = store.get(FACTS, "car")
+    assert item is not None and item.value == {"text": "Sarah drives a blue Tesla", "source": "onboarding"}
+    assert [h.key for h in store.search(FACTS, query="which car does Sarah drive?")][:1] == ["car"]
+    store.put(FACTS, "car", {"text": "Sarah drives a red Volvo"})
+    (live,) = sarah.list("semantic")
+    assert [m.id for m in sarah.history(live.id)][:2] == [fiat.id, tesla.id]

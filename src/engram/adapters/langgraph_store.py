@@ -18,7 +18,8 @@ The mapping (docs/integrations/langgraph.md):
 - An item's key and value are kept in its memory's metadata (``metadata["langgraph"]``); the memory's text
   is the value's ``"text"``, ``"content"`` or ``"memory"`` field, else the fields a put's ``index`` names,
   else the value as JSON. Memories written outside the store (consolidated facts, ``remember_turn``) are
-  items too: their key is their Engram id and their value ``{"text": ...}``.
+  items too: their key is their Engram id and their value ``{"text": ...}``; a version written outside
+  the store over an item's memory (consolidation's supersession) keeps the item's key.
 - ``put`` with a key that holds a fact or playbook supersedes it (Engram keeps the old row in the
   chain, ``history``); a turn is never edited, so a new value of an episode forgets the old turn and
   stores the new one. A value equal to the current one writes nothing. ``delete`` forgets the key's
@@ -36,7 +37,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -94,9 +97,19 @@ class EngramStore(BaseStore):
         self.index_fields = list(index_fields) if index_fields is not None else None
         self.min_confidence = min_confidence
         self._max_k = MAX_SERVICE_RECALL_K if isinstance(memory, Client) else MAX_RECALL_K
+        # a put reads the key's current version, then writes the next: two at once (LangGraph's
+        # parallel tool calls) both found none and left two live versions of one key
+        self._writing = threading.Lock()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run the operations in order: a get after a put in the same batch sees the put."""
+        """Run the operations in order: a get after a put in the same batch sees the put. Batches that
+        put run one at a time in this store object (another process's puts are not seen: one writer
+        per user, or per key, is the caller's to keep)."""
+        ops = list(ops)
+        with self._writing if any(isinstance(op, PutOp) for op in ops) else nullcontext():
+            return self._run(ops)
+
+    def _run(self, ops: list[Op]) -> list[Result]:
         live = _LiveItems(self.memory)
         results: list[Result] = []
         for op in ops:
@@ -192,7 +205,7 @@ class EngramStore(BaseStore):
                 min_confidence=self.min_confidence,
             )
             for hit in hits:
-                item = _item(hit.memory, user_id, score=hit.score)
+                item = _item(live.keyed(user_id, hit.memory), user_id, score=hit.score)
                 if _matches(item.value, op.filter):
                     found.append(item)
         else:
@@ -233,9 +246,28 @@ class _LiveItems:
         if (user_id, kind) not in self._rows:
             by_key: dict[str, Memory] = {}
             for row in all_rows(self.handle(user_id), KINDS[kind]):
+                row = self.keyed(user_id, row)
                 by_key.setdefault(_key(row), row)  # newest first: a key written twice at once reads the newer
             self._rows[(user_id, kind)] = by_key
         return self._rows[(user_id, kind)]
+
+    def keyed(self, user_id: str, row: Memory) -> Memory:
+        """The row, with the item entry of the newest version before it that has one when it has none
+        itself: a version written outside the store (consolidation's, an agent's supersession) keeps
+        its key, its value's other fields and its first creation, its text being the new one's."""
+        if _entry(row) is not None or getattr(row, "supersedes", None) is None:
+            return row
+        chain = self.handle(user_id).history(row.id)  # oldest first
+        ids = [v.id for v in chain]
+        before = [v for v in chain[: ids.index(row.id)] if _entry(v)] if row.id in ids else []
+        if not before:
+            return row
+        entry = _entry(before[-1])
+        assert entry is not None
+        value = dict(entry["value"])
+        value[next((f for f in TEXT_FIELDS if f in value), "text")] = row.text
+        metadata = {**row.metadata, STORE_KEY: {**entry, "value": value}}
+        return row.model_copy(update={"metadata": metadata})
 
 
 # -- namespaces ------------------------------------------------------------------------------------
