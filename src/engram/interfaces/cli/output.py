@@ -100,15 +100,17 @@ def print_keys(records: Iterable[ApiKeyRecord], as_json: bool) -> None:
         return
     if not records:
         console.print("  (no keys)", highlight=False)
+    rows = []
     for r in records:
         state = f"revoked {r.revoked_at:%Y-%m-%d}" if r.revoked_at else "live"
         if r.scope == "read":
             state += " read-only"
         if r.expires_at is not None and not r.revoked_at:
             state += f" {'expired' if r.expires_at <= utcnow() else 'expires'} {r.expires_at:%Y-%m-%d}"
-        owner = r.user_id or "(admin)"
-        label = f"  {r.label}" if r.label else ""
-        line = f"{owner}  created {r.created_at:%Y-%m-%d}  {state}{label}  {r.id}"
+        rows.append((r.user_id or "(admin)", f"created {r.created_at:%Y-%m-%d}", state, r.label, r.id))
+    widths = [max((len(row[i]) for row in rows), default=0) for i in range(4)]  # columns that line up
+    for row in rows:
+        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[4]
         console.print(Text(printable(line)), highlight=False)
 
 
