@@ -155,3 +155,17 @@ def test_a_history_made_per_call_keeps_the_assistants_replies(eng: Engram):
     with pytest.raises(InvalidInput):
         edge.add_messages([HumanMessage("fourth"), HumanMessage("  ")])
     assert [m.content for m in edge.messages] == ["first", "third"]
+
+
+def test_a_held_reply_stays_in_its_store_and_is_clipped(make_engram):
+    """The held reply is per store (two stores of one process may both have a "sarah"), and clipped as
+    the agent clips it: a reply past the metadata limit made every later turn of the session fail."""
+    first, second = make_engram("first.db"), make_engram("second.db")
+    mine = EngramChatMessageHistory(first.for_user("sarah"), session_id="s")
+    theirs = EngramChatMessageHistory(second.for_user("sarah"), session_id="s")
+    mine.add_messages([AIMessage("Got it, your PIN 1234 is saved. " + "x" * 40_000)])
+    theirs.add_messages([HumanMessage("hello")])
+    assert second.for_user("sarah").list("episodic")[0].metadata == {}  # nothing of the other store
+    mine.add_messages([HumanMessage("thanks")])
+    (turn,) = first.for_user("sarah").list("episodic")
+    assert len(turn.metadata["assistant_context"]) == 2_000

@@ -658,7 +658,7 @@ def test_a_reply_cannot_revive_what_it_replaces_store_a_playbook_twice_or_one_wr
     assert [p.name for p in mem.list("procedural")] == ["Hide cables"]
     reasons = sorted(d["reason"].split(":")[0] for d in report.dropped)
     assert reasons == [
-        "duplicate of a stored playbook",
+        "duplicate of a playbook in this reply",
         "not storable",
         "not storable",
         "repeats a fact this batch replaces",
@@ -689,3 +689,41 @@ def test_a_fact_forgotten_while_the_llm_works_stops_the_run_for_next_time(eng, f
     report = eng.consolidate("sarah", llm=llm_for(fake_llm))
     assert report.status.startswith("stopped:") and report.written == []
     assert mem.list("semantic") == [] and len(eng.store.waiting_episodes("sarah", 10)) == 1
+
+
+def test_another_persons_fact_worded_like_the_one_replaced_is_kept(eng, fake_llm):
+    """ "I'm not allergic to peanuts, my son is": a harsh supersession and a new fact about the son,
+    worded alike (cosine 0.939): a restatement of the replaced fact is dropped, this is not."""
+    mem = eng.for_user("sarah")
+    peanuts = mem.write("Sarah is allergic to peanuts")
+    mem.remember_turn("I'm not allergic to peanuts, my son is")
+
+    def reply(p):
+        turn = episode_id(p, "my son")
+        return {
+            "supersessions": [
+                {
+                    "fact_id": peanuts.id,
+                    "new_text": "Sarah is not allergic to peanuts",
+                    "contradiction": "harsh",
+                    "confidence": 0.95,
+                    "supporting_episode_ids": [turn],
+                }
+            ],
+            "facts": [
+                {
+                    "text": "Sarah's son is allergic to peanuts",
+                    "confidence": 0.9,
+                    "supporting_episode_ids": [turn],
+                }
+            ],
+        }
+
+    # the son's fact is near the new "not allergic" one (the judge's band): the judge says it is new
+    fake_llm.script(ok(reply), ok(lambda p: {"verdicts": [{"index": 0, "duplicate_of": None}]}))
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.status == "ok" and report.dropped == [], report.as_dict()
+    assert sorted(f.text for f in mem.list("semantic")) == [
+        "Sarah is not allergic to peanuts",
+        "Sarah's son is allergic to peanuts",
+    ]

@@ -82,12 +82,21 @@ def test_scores_come_back_in_the_order_the_passages_went(server):
     }
 
 
-def test_out_of_range_scores_are_clipped_to_probabilities(server):
-    reranker = HttpReranker(server, model="logits")
+def test_scores_outside_zero_to_one_are_read_as_logits(server):
+    """Clipped, every negative logit tied at 0 and the order among them was lost."""
+    reranker = HttpReranker(server.replace("http://", "http://user:secret@"), model="logits")
     try:
-        assert reranker.score("hub error", ["hub error", "cat"]) == [1.0, 0.0]
+        scores = reranker.score("hub error code", ["hub error code", "hub", "cat"])  # logits 4, -1.33, -4
+        assert scores[0] > 0.98 and scores[1] > scores[2] > 0 and scores[2] < 0.02
     finally:
         reranker.close()
+    broken = HttpReranker(server.replace("http://", "http://user:secret@"), model="broken")
+    try:
+        with pytest.raises(ModelError) as failed:
+            broken.score("q", ["p"])
+        assert "secret" not in str(failed.value)  # the URL's password never reaches a log
+    finally:
+        broken.close()
 
 
 def test_a_failing_or_incomplete_answer_is_a_model_error(server):

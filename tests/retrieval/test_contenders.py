@@ -147,6 +147,7 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
             False,
         ),
         ("what time is my pilates class on Wednesday?", "when is my pilates class on wednesday?", True),
+        ("may I ask, what car do I drive?", "what car do I drive?", True),  # "may" is no month here
         ("where do I live? the form asks", "where do I live?", False),  # one content word: not judged
         ("is this ok? " + "word " * 20_000, "is this ok now?", False),  # long, and linear in its length
         # one shared word is a question on the subject, and it tells: "my sister Magda"

@@ -417,6 +417,11 @@ def test_a_turn_where_the_speaker_says_they_changed_something_is_told_from_other
         ("Ola got the pharmacist job, so we're moving to Manchester", "we live in Leeds", False),  # ours too
         ("anyway she's upped the amlodipine to 10mg", "doc put me on amlodipine 5mg", False),  # my dose
         ("footy's switched to thursdays", "I play five-a-side on monday nights", False),
+        # the speaker's own change, said without "I" (a reviewer's cases)
+        ("just moved to Leeds with my boyfriend!", "I live in York", False),
+        ("switched to Vodafone because my dad recommended it", "I'm with EE", False),
+        ("my partner and me moved to Leeds", "I live in York", False),
+        ("so my husband switched jobs", "I work at Barclays", True),
     ],
 )
 def test_a_turn_that_tells_of_someone_else_is_told_from_the_speakers_own(text, older, another):

@@ -17,6 +17,7 @@ See docs/integrations/langchain.md.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -29,19 +30,22 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
 from engram.adapters._handles import UserHandle, all_rows
+from engram.client import Client
 from engram.errors import InvalidInput
 from engram.models import EpisodicMemory, Hit, MemoryType
 
 __all__ = ["EngramChatMessageHistory", "EngramRetriever", "hit_metadata"]
 
 ASSISTANT_CONTEXT = "assistant_context"  # the metadata key a turn carries the reply it answered in
-PENDING_KEPT = 10_000  # conversations whose latest reply this process holds (the oldest go first)
+PENDING_KEPT = 1_000  # conversations of one store whose latest reply this process holds (oldest go first)
+REPLY_CHARS = 2_000  # the reply a turn carries, as the agent clips it (agent.ASSISTANT_CONTEXT_CHARS)
 
 
 class _PendingReplies:
-    """The assistant's latest reply per (user, session) until the next user message carries it, for the
-    whole process: LangChain's RunnableWithMessageHistory makes a new history object per call (its
-    factory), so a reply held in the object was lost before the next turn (an outside review)."""
+    """The assistant's latest reply per (user, session) of one store until the next user message
+    carries it, for the whole process: LangChain's RunnableWithMessageHistory makes a new history object
+    per call (its factory), so a reply held in the object was lost before the next turn (an outside
+    review). One per store (``_pending``): two stores of one process may have users of the same id."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -52,10 +56,10 @@ class _PendingReplies:
             return self._replies.get(key)
 
     def add(self, key: tuple[str, str], text: str) -> None:
-        """Two replies in a row are one reply to the next turn."""
+        """Two replies in a row are one reply to the next turn (its last REPLY_CHARS)."""
         with self._lock:
             held = self._replies.pop(key, None)
-            self._replies[key] = f"{held}\n{text}" if held else text
+            self._replies[key] = (f"{held}\n{text}" if held else text)[-REPLY_CHARS:]
             while len(self._replies) > PENDING_KEPT:
                 self._replies.popitem(last=False)
 
@@ -63,8 +67,26 @@ class _PendingReplies:
         with self._lock:
             return self._replies.pop(key, None)
 
+    def put_back(self, key: tuple[str, str], text: str) -> None:
+        """A taken reply whose turn could not be stored: it waits for the next one, unless one came."""
+        with self._lock:
+            self._replies.setdefault(key, text)
 
-_PENDING = _PendingReplies()
+
+_BY_ENGINE: weakref.WeakKeyDictionary[object, _PendingReplies] = weakref.WeakKeyDictionary()
+_BY_SERVICE: dict[str, _PendingReplies] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _pending(memory: UserHandle) -> _PendingReplies:
+    """The pending replies of the store ``memory`` opens: its engine, or the service its client calls."""
+    with _REGISTRY_LOCK:
+        if isinstance(memory, Client):
+            return _BY_SERVICE.setdefault(memory.base_url, _PendingReplies())
+        engine = memory._engram  # the store's own objects: the handles of one Engram share them
+        if engine not in _BY_ENGINE:
+            _BY_ENGINE[engine] = _PendingReplies()
+        return _BY_ENGINE[engine]
 
 
 def hit_metadata(hit: Hit) -> dict[str, Any]:
@@ -123,6 +145,7 @@ class EngramChatMessageHistory(BaseChatMessageHistory):
         self.memory = memory
         self.session_id = session_id
         self._key = (memory.user_id, session_id)
+        self._pending = _pending(memory)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # LangChain declares an attribute
@@ -134,7 +157,7 @@ class EngramChatMessageHistory(BaseChatMessageHistory):
             if isinstance(reply, str) and reply:
                 rebuilt.append(AIMessage(content=reply))
             rebuilt.append(HumanMessage(content=turn.text, id=turn.id))
-        pending = _PENDING.get(self._key)
+        pending = self._pending.get(self._key)
         if pending is not None:
             rebuilt.append(AIMessage(content=pending))
         return rebuilt
@@ -146,17 +169,21 @@ class EngramChatMessageHistory(BaseChatMessageHistory):
         for message in messages:
             text = str(message.text)
             if isinstance(message, HumanMessage) and text.strip():  # not an image alone
-                pending = _PENDING.get(self._key)
+                pending = self._pending.take(self._key)
                 metadata = {ASSISTANT_CONTEXT: pending} if pending else None
-                self.memory.remember_turn(text, session_id=self.session_id, metadata=metadata)
-                _PENDING.take(self._key)  # carried only once the turn is stored
+                try:
+                    self.memory.remember_turn(text, session_id=self.session_id, metadata=metadata)
+                except BaseException:
+                    if pending:  # it goes with the next turn that is stored
+                        self._pending.put_back(self._key, pending)
+                    raise
             elif isinstance(message, AIMessage) and text.strip():
-                _PENDING.add(self._key, text)
+                self._pending.add(self._key, text)
 
     def clear(self) -> None:
         for turn in self._turns():
             self.memory.forget(turn.id)
-        _PENDING.take(self._key)
+        self._pending.take(self._key)
 
     def _turns(self) -> list[EpisodicMemory]:
         return [

@@ -36,10 +36,10 @@ Not supported: TTLs (``supports_ttl`` is False, as LangGraph's own stores withou
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -99,14 +99,20 @@ class EngramStore(BaseStore):
         self._max_k = MAX_SERVICE_RECALL_K if isinstance(memory, Client) else MAX_RECALL_K
         # a put reads the key's current version, then writes the next: two at once (LangGraph's
         # parallel tool calls) both found none and left two live versions of one key
-        self._writing = threading.Lock()
+        self._writing: dict[str, threading.Lock] = {}  # per user: puts of different users run at once
+        self._locks = threading.Lock()
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run the operations in order: a get after a put in the same batch sees the put. Batches that
         put run one at a time in this store object (another process's puts are not seen: one writer
         per user, or per key, is the caller's to keep)."""
         ops = list(ops)
-        with self._writing if any(isinstance(op, PutOp) for op in ops) else nullcontext():
+        users = sorted({_namespace(op.namespace)[0] for op in ops if isinstance(op, PutOp)})
+        with contextlib.ExitStack() as held:
+            for user_id in users:  # in one order, so two batches never wait for each other
+                with self._locks:
+                    lock = self._writing.setdefault(user_id, threading.Lock())
+                held.enter_context(lock)
             return self._run(ops)
 
     def _run(self, ops: list[Op]) -> list[Result]:
@@ -134,7 +140,7 @@ class EngramStore(BaseStore):
     # -- operations ------------------------------------------------------------------------------
     def _get(self, op: GetOp, live: _LiveItems) -> Item | None:
         user_id, kind = _namespace(op.namespace)
-        row = live.rows(user_id, kind).get(op.key)
+        row = live.lookup(user_id, kind, op.key)
         if row is None:
             return None
         found = _item(row, user_id)  # a get answers a plain Item, as LangGraph's own stores do
@@ -151,8 +157,8 @@ class EngramStore(BaseStore):
         if op.ttl is not None:
             raise NotImplementedError("EngramStore keeps no TTL: forget items with delete")
         handle = live.handle(user_id)
+        current = live.lookup(user_id, kind, op.key)
         rows = live.rows(user_id, kind)
-        current = rows.get(op.key)
         if op.value is None:
             if current is not None:
                 _forget_chain(handle, current)
@@ -209,7 +215,7 @@ class EngramStore(BaseStore):
                 if _matches(item.value, op.filter):
                     found.append(item)
         else:
-            rows = [row for kind in kinds for row in live.rows(user_id, kind).values()]
+            rows = [row for kind in kinds for row in live.every(user_id, kind).values()]
             rows.sort(key=lambda row: row.created_at, reverse=True)
             items = (_item(row, user_id) for row in rows)
             found = [item for item in items if _matches(item.value, op.filter)]
@@ -236,6 +242,7 @@ class _LiveItems:
         self._memory = memory
         self._handles: dict[str, UserHandle] = {}
         self._rows: dict[tuple[str, str], dict[str, Memory]] = {}
+        self._unkeyed: dict[tuple[str, str], list[Memory]] = {}
 
     def handle(self, user_id: str) -> UserHandle:
         if user_id not in self._handles:
@@ -243,13 +250,30 @@ class _LiveItems:
         return self._handles[user_id]
 
     def rows(self, user_id: str, kind: str) -> dict[str, Memory]:
+        """The rows by key, but those written outside the store over an item (``keyed``), which take
+        a read of their chain each: ``lookup`` and ``every`` add them when they are needed."""
         if (user_id, kind) not in self._rows:
             by_key: dict[str, Memory] = {}
+            unkeyed: list[Memory] = []
             for row in all_rows(self.handle(user_id), KINDS[kind]):
-                row = self.keyed(user_id, row)
-                by_key.setdefault(_key(row), row)  # newest first: a key written twice at once reads the newer
+                if _entry(row) is None and getattr(row, "supersedes", None) is not None:
+                    unkeyed.append(row)
+                else:
+                    by_key.setdefault(_key(row), row)  # newest first: a key written twice reads the newer
             self._rows[(user_id, kind)] = by_key
+            self._unkeyed[(user_id, kind)] = unkeyed
         return self._rows[(user_id, kind)]
+
+    def lookup(self, user_id: str, kind: str, key: str) -> Memory | None:
+        rows = self.rows(user_id, kind)
+        return rows.get(key) or self.every(user_id, kind).get(key)
+
+    def every(self, user_id: str, kind: str) -> dict[str, Memory]:
+        rows = self.rows(user_id, kind)
+        for row in self._unkeyed.pop((user_id, kind), []):
+            row = self.keyed(user_id, row)
+            rows.setdefault(_key(row), row)
+        return rows
 
     def keyed(self, user_id: str, row: Memory) -> Memory:
         """The row, with the item entry of the newest version before it that has one when it has none

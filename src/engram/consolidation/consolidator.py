@@ -267,7 +267,7 @@ class Consolidator:
             rows.append(row)
             supersede[row.id] = Supersession(old_id=s.fact_id, retract=harsh, at=now)
         replaced = {x.old_id for x in supersede.values()}
-        duplicate = self.policy.duplicate_similarity
+        duplicate, repeat = self.policy.duplicate_similarity, self.policy.repeat_similarity
 
         unclear: list[tuple[str, list[SemanticMemory], list[str], NewFact]] = []
         for fact in extraction.facts:
@@ -276,7 +276,7 @@ class Consolidator:
                 continue
             # not a neighbour to merge into, but no new fact either: "Sarah lives in Bristol" listed
             # beside the supersession that replaces it would make it live again
-            if replaced and self._closest(fact.text, [live[i] for i in replaced])[0] >= duplicate:
+            if replaced and self._closest(fact.text, [live[i] for i in replaced])[0] >= repeat:
                 drop(fact.text, "repeats a fact this batch replaces")
                 continue
             pending = [r for r in rows if isinstance(r, SemanticMemory)]
@@ -322,9 +322,12 @@ class Consolidator:
                 drop(pb.name, f"not storable: {exc}")
                 continue
             written = [r for r in rows if isinstance(r, ProceduralMemory)]  # the same one twice in a reply
-            similarity, _ = self._closest(search_text_of(playbook), [*playbooks, *written])
+            similarity, twin = self._closest(search_text_of(playbook), [*playbooks, *written])
             if similarity >= duplicate:
-                drop(pb.name, "duplicate of a stored playbook")
+                drop(
+                    pb.name,
+                    "duplicate of a " + ("playbook in this reply" if twin in written else "stored playbook"),
+                )
                 continue
             rows.append(playbook)
 

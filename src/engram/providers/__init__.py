@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engram.errors import ConfigError
 from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.settings import EngramSettings
 
@@ -40,6 +41,9 @@ def default_reranker(settings: EngramSettings) -> Reranker:
 
     if settings.reranker_url:
         from engram.providers.http_rerank import HttpReranker
+
+        if settings.reranker_onnx_dir:  # which one would be a guess
+            raise ConfigError("set ENGRAM_RERANKER_URL or ENGRAM_RERANKER_ONNX_DIR, not both")
 
         return HttpReranker(
             settings.reranker_url, model=settings.reranker_model, api_key=settings.reranker_api_key

@@ -7,9 +7,10 @@ for "what's my title at work?"); what it costs is one HTTP round trip per recall
 
 Request: ``POST {base_url}/rerank`` with ``{"model", "query", "documents", "top_n"}``; response:
 ``{"results": [{"index": i, "relevance_score": s}, ...]}`` in any order (Cohere sorts by score).
-Scores are read as probabilities and clipped to [0, 1]: recall multiplies them by its other factors
-and calibrates them into a confidence (``bench/calibrate.py`` refits that calibration for another
-model: its coefficients go in ``ENGRAM_CONFIDENCE_RERANK``).
+Scores are read as probabilities: recall multiplies them by its other factors and calibrates them
+into a confidence (``bench/calibrate.py`` refits that calibration for another model: its coefficients
+go in ``ENGRAM_CONFIDENCE_RERANK``). A response with a score outside [0, 1] is read as logits (TEI's
+and Jina's raw scores), all of it through the sigmoid: clipping would tie every negative logit at 0.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 import httpx
 
 from engram.errors import ModelError
+from engram.providers._http import why
 
 
 class HttpReranker:
@@ -33,6 +35,7 @@ class HttpReranker:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # a recall waits on this: past the timeout it answers without the reranker (retrieval.rerank)
         self._client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        self._where = str(self._client.base_url.copy_with(userinfo=b""))  # never a password in a log
         self._model = model
 
     @property
@@ -49,17 +52,18 @@ class HttpReranker:
             results = response.json()["results"]
             by_index = {int(r["index"]): float(r["relevance_score"]) for r in results}
         except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
-            raise ModelError(f"rerank request to {self._client.base_url} failed: {exc}") from exc
+            raise ModelError(f"rerank request to {self._where} failed: {why(exc)}") from exc
         if len(results) != len(passages) or sorted(by_index) != list(range(len(passages))):
             raise ModelError(
-                f"rerank response from {self._client.base_url} scored passages {sorted(by_index)[:20]}, "
+                f"rerank response from {self._where} scored passages {sorted(by_index)[:20]}, "
                 f"not each of the {len(passages)} sent once"
             )
         if not all(math.isfinite(s) for s in by_index.values()):
-            raise ModelError(
-                f"rerank response from {self._client.base_url} holds a score that is not a number"
-            )
-        return [min(1.0, max(0.0, by_index[i])) for i in range(len(passages))]
+            raise ModelError(f"rerank response from {self._where} holds a score that is not a number")
+        scores = [by_index[i] for i in range(len(passages))]
+        if all(0.0 <= s <= 1.0 for s in scores):
+            return scores
+        return [1.0 / (1.0 + math.exp(-max(-500.0, min(500.0, s)))) for s in scores]
 
     def close(self) -> None:
         self._client.close()

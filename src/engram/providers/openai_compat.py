@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 
 from engram.errors import ModelError
+from engram.providers._http import why
 from engram.providers.base import Vectors
 
 
@@ -51,7 +52,8 @@ class OpenAIEmbedder:
             data = sorted(response.json()["data"], key=lambda d: d["index"])
             return [d["embedding"] for d in data]
         except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
-            raise ModelError(f"embedding request to {self._client.base_url} failed: {exc}") from exc
+            where = self._client.base_url.copy_with(userinfo=b"")  # never a password in a log
+            raise ModelError(f"embedding request to {where} failed: {why(exc)}") from exc
 
     def embed_documents(self, texts: Sequence[str]) -> Vectors:
         rows: list[list[float]] = []

@@ -53,10 +53,14 @@ _FIRST_PERSON = r"i|we|i've|we've|i'm|we're|ive|im"  # a speaker's own subject, 
 _OWN_CHANGE = re.compile(
     rf"\b(?:{_FIRST_PERSON}|i'd|we'd)\b(?:\W+\w+){{0,2}}?\W+(?:" + "|".join(sorted(CHANGE_WORDS)) + r")\b"
 )
-_OWN = re.compile(rf"\b(?:{_FIRST_PERSON}|i'd|we'd|i'll|we'll|us|our)\b")
+_OWN = re.compile(rf"\b(?:{_FIRST_PERSON}|i'd|we'd|i'll|we'll|me|us|our)\b")
 _KIN = """husband wife partner boyfriend girlfriend fiance fiancee son daughter kid mum mom dad mother father
     brother sister boss friend flatmate dog cat""".split()  # noqa: SIM905 - a word list reads better as text
-_ANOTHER = re.compile(r"\bmy\s+(?:" + "|".join(_KIN) + r")s?\b")
+# ... as the subject: opening a clause ("my husband switched jobs", "so my mum got a new number"), not
+# "just moved to Leeds with my boyfriend!" nor "switched to Vodafone because my dad recommended it"
+_ANOTHER = re.compile(
+    r"(?:^|[,.;:!?(]\s*)(?:(?:so|and|oh|but|well|also|btw|anyway)\s+)?my\s+(?:" + "|".join(_KIN) + r")s?\b"
+)
 # ... and "I've started ..." with the speaker as its subject, not in a clause of time ("when I started
 # school", "since we started"): "I've started eating fish again" after "I've been veggie since uni".
 # Anyone's "started" ("she started a pottery class") cost LoCoMo dev R@1 0.004.

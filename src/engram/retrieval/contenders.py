@@ -19,7 +19,6 @@ windows", "The leader is always judged").
 
 from __future__ import annotations
 
-import calendar
 import math
 import re
 from collections.abc import Sequence
@@ -33,9 +32,11 @@ from engram.text import content_stems
 _QUESTION = re.compile(r"(?:^|(?<=[?.!\n]))[^?.!\n]*\?")
 _TOKEN = re.compile(r"[\w'’-]+")
 _SELF = frozenset("i i'm i've i'd i'll i’m i’ve i’d i’ll".split())  # noqa: SIM905 capitalised, naming nothing
-# A day or month names a value however it is written ("now that it moved to wednesdays?")
-_CALENDAR = {n.lower() for n in [*calendar.day_name, *calendar.month_name] if n}
-_CALENDAR |= {n + "s" for n in _CALENDAR}
+# A day or month names a value however it is written ("now that it moved to wednesdays?"); not "may",
+# "march", "august" in lower case, which are words first ("may I ask, what car do I drive?")
+_DAYS = "monday tuesday wednesday thursday friday saturday sunday".split()  # noqa: SIM905
+_MONTHS = "january february april june july september october november december".split()  # noqa: SIM905
+_CALENDAR = frozenset([*_DAYS, *(day + "s" for day in _DAYS), *_MONTHS])
 
 
 def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_gap: float = 1.0) -> int:

@@ -192,7 +192,7 @@ def recall(
         )
         kinds: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural")
         if not any(eng.store.count_memories(user, t, include_superseded=True, limit=1) for t in kinds):
-            note = f"note: user {user!r} has no memories in this store (a typo?): only the catalog can answer"
+            note = f"note: user {user!r} has no memories in this store (a typo?)"
             Console(stderr=True).print(note, style="dim", highlight=False, markup=False, soft_wrap=True)
     if as_json:
         _print_json([h.model_dump(mode="json") for h in hits])

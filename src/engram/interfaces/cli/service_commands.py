@@ -84,10 +84,8 @@ def serve(
         elif not keys.has_admin():
             key, _ = keys.create(None, label="created on first start")
             console.print(f"[bold]admin key[/bold] (shown once, keep it): {key}", highlight=False)
-        else:  # printed once, at the first start: say how to get one again
-            console.print(
-                "admin key: the one printed at the first start (lost? set ENGRAM_ADMIN_KEY to replace it)"
-            )
+        else:  # printed once (or set before): say how to replace it
+            console.print("admin key: the one this store has (lost? set ENGRAM_ADMIN_KEY to replace it)")
         console.print(serve_banner(host, port), highlight=False, soft_wrap=True)
         worker = _consolidation_worker(eng)  # in this process only: one per store, whatever --workers
         try:
