@@ -52,8 +52,14 @@ def test_users_export_then_delete_leaves_nothing_of_the_user(tmp_path):
     unconfirmed = run("users", "delete", "sarah", env_home=tmp_path, check=False)
     assert unconfirmed.returncode == 1 and "--yes" in unconfirmed.stdout
     assert "sarah" in run("users", "export", "sarah", env_home=tmp_path).stdout  # nothing deleted
-    deleted = json.loads(run("users", "delete", "sarah", "--yes", "--json", env_home=tmp_path).stdout)
+    erased = run("users", "delete", "sarah", "--yes", "--json", env_home=tmp_path)
+    deleted = json.loads(erased.stdout)
     assert deleted["deleted"]["memories"] == 2 and deleted["deleted"]["keys"] == 1
+    # the audit record, which went to a log nobody had set up in a CLI process (an operator's walk)
+    assert re.search(
+        r"audit: deleted user 'sarah' at .*, asked by the CLI \(.*\): .*2 memories", erased.stderr
+    )
+    assert MARK not in erased.stderr  # no content
     assert sqlite_leftovers(tmp_path / "engram.db", ["sarah", MARK], "sarah", words=[MARK]) == {}
     assert "nothing was left" in run("users", "delete", "sarah", "--yes", env_home=tmp_path).stdout
     gone = run("users", "export", "sarah", "--file", str(out), env_home=tmp_path, check=False)

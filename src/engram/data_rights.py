@@ -11,6 +11,7 @@ user afterwards.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from engram.models import utcnow
 from engram.storage.base import UserErasure
@@ -19,11 +20,17 @@ from engram.validation import validate_user_id
 audit = logging.getLogger("engram.audit")
 
 
-def erase_user(store: UserErasure, user_id: str, *, by: str) -> dict[str, int]:
-    """Delete every row of ``user_id`` on ``store`` and audit it (``by``: who asked). Idempotent: a
-    second call deletes nothing and is audited likewise. Returns how many of each kind went."""
+def erase_user(
+    store: UserErasure, user_id: str, *, by: str, said: Callable[[str], None] | None = None
+) -> dict[str, int]:
+    """Delete every row of ``user_id`` on ``store`` and audit it (``by``: who asked; ``said`` is also
+    given the record: the CLI prints it, having no log set up). Idempotent: a second call deletes
+    nothing and is audited likewise. Returns how many of each kind went."""
     validate_user_id(user_id)
     counts = store.delete_user(user_id)
     summary = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())) or "nothing"
-    audit.info("deleted user %r at %s, asked by %s: %s", user_id, utcnow().isoformat(), by, summary)
+    record = f"deleted user {user_id!r} at {utcnow().isoformat()}, asked by {by}: {summary}"
+    audit.info("%s", record)
+    if said is not None:
+        said(record)
     return counts

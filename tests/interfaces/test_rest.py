@@ -8,6 +8,7 @@ def test_health_and_openapi(service):
 
     # httpx's 5 s default: a first request to a service just started on a loaded machine has taken longer
     assert httpx.get(f"{service.url}/healthz", timeout=30).json()["status"] == "ok"
+    assert httpx.get(f"{service.url}/readyz", timeout=30).json() == {"status": "ok", "store": "ok"}
     spec = httpx.get(f"{service.url}/openapi.json", timeout=30).json()
     assert {
         "/v1/recall",
@@ -323,7 +324,7 @@ def test_the_openapi_document_states_what_the_server_does(service):
     for path, operations in spec["paths"].items():
         for method, operation in operations.items():
             statuses = set(operation["responses"])
-            if path != "/healthz":
+            if path not in ("/healthz", "/readyz"):
                 assert {"401", "403", "422"} <= statuses, (method, path)
             for status, response in operation["responses"].items():
                 if status >= "400":
@@ -392,3 +393,19 @@ def test_recall_takes_min_confidence_and_a_compact_view(service):
         assert refused.status_code == 422 and refused.json()["error"] == "invalid_input", bad
     stale = sarah.post("/v1/recall", json={"query": "router", "as_of": "yesterday"}).json()
     assert stale["message"].startswith("as_of: expected an ISO 8601"), stale  # ours, not "Value error, "
+
+
+def test_readiness_asks_the_store_and_liveness_does_not(make_service, tmp_path):
+    """An operator's walk: with the store gone, /healthz said ok and every request failed with 503. A
+    readiness probe must see it: /readyz reads the store."""
+    import httpx
+
+    with make_service("ready.db") as svc:
+        assert httpx.get(f"{svc.url}/readyz", timeout=30).status_code == 200
+        svc.engram.store.close()  # its connections go; the file under them is no database any more
+        for extra in ("-wal", "-shm"):
+            (tmp_path / f"ready.db{extra}").unlink(missing_ok=True)
+        (tmp_path / "ready.db").write_bytes(b"not a database" * 1000)
+        ready = httpx.get(f"{svc.url}/readyz", timeout=30)
+        assert ready.status_code == 503 and ready.json()["error"] == "storage_error"
+        assert httpx.get(f"{svc.url}/healthz", timeout=30).status_code == 200  # alive, not ready

@@ -65,13 +65,23 @@ def users_delete(
 ) -> None:
     """Delete everything of one user for good: memories of every type, tombstones, consolidation state,
     API keys and sign-in sessions, on every table and index of the store; their keys stop working at
-    once. Run again, it deletes nothing. Audited in the engram.audit log, without content."""
+    once. Run again, it deletes nothing. Audited, without content: the record is printed on stderr (and
+    goes to the engram.audit log where logging is set up)."""
     from engram.data_rights import erase_user
 
     if not yes:
         raise _fail(f"this deletes everything of user {user!r} for good; add --yes to do it")
     with _engram(store, existing=True, rerank=False, late_interaction=False) as eng:
-        deleted = erase_user(eng.store, user, by=f"the CLI ({getpass.getuser()}@{socket.gethostname()})")
+        by = f"the CLI ({getpass.getuser()}@{socket.gethostname()})"
+        audit = Console(stderr=True)  # the engram.audit record, which no log of this process would keep
+        deleted = erase_user(
+            eng.store,
+            user,
+            by=by,
+            said=lambda record: audit.print(
+                f"audit: {record}", markup=False, highlight=False, soft_wrap=True
+            ),
+        )
     if as_json:
         _print_json({"user_id": user, "deleted": deleted})
         return

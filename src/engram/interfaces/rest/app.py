@@ -42,7 +42,7 @@ from engram.interfaces.rest.docs import mount_docs
 from engram.interfaces.rest.imports import ImportJobs
 from engram.interfaces.rest.observe import Observe, framework_telemetry_off, mount_metrics
 from engram.interfaces.rest.routes import admin, memories, operations
-from engram.interfaces.rest.schemas import HTTP_CODES, publish_limits
+from engram.interfaces.rest.schemas import HTTP_CODES, error_responses, publish_limits
 from engram.limits import MAX_BODY_BYTES, MAX_IMPORT_BYTES
 from engram.memory import Engram, validate_user_id
 from engram.observability.request_log import REQUEST_ID_HEADER
@@ -142,14 +142,23 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, Any]:
+        """Liveness: the process answers. It reads nothing: /readyz asks the store."""
         return {"status": "ok", "embedding_model": engram.embedder.name}
+
+    @app.get("/readyz", tags=["health"], responses=error_responses(503))
+    def readyz() -> dict[str, Any]:
+        """Readiness: the store answers a one-row read; 503 storage_error when it does not."""
+        # a PostgreSQL or OpenSearch down left /healthz saying ok (an operator's walk)
+        engram.store.find_key("readyz")  # no key hashes to this: an indexed miss
+        return {"status": "ok", "store": "ok"}
 
     @app.exception_handler(EngramError)
     async def engram_error(_: Request, exc: EngramError) -> JSONResponse:
         status = next(code for cls, code in ERROR_STATUS if isinstance(exc, cls))
         return _error(status, exc.code, public_message(exc))
 
-    routes: dict[str, set[str]] = {"/healthz": {"GET"}}  # the API's paths and their methods
+    # the API's paths and their methods
+    routes: dict[str, set[str]] = {"/healthz": {"GET"}, "/readyz": {"GET"}}
     for route in [*memories.router.routes, *operations.router.routes, *admin.router.routes]:
         if isinstance(route, APIRoute):
             routes.setdefault(route.path, set()).update(route.methods or ())
