@@ -257,7 +257,8 @@ def _check(source: TextIO, allow_no_trailer: bool) -> int:
         raise ImportFileError(
             f"the export has no trailer after its {lines} lines: it was cut short (a partial backup: "
             "importing it would lose what came after the cut), or written by an older Engram "
-            "(format 1). To import what is there anyway, pass --allow-no-trailer (allow_no_trailer=True)"
+            "(format 1). To import what is there anyway, pass --allow-no-trailer "
+            "(Python: allow_no_trailer=True)"
         )
     if not isinstance(trailer, dict) or trailer.get("lines") != lines or trailer.get("counts") != counts:
         raise ImportFileError(

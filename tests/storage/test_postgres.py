@@ -11,7 +11,8 @@ from engram import Conflict, Engram, StorageError
 from engram.auth import ApiKeys
 from engram.errors import ConfigError
 from engram.models import CatalogItem, SemanticMemory, new_id
-from engram.storage.postgres import PostgresStore, migrate
+from engram.storage.postgres import PostgresStore
+from engram.storage.postgres._store import migrate, shown_url
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -101,6 +102,21 @@ def test_a_wrong_url_fails_at_once_with_the_servers_reason(pg_urls, caplog):
         PostgresStore(wrong_user)
     # the pool, had it been opened, would have retried for its whole timeout and logged every try
     assert not [r for r in caplog.records if r.name.startswith("psycopg")]
+
+
+def test_info_shows_the_store_without_its_password(pg_urls):
+    """`engram info` showed "/engram?host=..." (scheme and user cut off), and a ``password=`` option."""
+    admin, runtime = pg_urls
+    store = PostgresStore(runtime, admin_url=admin)
+    try:
+        shown = store.stats()["url"]
+    finally:
+        store.close()
+    dsn = psycopg.conninfo.conninfo_to_dict(runtime)
+    assert shown.startswith("postgresql://engram_app@") and f"/{dsn['dbname']}" in shown
+    with_password = psycopg.conninfo.make_conninfo(runtime, password="s3cret-pw")
+    for form in (with_password, "postgresql://engram_app:s3cret-pw@db:5433/engram?password=s3cret-pw"):
+        assert "s3cret" not in shown_url(form) and "engram_app@" in shown_url(form)
 
 
 def test_migrations_are_idempotent(pg):

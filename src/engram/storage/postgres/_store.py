@@ -116,7 +116,10 @@ class PostgresStore(StoreRules[int]):
             raise StorageError(f"cannot open PostgreSQL store: {exc}") from exc
         if owner is None:
             self._pool.close()
-            raise StorageError("no Engram schema in this database: run migrations (pg_admin_url) first")
+            raise StorageError(
+                "no Engram schema in this database: set ENGRAM_PG_ADMIN_URL (the schema owner's URL) and "
+                "start once, which runs the migrations"
+            )
         if current is None:
             self._pool.close()
             raise StorageError(
@@ -348,7 +351,7 @@ class PostgresStore(StoreRules[int]):
         with self._tx(_NO_TENANT) as conn:
             meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
             (catalog,) = conn.execute("SELECT count(*) FROM memories WHERE owner = ''").fetchall()[0]
-        return {"url": self.url.split("@")[-1], "counts": {"catalog": catalog}, "meta": meta}
+        return {"url": shown_url(self.url), "counts": {"catalog": catalog}, "meta": meta}
 
     def close(self) -> None:
         self._pool.close()
@@ -359,3 +362,19 @@ def _conditions(where: SearchFilter) -> str:
     wanted) and the recall filter (named parameters: ``named_params``)."""
     live = "" if where.include_superseded else "AND superseded_by IS NULL"
     return live + narrowing_sql(where.narrow, "postgres")[0]
+
+
+def shown_url(url: str) -> str:
+    """The store as `engram info` shows it, from a URL or a key=value string: user, host, port,
+    database and options, never a password (in the user part or as an option). Example:
+    postgresql://app:pw@db/engram?sslmode=require -> postgresql://app@db/engram?sslmode=require."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    fields = {k: str(v) for k, v in conninfo_to_dict(url).items() if k != "password"}
+    user, host, port, database = (fields.pop(k, "") for k in ("user", "host", "port", "dbname"))
+    if host.startswith("/"):  # a socket folder (and its port) read better as options than as a host
+        fields = {"host": host, **({"port": port} if port else {}), **fields}
+        host = port = ""
+    where = (f"{user}@" if user else "") + host + (f":{port}" if port else "")
+    query = "&".join(f"{k}={v}" for k, v in fields.items())
+    return f"postgresql://{where}/{database}" + (f"?{query}" if query else "")
