@@ -314,6 +314,7 @@ def test_engram_export_and_import_all_on_the_command_line(tmp_path):
     refused = engram("import", "--all", str(tmp_path / "cut.jsonl"), "--store", c)
     assert refused.returncode == 1 and "no trailer" in refused.stdout
     assert "--allow-no-trailer" in refused.stdout
+    assert not (tmp_path / "c.db").exists()  # checked before the store is made: no empty store left
     listed = engram("list", "-u", "sarah", "--store", c)
     assert "Leith" not in listed.stdout
     loaded = engram("import", "--all", str(tmp_path / "cut.jsonl"), "--allow-no-trailer", "--store", c)

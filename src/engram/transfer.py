@@ -145,7 +145,7 @@ def import_store(
     if not source.seekable():
         raise InvalidInput("an export is read twice (checked, then written): pass a file, not a stream")
     start = source.tell()
-    total = _check(source, allow_no_trailer)
+    total = check_export(source, allow_no_trailer)
     source.seek(start)
     loader = _Loader(engram)
     source.readline()  # the header, checked
@@ -210,7 +210,7 @@ def _records(lines: Iterable[str]) -> Iterator[tuple[int, _Row | Tombstone | _Ke
             raise ImportFileError(f"line {number}: {exc}") from None
 
 
-def _check(source: TextIO, allow_no_trailer: bool) -> int:
+def check_export(source: TextIO, allow_no_trailer: bool) -> int:
     """Read the whole export once, writing nothing: the header, every record, and the trailer's line
     count, counts and checksum; returns the lines. ImportFileError on the first thing wrong."""
     digest = hashlib.sha256()

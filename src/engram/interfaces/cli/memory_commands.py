@@ -94,15 +94,19 @@ def import_(
 def _import_all(
     file: Path, user: str | None, store: str | None, allow_no_trailer: bool, as_json: bool
 ) -> None:
-    from engram.transfer import import_store
+    from engram.transfer import check_export, import_store
 
     if user:
         raise _fail("--all loads every user of an export; it takes no --user")
-    with _engram(store) as eng, file.open(encoding="utf-8") as lines:
-        try:
+    try:  # before the store is opened: a cut or changed file must not leave an empty store behind
+        with file.open(encoding="utf-8") as lines:
+            check_export(lines, allow_no_trailer)
+        with _engram(store) as eng, file.open(encoding="utf-8") as lines:
             counts = import_store(eng, lines, allow_no_trailer=allow_no_trailer, progress=console.is_terminal)
-        except UnicodeDecodeError as exc:
-            raise _fail(f"{file} is not UTF-8 text: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise _fail(f"{file} is not UTF-8 text: {exc}") from None
+    except EngramError as exc:
+        raise _fail(exc) from None
     if as_json:
         _print_json(counts)
         return
