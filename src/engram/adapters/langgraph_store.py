@@ -60,6 +60,7 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from engram.adapters._handles import UserHandle, all_rows, known_users, user_handle
+from engram.adapters._langgraph_filter import check_filter, matches
 from engram.client import Client
 from engram.errors import InvalidInput
 from engram.limits import MAX_RECALL_K, MAX_SERVICE_RECALL_K
@@ -196,7 +197,7 @@ class EngramStore(BaseStore):
         user_id, kinds = _search_scope(op.namespace_prefix)
         if op.limit < 0 or op.offset < 0:
             raise InvalidInput("a search's limit and offset must be >= 0")
-        _check_filter(op.filter)
+        check_filter(op.filter)
         wanted = op.offset + op.limit
         if wanted == 0:
             return []
@@ -212,13 +213,13 @@ class EngramStore(BaseStore):
             )
             for hit in hits:
                 item = _item(live.keyed(user_id, hit.memory), user_id, score=hit.score)
-                if _matches(item.value, op.filter):
+                if matches(item.value, op.filter):
                     found.append(item)
         else:
             rows = [row for kind in kinds for row in live.every(user_id, kind).values()]
             rows.sort(key=lambda row: row.created_at, reverse=True)
             items = (_item(row, user_id) for row in rows)
-            found = [item for item in items if _matches(item.value, op.filter)]
+            found = [item for item in items if matches(item.value, op.filter)]
         return found[op.offset : wanted]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
@@ -412,59 +413,3 @@ def _steps(steps: object) -> list[dict[str, Any]]:
         else:
             raise InvalidInput(f"steps[{order - 1}] must be an instruction or an object with one")
     return made
-
-
-def _matches(value: Mapping[str, Any], where: Mapping[str, Any] | None) -> bool:
-    """LangGraph's filter semantics (its InMemoryStore's): every field equal, or every operator true."""
-    return not where or all(_compare(value.get(field), wanted) for field, wanted in where.items())
-
-
-def _check_filter(where: object) -> None:
-    """InvalidInput for an operator LangGraph's filters do not have, before anything is searched."""
-    if isinstance(where, dict):
-        for field, wanted in where.items():
-            if str(field).startswith("$") and field not in _OPERATORS:
-                raise InvalidInput(
-                    f"unsupported filter operator {field!r}: use one of {', '.join(_OPERATORS)}"
-                )
-            _check_filter(wanted)
-    elif isinstance(where, list | tuple):
-        for wanted in where:
-            _check_filter(wanted)
-
-
-def _compare(found: Any, wanted: Any) -> bool:
-    if isinstance(wanted, dict):
-        if any(str(k).startswith("$") for k in wanted):
-            return all(_operator(found, op, operand) for op, operand in wanted.items())
-        return isinstance(found, dict) and all(_compare(found.get(k), v) for k, v in wanted.items())
-    if isinstance(wanted, list | tuple):
-        return (
-            isinstance(found, list | tuple)
-            and len(found) == len(wanted)
-            and all(_compare(f, w) for f, w in zip(found, wanted, strict=True))
-        )
-    return bool(found == wanted)
-
-
-_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
-_ORDER = {
-    "$gt": lambda a, b: a > b,
-    "$gte": lambda a, b: a >= b,
-    "$lt": lambda a, b: a < b,
-    "$lte": lambda a, b: a <= b,
-}
-
-
-def _operator(found: Any, op: str, operand: Any) -> bool:
-    if op == "$eq":
-        return bool(found == operand)
-    if op == "$ne":
-        return bool(found != operand)
-    order = _ORDER.get(op)
-    if order is None:  # a field beside operators, {"$gt": 1, "x": 2}: LangGraph has no meaning for it
-        raise InvalidInput(f"a filter mixes operators with the field {op!r}")
-    try:
-        return bool(order(float(found), float(operand)))
-    except (TypeError, ValueError):  # a missing field or a text: not in the range
-        return False
