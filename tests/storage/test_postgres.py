@@ -119,6 +119,19 @@ def test_info_shows_the_store_without_its_password(pg_urls):
         assert "s3cret" not in shown_url(form) and "engram_app@" in shown_url(form)
 
 
+def test_the_first_request_after_the_servers_connections_died_succeeds(pg):
+    """A PostgreSQL restart leaves the pool's connections dead: the first requests answered 503 (an
+    operator's walk). Terminating them as the admin does the same to the connections, not the server."""
+    store, admin, _ = pg
+    assert len(store.list_memories("sarah", "semantic", limit=10)) == 3
+    with psycopg.connect(admin, autocommit=True) as conn:
+        killed = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'engram_app'"
+        ).fetchone()
+    assert killed is not None and killed[0] >= 1
+    assert len(store.list_memories("sarah", "semantic", limit=10)) == 3  # on a fresh connection
+
+
 def test_migrations_are_idempotent(pg):
     _, admin, _ = pg
     assert migrate(admin) == []

@@ -98,8 +98,15 @@ class PostgresStore(StoreRules[int]):
             # One plain connection first: a wrong URL or password fails here at once with the server's
             # reason, where the pool would retry it for its whole timeout and log every try.
             psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()
+            # each connection is checked as it is handed out (an empty query): after a server restart
+            # the pooled ones are dead, and the first requests answered 503 (an operator's walk)
             self._pool: ConnectionPool[Connection] = ConnectionPool(
-                url, min_size=1, max_size=pool_size, open=True, timeout=30
+                url,
+                min_size=1,
+                max_size=pool_size,
+                open=True,
+                timeout=30,
+                check=ConnectionPool.check_connection,
             )
             with self._pool.connection() as conn:
                 role = conn.execute(
