@@ -283,6 +283,35 @@ def test_a_turn_written_before_the_turn_it_quotes_keeps_its_context(tmp_path, em
         assert b.for_user("sarah").get(answer.id).context_id == question.id
 
 
+def test_an_import_that_brings_a_second_admin_key_says_so(tmp_path):
+    """An operator's walk: `engram serve` made the new store's admin key, then `import --all` of an
+    export with --keys brought the old store's: two live admin keys, silently."""
+    from typer.testing import CliRunner
+
+    from engram.auth import ApiKeys
+    from engram.interfaces.cli import app
+    from engram.storage.sqlite import SQLiteStore
+
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    for path in (old, new):
+        store = SQLiteStore(path)
+        try:
+            ApiKeys(store).create(None, "created on first start")
+        finally:
+            store.close()
+    runner, env = CliRunner(), {"ENGRAM_HOME": str(tmp_path)}
+    exported = runner.invoke(
+        app, ["export", str(tmp_path / "all.jsonl"), "--keys", "--store", str(old)], env=env
+    )
+    assert exported.exit_code == 0, exported.output
+    loaded = runner.invoke(
+        app, ["import", "--all", str(tmp_path / "all.jsonl"), "--store", str(new)], env=env
+    )
+    assert loaded.exit_code == 0 and "imported 1 keys" in loaded.stdout, loaded.output
+    assert "warning: this store now has 2 live admin keys" in loaded.stderr
+    assert "engram keys revoke" in loaded.stderr
+
+
 def test_engram_export_and_import_all_on_the_command_line(tmp_path):
     import os
     import subprocess

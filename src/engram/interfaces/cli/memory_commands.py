@@ -103,10 +103,21 @@ def _import_all(
             check_export(lines, allow_no_trailer)
         with _engram(store) as eng, file.open(encoding="utf-8") as lines:
             counts = import_store(eng, lines, allow_no_trailer=allow_no_trailer, progress=console.is_terminal)
+            admins = [k.id for k in eng.store.list_keys(None) if k.user_id is None and k.revoked_at is None]
     except UnicodeDecodeError as exc:
         raise _fail(f"{file} is not UTF-8 text: {exc}") from None
     except EngramError as exc:
         raise _fail(exc) from None
+    if len(admins) > 1:  # the export's admin key beside the one this store had (its `engram serve`)
+        Console(stderr=True).print(
+            f"warning: this store now has {len(admins)} live admin keys ({', '.join(admins)}): revoke "
+            "those not meant to stay (engram keys revoke ID), or set ENGRAM_ADMIN_KEY, which revokes the "
+            "others at the next `engram serve`",
+            style="yellow",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     if as_json:
         _print_json(counts)
         return
