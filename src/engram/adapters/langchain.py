@@ -31,6 +31,7 @@ from pydantic import ConfigDict
 
 from engram.adapters._handles import UserHandle, all_rows
 from engram.client import Client
+from engram.consolidation.prompts import ASSISTANT_CONTEXT_CHARS
 from engram.errors import InvalidInput
 from engram.models import EpisodicMemory, Hit, MemoryType
 
@@ -38,7 +39,6 @@ __all__ = ["EngramChatMessageHistory", "EngramRetriever", "hit_metadata"]
 
 ASSISTANT_CONTEXT = "assistant_context"  # the metadata key a turn carries the reply it answered in
 PENDING_KEPT = 1_000  # conversations of one store whose latest reply this process holds (oldest go first)
-REPLY_CHARS = 2_000  # the reply a turn carries, as the agent clips it (agent.ASSISTANT_CONTEXT_CHARS)
 
 
 class _PendingReplies:
@@ -56,10 +56,10 @@ class _PendingReplies:
             return self._replies.get(key)
 
     def add(self, key: tuple[str, str], text: str) -> None:
-        """Two replies in a row are one reply to the next turn (its last REPLY_CHARS)."""
+        """Two replies in a row are one reply to the next turn (its last ASSISTANT_CONTEXT_CHARS)."""
         with self._lock:
             held = self._replies.pop(key, None)
-            self._replies[key] = (f"{held}\n{text}" if held else text)[-REPLY_CHARS:]
+            self._replies[key] = (f"{held}\n{text}" if held else text)[-ASSISTANT_CONTEXT_CHARS:]
             while len(self._replies) > PENDING_KEPT:
                 self._replies.popitem(last=False)
 

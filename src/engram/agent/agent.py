@@ -40,7 +40,7 @@ from engram.agent.tools import (
 )
 from engram.consolidation.llm import LLMClient, LLMError
 from engram.consolidation.policy import ConsolidationReport
-from engram.consolidation.prompts import ASSISTANT_CONTEXT_KEY
+from engram.consolidation.prompts import ASSISTANT_CONTEXT_CHARS, ASSISTANT_CONTEXT_KEY
 from engram.errors import ConfigError, EngramError, public_failure, public_message
 from engram.models import EpisodicMemory, Hit, Memory, Tombstone, utcnow
 from engram.settings import DEFAULT_AGENT_TURN_TIMEOUT_S, DEFAULT_MIN_CONFIDENCE, EngramSettings
@@ -54,9 +54,6 @@ HISTORY_TURNS = 10  # earlier exchanges of this chat the model sees verbatim; ol
 # ...and at most this many characters of them (about 4k tokens), oldest exchanges dropped first: a few
 # long messages must not push the request past a small model's context window on every later turn.
 HISTORY_CHARS = 16_000
-# The previous reply stored with the next turn (metadata["assistant_context"]) is cut to this: it is
-# context for consolidation, and a runaway reply must not make every later turn too big to store.
-ASSISTANT_CONTEXT_CHARS = 2_000
 # An LLM refusing the request with these statuses may be refusing its size: the next turn starts
 # without the chat's history rather than failing the same way for good.
 REFUSED_STATUSES = frozenset({400, 413, 422})

@@ -8,6 +8,9 @@ from collections.abc import Sequence
 from engram.models import EpisodicMemory, ProceduralMemory, SemanticMemory, named_speaker
 
 ASSISTANT_CONTEXT_KEY = "assistant_context"  # metadata key: the assistant message a turn replied to
+# ... cut to this by whoever stores it (the agent, the LangChain history): it is context for
+# consolidation, and a runaway reply must not make every later turn too big to store.
+ASSISTANT_CONTEXT_CHARS = 2_000
 
 EXTRACT_SYSTEM = """You maintain the long-term memory of an AI assistant for ONE user. You receive the
 user's recent messages (episodes, each with an id), optionally the assistant message each one replied
