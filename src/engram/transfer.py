@@ -135,24 +135,17 @@ def _export(
 
 
 def import_store(
-    engram: TransferTarget,
-    source: TextIO,
-    *,
-    allow_no_trailer: bool = False,
-    progress: bool = False,
-    checked_lines: int | None = None,
+    engram: TransferTarget, source: TextIO, *, allow_no_trailer: bool = False, progress: bool = False
 ) -> dict[str, int]:
     """Write an export into this store; returns the counts per kind written, with ``skipped`` (rows,
     tombstones and keys there already: a resumed import) when there were any. ``source`` is read twice
     (checked whole, then written), so it must be seekable: a file or a StringIO. A bad line names its
     number, and nothing is written unless every line and the trailer are sound. ``progress``: a
-    progress bar of the lines written (a terminal's). ``checked_lines``: what ``check_export`` returned
-    for this ``source`` from where it stands, when the caller checked it already (the CLI does, before it
-    opens the store): it is not read a third time."""
+    progress bar of the lines written (a terminal's)."""
     if not source.seekable():
         raise InvalidInput("an export is read twice (checked, then written): pass a file, not a stream")
     start = source.tell()
-    total = check_export(source, allow_no_trailer) if checked_lines is None else checked_lines
+    total = check_export(source, allow_no_trailer)
     source.seek(start)
     loader = _Loader(engram)
     source.readline()  # the header, checked

@@ -98,21 +98,12 @@ def _import_all(
 
     if user:
         raise _fail("--all loads every user of an export; it takes no --user")
-    try:
+    try:  # before the store is opened: a cut or changed file must not leave an empty store behind
         with file.open(encoding="utf-8") as lines:
-            # checked before the store is opened: a cut or changed file must not leave an empty store
-            checked = check_export(lines, allow_no_trailer)
-            lines.seek(0)
-            with _engram(store) as eng:
-                counts = import_store(
-                    eng,
-                    lines,
-                    allow_no_trailer=allow_no_trailer,
-                    progress=console.is_terminal,
-                    checked_lines=checked,
-                )
-                keys = eng.store.list_keys(None)
-                admins = [k.id for k in keys if k.user_id is None and k.revoked_at is None]
+            check_export(lines, allow_no_trailer)
+        with _engram(store) as eng, file.open(encoding="utf-8") as lines:
+            counts = import_store(eng, lines, allow_no_trailer=allow_no_trailer, progress=console.is_terminal)
+            admins = [k.id for k in eng.store.list_keys(None) if k.user_id is None and k.revoked_at is None]
     except UnicodeDecodeError as exc:
         raise _fail(f"{file} is not UTF-8 text: {exc}") from None
     except EngramError as exc:
