@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from fit_token_projection import chat_texts, fit_rows, principal_directions
+from fit_token_projection import chat_texts, fit_product_quantiser, fit_rows, principal_directions
 
 from engram import Engram
 from engram.eval.runner import DEFAULT_EVAL_DIR, import_eval_corpus, read_questions, run_questions
@@ -132,6 +132,8 @@ def make_format(name: str, projections: dict[str, Matrix]) -> tuple[Format, Matr
     k-means centroids, 1 more byte a token). Returns the format, the query projection and the bytes a
     kept token costs."""
     prune, proj, quant = name.split("-")
+    if quant.startswith("pq"):
+        return pq_format(prune, proj, int(quant[2:].rstrip("n")), projections, quant.endswith("n"))
     projection = None if proj == "full" else projections[proj]
     dims = 384 if projection is None else projection.shape[1]
     bits = int(quant[-1])
@@ -151,6 +153,31 @@ def make_format(name: str, projections: dict[str, Matrix]) -> tuple[Format, Matr
         return (int_quantise((m - nearest) / spread, bits) * spread + nearest).astype(np.float32)
 
     return apply, projection, token_bytes
+
+
+def pq_format(
+    prune: str, proj: str, groups: int, projections: dict[str, Matrix], unit: bool = False
+) -> tuple[Format, Matrix, float]:
+    """Product quantisation (engram.retrieval.token_pq): ``proj`` full (the model's own dims) or id384
+    (the principal directions), dealt round robin into ``groups`` groups, 256 centroids each."""
+    key = f"pq:{proj}:{groups}"
+    if key not in projections:
+        directions = np.eye(384, dtype=np.float32) if proj == "full" else projections[proj]
+        projections[key + ":rot"], projections[key] = fit_product_quantiser(
+            projections["fit_rows"], directions, groups
+        )
+    rotation, books = projections[key + ":rot"], projections[key]
+    width = 384 // groups
+
+    def apply(m: Matrix, pieces: list[str]) -> Matrix:
+        y = m[keep_rows(pieces, prune)] @ rotation
+        out = np.empty_like(y)
+        for g in range(groups):
+            part, c = y[:, g * width : (g + 1) * width], books[g]
+            out[:, g * width : (g + 1) * width] = c[np.argmin((c**2).sum(axis=1) - 2 * part @ c.T, axis=1)]
+        return out / np.linalg.norm(out, axis=1, keepdims=True) if unit else out
+
+    return apply, rotation, float(groups)
 
 
 def fit_codebooks(projections: dict[str, Matrix], rows: Matrix) -> None:
@@ -221,7 +248,9 @@ def fit_projections(encoder: FormatTokenEncoder) -> dict[str, Matrix]:
         "pca64": np.ascontiguousarray(full[:, :64]),
         "rand128": rand[:, :128].astype(np.float32),
     }
-    fit_codebooks(projections, np.concatenate([encoder.raw_document(t) for t in chat_texts()]))
+    rows = np.concatenate([encoder.raw_document(t) for t in chat_texts()]).astype(np.float32)
+    fit_codebooks(projections, rows)
+    projections["fit_rows"] = rows
     mixed = {"mix128": principal_directions(encoder.raw_document, 128, with_eval_corpus=True)}
     fit_codebooks(mixed, fit_rows(encoder.raw_document, with_eval_corpus=True).astype(np.float32))
     projections |= mixed

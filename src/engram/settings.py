@@ -173,9 +173,9 @@ class EngramSettings(BaseSettings):
     )
     lean_token_vectors: bool = Field(
         default=False,
-        description="store the packaged model's token vectors lean (128 dims, 4 bits: 66 bytes a token, "
+        description="store the packaged model's token vectors lean (product-quantised: 64 bytes a token, "
         "not 388; SQLite 3.8 KB a memory at 100k, not 12.5); off by default: the own held-out eval R@10 "
-        "0.943 -> 0.933 (docs/benchmarks.md, 'Lean token vectors'); `engram reindex` converts either way",
+        "0.943 -> 0.929 (docs/benchmarks.md, 'Lean token vectors'); `engram reindex` converts either way",
     )
     late_window: int = Field(default=DEFAULT_LATE_WINDOW, ge=0, le=2000)
     rerank: bool = Field(default=True, description="use the cross-encoder at all")

@@ -4,17 +4,19 @@ import numpy as np
 import pytest
 
 from engram.providers.onnx import OnnxTokenEncoder
+from engram.retrieval import token_pq
 from engram.retrieval.late_interaction import (
     is_current,
     late_score,
     pack,
     pack_all,
     query_coverage,
+    text_similarity,
     token_maxima,
     unpack,
 )
 from engram.retrieval.pipeline import normalised
-from engram.retrieval.token_format import LEAN, decode_lean, is_lean
+from engram.retrieval.token_format import LEAN, decode_lean, encode_lean, is_lean
 from engram.text import is_content_word
 
 
@@ -55,12 +57,36 @@ def test_token_maxima_equals_the_per_document_maxsim():
         token_maxima(query, [b""], 64)
 
 
-def test_lean_blobs_round_trip_in_the_projected_space_with_a_version_byte():
+def test_lean_blobs_hold_each_token_as_its_nearest_centroid_per_group_with_a_version_byte():
     rng = np.random.default_rng(3)
     tokens = unit_rows(rng, 21, 384)
     blob = pack(tokens, LEAN.model)
-    assert blob[0] == LEAN.version and len(blob) == 1 + 21 * (2 + LEAN.dim // 2)
+    assert blob[0] == token_pq.VERSION and len(blob) == 1 + 21 * token_pq.GROUPS
     assert is_lean(blob) and is_current(blob, LEAN.model) and not is_current(blob, "another-model")
+    book = token_pq.codebook()
+    codes = np.frombuffer(blob, dtype=np.uint8, offset=1).reshape(21, token_pq.GROUPS)
+    rotated = (tokens @ book.rotation).reshape(21, token_pq.GROUPS, book.width)
+    for g in (0, 17, 63):  # each group's code is its nearest centroid
+        distances = ((rotated[:, g, None, :] - book.centroids[g][None]) ** 2).sum(axis=2)
+        np.testing.assert_array_equal(codes[:, g], distances.argmin(axis=1))
+    back = unpack(blob, 384)  # in the model's own space: the centroids, rotated back
+    np.testing.assert_allclose(back, book.centroids[np.arange(64), codes].reshape(21, 384) @ book.rotation.T)
+    # Scoring reads int8 centroids (a scale per dimension): within 1% of the float centroids' products.
+    query = unit_rows(rng, 5, 384)
+    np.testing.assert_allclose(token_maxima(query, [blob], 384)[0], (query @ back.T).max(axis=1), atol=0.01)
+    for broken in (blob[:-2], b"\x03" + blob[1:]):  # a torn blob, an unknown version
+        with pytest.raises(ValueError):
+            unpack(broken, 384)
+        with pytest.raises(ValueError):
+            token_maxima(query, [broken], 384)
+
+
+def test_version_1_lean_blobs_are_still_read_and_are_rewritten_by_reindex():
+    rng = np.random.default_rng(6)
+    tokens = unit_rows(rng, 21, 384)
+    blob = encode_lean(tokens)  # what lean stores wrote before version 2
+    assert blob[0] == LEAN.version == 1 and len(blob) == 1 + 21 * (2 + LEAN.dim // 2)
+    assert is_lean(blob) and not is_current(blob, LEAN.model) and not is_current(blob, None)
     book = LEAN.codebook()
     projected = tokens @ book.projection
     back = unpack(blob, 384)
@@ -72,21 +98,13 @@ def test_lean_blobs_round_trip_in_the_projected_space_with_a_version_byte():
     assert np.all(np.abs(back - projected) <= bound)
     scales, values = decode_lean(blob)
     assert values.min() >= -7 and values.max() <= 7 and scales.dtype == np.float32
-    for broken in (blob[:-2], b"\x02" + blob[1:]):  # a torn blob, an unknown version
-        with pytest.raises(ValueError):
-            unpack(broken, 384)
 
 
 def test_a_batch_packs_to_the_same_bytes_as_its_rows_one_by_one():
     rng = np.random.default_rng(5)
-    rows = [unit_rows(rng, n, 384) for n in (1, 7, 30)]
+    rows = [unit_rows(rng, n, 384) for n in (1, 7, 30, 300)]
     assert pack_all(rows) == [pack(r) for r in rows]
-    # Lean: the same blobs, up to one 4-bit level where the batch's product rounded differently.
-    for batch, one in zip(pack_all(rows, LEAN.model), [pack(r, LEAN.model) for r in rows], strict=True):
-        assert len(batch) == len(one) and batch[0] == one[0] == LEAN.version
-        (scales_b, values_b), (scales_o, values_o) = decode_lean(batch), decode_lean(one)
-        np.testing.assert_allclose(scales_b, scales_o, rtol=1e-3)
-        assert np.abs(values_b.astype(int) - values_o.astype(int)).max() <= 1
+    assert pack_all(rows, LEAN.model) == [pack(r, LEAN.model) for r in rows]  # 300 tokens: two chunks
     assert pack_all([], LEAN.model) == []
     with pytest.raises(ValueError, match="no token vectors"):
         pack_all([rows[0], rows[0][:0]], LEAN.model)
@@ -105,14 +123,19 @@ def test_one_maxsim_scores_legacy_and_lean_blobs_of_real_token_vectors_alike(tok
     texts = ["Sarah: we hiked up to the lake on Saturday", "Bob: my laptop will not charge any more"]
     hike, laptop = token_encoder.encode_documents(texts)
     query = token_encoder.encode_query("where did Sarah go hiking?")
-    mixed = [pack(hike), pack(hike, LEAN.model), pack(laptop), pack(laptop, LEAN.model)]
+    mixed = [pack(hike), pack(hike, LEAN.model), encode_lean(hike)]
+    mixed += [pack(laptop), pack(laptop, LEAN.model), encode_lean(laptop)]
     maxima = token_maxima(query, mixed, token_encoder.dim)
-    assert maxima.shape == (4, len(query))
+    assert maxima.shape == (6, len(query))
     scores = [late_score(m) for m in maxima]
     assert scores[0] == pytest.approx(late_score((query @ hike.T).max(axis=1)), abs=0.01)
-    assert scores[1] == pytest.approx(scores[0], abs=0.05)  # the projection keeps MaxSim
-    assert scores[3] == pytest.approx(scores[2], abs=0.05)
-    assert min(scores[:2]) > max(scores[2:]) + 0.1  # either format ranks the hike first
+    assert scores[1] == pytest.approx(scores[0], abs=0.03)  # version 2 keeps MaxSim
+    assert scores[2] == pytest.approx(scores[0], abs=0.05)  # so did version 1
+    assert scores[4] == pytest.approx(scores[3], abs=0.03) and scores[5] == pytest.approx(scores[3], abs=0.05)
+    assert min(scores[:3]) > max(scores[3:]) + 0.1  # every format ranks the hike first
+    # Two rows compared across formats: version 2 in the model's space, version 1 in its projection.
+    legacy, v2, v1 = (text_similarity(pack(hike), b, token_encoder.dim) for b in mixed[:3])
+    assert legacy == pytest.approx(1.0, abs=0.01) and v2 == pytest.approx(1.0, abs=0.05) and v1 > 0.9
 
 
 def test_late_score_follows_its_docstring():

@@ -1,6 +1,7 @@
 """Token-vector formats on every Store backend (the ``store`` fixture): a store written by Engram 0.1
-(legacy int8 blobs, or none) keeps answering; with ``lean_token_vectors`` new writes are lean and
-``reindex`` converts the rest; without it (the default) writes are int8, and reindex converts back."""
+(legacy int8 blobs, or none) keeps answering; with ``lean_token_vectors`` new writes are lean (version
+2) and ``reindex`` converts the rest, version-1 lean blobs included; without it (the default) writes
+are int8, and reindex converts back."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import pytest
 
 from engram import Engram
 from engram.models import CatalogItem, new_id, search_text_of
+from engram.retrieval import token_pq
 from engram.retrieval.late_interaction import pack
-from engram.retrieval.token_format import LEAN, is_lean
+from engram.retrieval.token_format import LEAN, encode_lean, is_lean
 from engram.settings import load_settings
 from tests.storage.test_conformance import T0, episode
 
@@ -61,12 +63,15 @@ def test_one_recall_scores_legacy_and_lean_rows_and_reindex_converts_the_legacy_
     assert all(h.explain["late_interaction"] is not None for h in hits)
     assert "late_interaction_error" not in hits[0].explain
 
-    # A run stopped halfway: one legacy row already rewritten. The next run does only the rest.
-    rewritten = pack(eng.token_encoder.encode_documents([OLD_TEXTS[1]])[0], LEAN.model)
-    store.set_tokens("sarah", {old[1].id: rewritten})
+    # A run stopped halfway: one legacy row already rewritten. The next run does only the rest, and
+    # rewrites a version-1 lean blob (what lean stores wrote before version 2) too.
+    old_matrices = eng.token_encoder.encode_documents(OLD_TEXTS[1:3])
+    store.set_tokens("sarah", {old[1].id: pack(old_matrices[0], LEAN.model)})
+    store.set_tokens("sarah", {old[2].id: encode_lean(old_matrices[1])})
+    assert mem.recall(question, k=4)[0].memory.id == old[0].id  # one recall reads all three formats
     assert eng.reindex(batch=2) == len(old) - 1 + len(bare) + 1  # + the catalog item
     blobs = store.token_vectors("sarah", [*ids, bare[0].id, item.id])
-    assert len(blobs) == len(ids) + 2 and all(is_lean(b) for b in blobs.values())
+    assert len(blobs) == len(ids) + 2 and all(b[0] == token_pq.VERSION and is_lean(b) for b in blobs.values())
     assert eng.reindex() == 0  # nothing left: a second run rewrites nothing
     again = mem.recall(question, k=4)
     assert {old[0].id, new.id} == {h.memory.id for h in again[:2]}  # the two battery rows lead

@@ -9,9 +9,11 @@ Two blob formats, told apart by length alone (so a store may hold both, and one 
 
 * legacy int8 (Engram 0.2, and any token model but the packaged one): n float32 scales, then n x dim
   int8 values; no header, so at dim 384 its length ``n (4 + dim)`` is always even.
-* lean, version 1 (``engram.retrieval.token_format``, the packaged model only): one version byte, then
-  fixed-size tokens of an even byte count: its length is always odd. Lean blobs exist only at the
-  packaged model's dim (384), so at any other dim every blob is read as legacy.
+* lean (the packaged model only): one version byte, then fixed-size tokens of an even byte count, so
+  its length is always odd. Version 2 (``engram.retrieval.token_pq``, product quantisation, 64 bytes a
+  token) is what lean stores write; version 1 (``engram.retrieval.token_format``, 128 dims at 4 bits)
+  is still read. Lean blobs exist only at the packaged model's dim (384), so at any other dim every
+  blob is read as legacy.
 """
 
 from __future__ import annotations
@@ -29,37 +31,42 @@ from engram.retrieval.token_format import (
     LEAN,
     decode_lean_many,
     decode_lean_matrix,
-    encode_lean_many,
     is_lean,
     lean_query,
 )
 from engram.retrieval.token_format import Matrix as Matrix  # re-exported: the pipeline's type
+from engram.retrieval.token_pq import VERSION as PQ_VERSION
+from engram.retrieval.token_pq import decode_pq_many, decode_pq_matrix, encode_pq_many, pq_query
 
 _SCALE_BYTES = 4  # one float32 scale per token (legacy int8)
 
 
 def pack(tokens: Matrix, model: str | None = None) -> bytes:
-    """Store a (n, dim) token matrix: the lean format when ``model`` is the one its codebook was
-    fitted for (``token_format.LEAN.model``), else the legacy int8 one."""
+    """Store a (n, dim) token matrix: the lean format (version 2) when ``model`` is the one its codebook
+    was fitted for (``token_format.LEAN.model``), else the legacy int8 one."""
     return pack_all([tokens], model)[0]
 
 
 def pack_all(matrices: Sequence[Matrix], model: str | None = None) -> list[bytes]:
-    """``pack`` for many rows at once (a write batch): lean rows are projected in one product."""
+    """``pack`` for many rows at once (a write batch): lean rows are rotated and coded together."""
     arrays = [np.asarray(m, dtype=np.float32) for m in matrices]
     if model == LEAN.model and all(a.ndim == 2 and a.shape[1] == LEAN.input_dim for a in arrays):
         with _one_blas_thread():
-            return encode_lean_many(arrays)
+            return encode_pq_many(arrays)
     return [pack_int8(a) for a in arrays]
 
 
 def is_current(blob: bytes, model: str | None) -> bool:
-    """Whether ``blob`` is in the format ``pack(..., model)`` writes (``model`` None: int8)."""
-    return is_lean(blob) == (model == LEAN.model)
+    """Whether ``blob`` is in the format ``pack(..., model)`` writes (``model`` None: int8): a version-1
+    lean blob is not, so ``engram reindex`` rewrites it."""
+    if model == LEAN.model:
+        return is_lean(blob) and blob[0] == PQ_VERSION
+    return not is_lean(blob)
 
 
-def _lean(blob: bytes, dim: int) -> bool:
-    return dim == LEAN.input_dim and is_lean(blob)
+def _lean_version(blob: bytes, dim: int) -> int | None:
+    """The lean format version of a blob, None for a legacy one."""
+    return blob[0] if dim == LEAN.input_dim and is_lean(blob) else None
 
 
 def pack_int8(tokens: Matrix) -> bytes:
@@ -81,9 +88,12 @@ def _int8_parts(blob: bytes, dim: int) -> tuple[Matrix, npt.NDArray[np.int8]]:
 
 
 def unpack(blob: bytes, dim: int) -> Matrix:
-    """The float32 matrix a blob of either format holds (up to its quantisation error): (n, dim) for a
-    legacy blob, (n, LEAN.dim) in the projected space for a lean one."""
-    if _lean(blob, dim):
+    """The float32 matrix a blob of any format holds (up to its quantisation error): (n, dim) for a
+    legacy or version-2 blob, (n, LEAN.dim) in the projected space for a version-1 one."""
+    version = _lean_version(blob, dim)
+    if version == PQ_VERSION:
+        return decode_pq_matrix(blob)
+    if version is not None:
         return decode_lean_matrix(blob)
     scales, values = _int8_parts(blob, dim)
     matrix: Matrix = values.astype(np.float32) * scales[:, None]
@@ -113,12 +123,15 @@ def _int8_many(blobs: Sequence[bytes], dim: int) -> tuple[list[int], Matrix, npt
     return counts, np.concatenate([s for s, _ in parts]), np.concatenate([v for _, v in parts])
 
 
-def _segment_maxima(decoded: tuple[list[int], Matrix, npt.NDArray[np.int8]], query: Matrix) -> Matrix:
-    """One matrix product over all the blobs' tokens at once (integer values, scales applied after the
-    product: ``q · (s x) = s (q · x)``), then a maximum per blob: ~1 ms for 160 candidates of ~40
-    tokens, where one call per candidate cost ~7 ms in Python overhead."""
-    counts, scales, values = decoded
-    sims = (values.astype(np.float32) @ query.T) * scales[:, None]
+def _segment_maxima(
+    counts: Sequence[int], values: npt.NDArray[np.int8], query: Matrix, scales: Matrix | None = None
+) -> Matrix:
+    """One matrix product over all the blobs' tokens at once (integer values, any per-token scales
+    applied after the product: ``q · (s x) = s (q · x)``), then a maximum per blob: ~1 ms for 160
+    candidates of ~40 tokens, where one call per candidate cost ~7 ms in Python overhead."""
+    sims = values.astype(np.float32) @ query.T
+    if scales is not None:
+        sims *= scales[:, None]
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     maxima: Matrix = np.maximum.reduceat(sims, starts, axis=0)
     return maxima
@@ -127,24 +140,31 @@ def _segment_maxima(decoded: tuple[list[int], Matrix, npt.NDArray[np.int8]], que
 def token_maxima(query: Matrix, packed: Sequence[bytes], dim: int) -> Matrix:
     """For each packed document, each query token's best match: ``M[d, i] = max_j q_i · d_j``.
 
-    Blobs of both formats may be mixed: lean ones are scored in the projected space (an orthonormal
-    projection keeps dot products, up to what the dropped directions held; ``token_format.lean_query``),
-    legacy ones against the query as it is.
+    Blobs of every format may be mixed: version-2 ones against the rotated query
+    (``token_pq.pq_query``), version-1 ones in their projected space (an orthonormal projection keeps
+    dot products, up to what the dropped directions held; ``token_format.lean_query``), legacy ones
+    against the query as it is.
     Returns shape (len(packed), len(query)).
     """
     result: Matrix = np.zeros((len(packed), len(query)), dtype=np.float32)
     if not packed:
         return result
     query = np.asarray(query, dtype=np.float32)
-    lean = [i for i, b in enumerate(packed) if _lean(b, dim)]
-    legacy = [i for i, b in enumerate(packed) if not _lean(b, dim)]
+    versions = [_lean_version(b, dim) for b in packed]
+    pq = [i for i, v in enumerate(versions) if v == PQ_VERSION]
+    lean = [i for i, v in enumerate(versions) if v is not None and v != PQ_VERSION]
+    legacy = [i for i, v in enumerate(versions) if v is None]
     with _one_blas_thread():
+        if pq:
+            counts, values = decode_pq_many([packed[i] for i in pq])
+            result[pq] = _segment_maxima(counts, values, pq_query(query))
         if lean:
             weights, offsets = lean_query(query)
-            maxima = _segment_maxima(decode_lean_many([packed[i] for i in lean]), weights)
-            result[lean] = maxima + offsets  # the mean's share: the same for every document token
+            counts, scales, values = decode_lean_many([packed[i] for i in lean])
+            result[lean] = _segment_maxima(counts, values, weights, scales) + offsets  # the mean's share
         if legacy:
-            result[legacy] = _segment_maxima(_int8_many([packed[i] for i in legacy], dim), query)
+            counts, scales, values = _int8_many([packed[i] for i in legacy], dim)
+            result[legacy] = _segment_maxima(counts, values, query, scales)
     return result
 
 
@@ -174,14 +194,15 @@ def late_score(own: Matrix, context: Matrix | None = None, left_out: Sequence[in
 
 def text_similarity(a: bytes, b: bytes, dim: int) -> float:
     """How closely two rows' stored token vectors match each other: MaxSim both ways, averaged,
-    ``½ (mean_i max_j a_i · b_j + mean_j max_i a_i · b_j)``, in [-1, 1]. A lean and a legacy blob are
-    compared in the lean projection. Tells two turns about one subject ("we live in Bristol btw", "we
-    moved to Edinburgh last week!": 0.74) from two that only share words (0.6-0.7).
+    ``½ (mean_i max_j a_i · b_j + mean_j max_i a_i · b_j)``, in [-1, 1]. A version-1 lean blob and
+    one of another format are compared in the version-1 projection. Tells two turns about one subject
+    ("we live in Bristol btw", "we moved to Edinburgh last week!": 0.74) from two that only share words
+    (0.6-0.7).
 
     Example: a = [[1, 0]], b = [[1, 0], [0, 1]] -> ½ (1 + ½ (1 + 0)) = 0.75.
     """
     left, right = unpack(a, dim), unpack(b, dim)
-    if left.shape[1] != right.shape[1]:  # one lean, one legacy: project the legacy one
+    if left.shape[1] != right.shape[1]:  # one version-1 lean, one not: project the other one
         projection = LEAN.codebook().projection
         left, right = (
             (left @ projection if left.shape[1] == dim else left),

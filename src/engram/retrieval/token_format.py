@@ -1,4 +1,5 @@
-"""The lean token-vector format (version 1): 128 projected dimensions, 4 bits each.
+"""The lean token-vector format, version 1: 128 projected dimensions, 4 bits each. Read, no longer
+written: lean stores write version 2 (``token_pq``), and ``engram reindex`` rewrites these blobs.
 
 Chosen by measurement on the development sets (docs/benchmarks.md, "Lean token vectors"): each token
 vector of the packaged ColBERT backbone (384 dims) is projected onto the top 128 principal directions of
