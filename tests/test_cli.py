@@ -233,6 +233,22 @@ def test_demo_into_a_store_of_its_own(tmp_path):
     assert f"engram serve --store {store}, then" in again and "A fresh copy" not in again
 
 
+def test_store_urls_are_printed_without_their_password():
+    """The demo prints its store and suggests commands: a password in the URL is never printed (the
+    commands then leave --store out and say to set ENGRAM_STORE)."""
+    from engram.interfaces.cli.urls import without_password
+
+    assert without_password("postgresql://app:s3cret@db:5432/engram") == "postgresql://app:***@db:5432/engram"
+    assert (
+        without_password("opensearchs://admin:p%40ss@a:9200,b:9200")
+        == "opensearchs://admin:***@a:9200,b:9200"
+    )
+    shown = without_password("postgresql://app@db/engram?sslmode=require&password=s3cret")
+    assert shown == "postgresql://app@db/engram?sslmode=require&password=***"
+    for plain in ("sqlite:////tmp/engram.db", "postgresql://app@db/engram?sslmode=require", "/tmp/e.db"):
+        assert without_password(plain) == plain
+
+
 def test_store_that_is_not_a_url_or_path_is_refused(tmp_path):
     """Issue 12 #19: a libpq keyword string is not taken for a SQLite file name."""
     for bad in ("host=localhost dbname=x", "dbname=engram", "mysql://localhost/x", "sqlite:x.db"):

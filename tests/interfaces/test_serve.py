@@ -186,9 +186,11 @@ def test_serve_logs_each_request(tmp_path):
     assert "GET /healthz 200" in logged, logged
     assert re.search(r"GET /v1/memories/\{memory_id\} 401 [\d.]+ ms request_id=r-7\n", logged), logged
     assert "m-1" not in logged and "HTTP/1.1" not in logged  # no raw path, no second (uvicorn) line
-    as_json = [
-        json.loads(line) for line in served("--log-format", "json").splitlines() if line.startswith("{")
-    ]
+    # JSON: every line is JSON (the start lines too: the admin key, where it listens), for a log pipeline
+    as_json = [json.loads(line) for line in served("--log-format", "json").splitlines() if line.strip()]
+    said = " ".join(line.get("message", "") for line in as_json if line["logger"] == "engram.serve")
+    assert "admin key: the one this store has" in said and "Engram on http://127.0.0.1:" in said
+    assert "[bold]" not in said
     requests = [line for line in as_json if line.get("event") == "request"]
     assert {
         "method": "GET",

@@ -11,7 +11,7 @@ from rich.console import Console
 from engram.auth import ApiKeys
 from engram.demo import QUERIES, USERS, ask, load_samples, loaded_already
 from engram.interfaces.cli.common import print_hits
-from engram.interfaces.cli.urls import base_url
+from engram.interfaces.cli.urls import base_url, without_password
 from engram.memory import Engram
 from engram.settings import load_settings
 
@@ -27,12 +27,20 @@ NEXT = [
 def run_demo(store: str | None, console: Console, explain: bool = False) -> None:
     settings = load_settings()
     url = store or settings.store_url()
-    pinned = ["--store", store] if store else []  # the default store needs no --store
+    shown = without_password(url)
+    # The default store needs no --store; one with a password is named by ENGRAM_STORE rather than
+    # printed into the terminal (and its scrollback) in every suggested command.
+    pinned = ["--store", store] if store and shown == store else []
 
     def command(*args: str) -> str:
         return shlex.join(["engram", *args, *pinned])
 
-    console.print(f"[bold]Engram demo[/bold] — store: {url}", soft_wrap=True)
+    console.print(f"[bold]Engram demo[/bold] — store: {shown}", soft_wrap=True, highlight=False)
+    if store and not pinned:
+        console.print(
+            "(the commands below leave out --store: set ENGRAM_STORE to that URL, password included)",
+            style="dim",
+        )
     service = base_url()
     with Engram.from_settings(settings, url) as eng:
         present = loaded_already(eng)
@@ -66,7 +74,7 @@ def run_demo(store: str | None, console: Console, explain: bool = False) -> None
                 console.print(f"  ({question.note})", style="dim", soft_wrap=True, highlight=False)
             print_hits(ask(eng, question), explain=explain)
         key, _ = ApiKeys(eng.store).create(KEY_USER, label="engram demo")
-    serve = "engram serve" + (f" --store {shlex.quote(store)}" if store else "")
+    serve = command("serve")
     console.print(
         f"\n[bold]Ready[/bold]: a key for {KEY_USER} (shown once, keep it): {key}\n"
         f"  {serve}     then open {service}/inspector and sign in with it;\n"

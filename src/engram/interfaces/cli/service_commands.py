@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import errno
+import logging
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from engram.errors import EngramError, Unauthenticated
 from engram.interfaces.cli.common import (
@@ -25,7 +28,7 @@ from engram.interfaces.cli.common import (
 )
 from engram.interfaces.cli.urls import base_url, serve_banner
 from engram.memory import Engram, sqlite_path
-from engram.observability.request_log import LogFormat, log_config
+from engram.observability.request_log import JsonFormatter, LogFormat, log_config
 from engram.settings import EngramSettings, load_settings
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
@@ -59,6 +62,7 @@ def serve(
     from engram.interfaces.rest import create_app
     from engram.interfaces.rest.protocol import JsonErrorsH11Protocol
 
+    say = announcer(log_format)
     settings = serving_settings()
     if settings.otel:
         from engram.observability.tracing import install_provider
@@ -78,16 +82,16 @@ def serve(
         keys = ApiKeys(eng.store)
         if admin_key:
             revoked = keys.adopt_admin_key(admin_key)
-            console.print(
+            say(
                 "admin key: ENGRAM_ADMIN_KEY" + (f" (older admin keys revoked: {revoked})" if revoked else "")
             )
         elif not keys.has_admin():
             key, _ = keys.create(None, label="created on first start")
-            console.print(f"[bold]admin key[/bold] (shown once, keep it): {key}", highlight=False)
+            say(f"[bold]admin key[/bold] (shown once, keep it): {key}")
         else:  # printed once (or set before): say how to replace it
-            console.print("admin key: the one this store has (lost? set ENGRAM_ADMIN_KEY to replace it)")
-        console.print(serve_banner(host, port), highlight=False, soft_wrap=True)
-        worker = _consolidation_worker(eng)  # in this process only: one per store, whatever --workers
+            say("admin key: the one this store has (lost? set ENGRAM_ADMIN_KEY to replace it)")
+        say(serve_banner(host, port))
+        worker = _consolidation_worker(eng, say)  # in this process only: one per store, whatever --workers
         try:
             if workers == 1:
                 app = create_app(eng, keys, host=host)
@@ -108,6 +112,7 @@ def serve(
                     host,
                     port,
                     log_config(log_level, log_format),
+                    say,
                 )
         finally:
             if worker is not None:
@@ -144,7 +149,13 @@ def _check_port_free(host: str, port: int) -> None:
 
 
 def _serve_processes(
-    workers: int, settings: EngramSettings, store: str, host: str, port: int, logging: dict[str, Any]
+    workers: int,
+    settings: EngramSettings,
+    store: str,
+    host: str,
+    port: int,
+    log_setup: dict[str, Any],
+    say: Callable[[str], None],
 ) -> None:
     """uvicorn's supervisor over ``workers`` processes (engram.interfaces.rest.workers), each with its
     share of the cores for its models and its recall slots (half the cores in all, at least one per
@@ -163,7 +174,7 @@ def _serve_processes(
         os.environ["ENGRAM_MODEL_THREADS"] = str(max(1, available_cores() // workers))
     if "recall_concurrency" not in settings.model_fields_set:
         os.environ["ENGRAM_RECALL_CONCURRENCY"] = str(max(1, available_cores() // 2 // workers))
-    console.print(f"{workers} worker processes", highlight=False)
+    say(f"{workers} worker processes")
     uvicorn.run(
         "engram.interfaces.rest.workers:app_from_environment",
         factory=True,
@@ -171,19 +182,35 @@ def _serve_processes(
         http=JSON_ERRORS_H11,
         host=host,
         port=port,
-        log_config=logging,
+        log_config=log_setup,
         access_log=False,
     )
 
 
-def _consolidation_worker(eng: Engram) -> Any:
+def announcer(log_format: LogFormat) -> Callable[[str], None]:
+    """How `engram serve` says what it does as it starts (the admin key, where it listens): on the
+    terminal as text, or with --log-format json as one JSON log line each, on stderr with the logs, so
+    a log pipeline reads nothing but JSON."""
+    if log_format == "text":
+        return lambda text: console.print(text, highlight=False, soft_wrap=True)
+    formatter = JsonFormatter()
+
+    def say(text: str) -> None:
+        plain = Text.from_markup(text).plain
+        record = logging.LogRecord("engram.serve", logging.INFO, __file__, 0, plain, None, None)
+        print(formatter.format(record), file=sys.stderr, flush=True)
+
+    return say
+
+
+def _consolidation_worker(eng: Engram, say: Callable[[str], None]) -> Any:
     """Start background consolidation when an LLM is configured and the worker is on."""
     s = eng.settings
     if not s.consolidation_worker:
-        console.print("consolidation worker: off (ENGRAM_CONSOLIDATION_WORKER=false)")
+        say("consolidation worker: off (ENGRAM_CONSOLIDATION_WORKER=false)")
         return None
     if not (s.llm_base_url and s.llm_model):
-        console.print("consolidation: disabled: no LLM configured (ENGRAM_LLM_BASE_URL, ENGRAM_LLM_MODEL)")
+        say("consolidation: disabled: no LLM configured (ENGRAM_LLM_BASE_URL, ENGRAM_LLM_MODEL)")
         return None
     from engram.consolidation.worker import ConsolidationWorker
 
@@ -191,10 +218,8 @@ def _consolidation_worker(eng: Engram) -> Any:
         eng, every_episodes=s.consolidate_every_episodes, every_hours=s.consolidate_every_hours
     )
     worker.start()
-    console.print(
-        f"consolidation worker: every {s.consolidate_every_episodes} new turns "
-        f"or {s.consolidate_every_hours} h"
-    )
+    every = f"every {s.consolidate_every_episodes} new turns or {s.consolidate_every_hours} h"
+    say(f"consolidation worker: {every}")
     return worker
 
 

@@ -4,6 +4,7 @@ docs and MCP, so a newcomer sees every surface and its URL."""
 from __future__ import annotations
 
 import os
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -32,3 +33,18 @@ def serve_banner(host: str, port: int) -> str:
     """What `engram serve` prints once it listens: where each surface is."""
     url = base_url(host, port)
     return f"Engram on {url}\n" + "\n".join(f"  {what + ':':<11}{where}" for what, where in surfaces(url))
+
+
+def without_password(store_url: str) -> str:
+    """A store URL as the CLI prints it: a password in the user part or as a ``password`` option
+    becomes ``***``. Example: postgresql://app:pw@db/engram -> postgresql://app:***@db/engram."""
+    parts = urlsplit(store_url)
+    netloc = parts.netloc
+    if parts.password is not None:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.partition(':')[0]}:***@{host}"
+    options = parse_qsl(parts.query, keep_blank_values=True)
+    query = urlencode([(k, "***" if k == "password" else v) for k, v in options], safe="*")
+    if netloc == parts.netloc and query == urlencode(options, safe="*"):
+        return store_url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
