@@ -88,6 +88,9 @@ def test_a_turn_that_says_something_changed_is_told_from_chatter():
     assert announces_change("landlord's putting the rent up to £790 a month")
     assert announces_change("she's upped the amlodipine to 10mg") and announces_change("down to two hens now")
     assert announces_change("divya's going up to four days a week")
+    assert announces_change("Leo turned 8 yesterday!") and announces_change("she just turned eleven")
+    assert announces_change("mum turned 70 on sunday") and not announces_change("the milk turned sour")
+    assert not announces_change("he turned the page") and not announces_change("turned into a long day")
     assert not announces_change("we raised the topic at the meeting")  # raised to no number
     assert announces_change("the landlord raised the rent by £50 to £800")
     assert not announces_change("I signed up to one of those charity runs")  # "up to one of"
@@ -821,6 +824,22 @@ def test_a_dose_raised_to_a_number_replaces_the_dose_given_before(eng):
     assert [h.memory.id for h in hits[:2]] == [ten.id, five.id]
     assert hits[1].explain["outdated_by"] == ten.id
     assert off[0].memory.id == five.id  # relevance alone put the 5mg first
+
+
+def test_a_child_who_turned_a_year_older_replaces_the_age_given_before(eng):
+    """An outside review: "Leo turned 8 yesterday" lost to "my son Leo is 7" for "how old is my son?"
+    (the newer turn does not say "son", so relevance alone put the older first)."""
+    mem = eng.for_user("ana")
+    now = utcnow()
+    seven = mem.remember_turn("my son Leo is 7 and obsessed with dinosaurs", at=now - timedelta(days=130))
+    mem.remember_turn("work has been hectic this month", at=now - timedelta(days=110))
+    eight = mem.remember_turn("Leo turned 8 yesterday! we had a dino party", at=now - timedelta(days=10))
+    query = "how old is my son?"
+    off = mem.recall(query, record_use=False, config=RetrievalConfig(current_first=False))
+    hits = mem.recall(query, record_use=False)
+    assert off[0].memory.id == seven.id
+    assert [h.memory.id for h in hits[:2]] == [eight.id, seven.id]
+    assert hits[1].explain["outdated_by"] == eight.id
 
 
 def test_a_question_about_before_the_current_value_gets_the_fact_it_superseded_first(eng):

@@ -35,13 +35,15 @@ CHANGE_WORDS = frozenset(
     "stopping relocated relocating".split()
 )
 # ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24", "Biscuit passed away",
-# "down to 88 kg now!", "putting the rent up to £790", "she's upped the amlodipine to 10mg"; not "no
-# more": "works a treat, no more blinding light" tells what a change did, not what replaced it).
+# "down to 88 kg now!", "putting the rent up to £790", "she's upped the amlodipine to 10mg", "Leo turned
+# 8 yesterday"; not "no more": "works a treat, no more blinding light" tells what a change did, not what
+# replaced it).
 # "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
 _CHANGE_PHRASE = re.compile(
     r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops|passed\s+away"
     r"|(?:up|down)\s+to\s+(?:[£$€]?\d|(?:one|two|three|four|five|six|seven|eight|nine|ten)\b(?!\s+of\b))"
-    r"|(?:upped|raised|increased|lowered|reduced)(?:\s+[\w'’£$€]+){0,4}?\s+to\s+[£$€]?\d)"
+    r"|(?:upped|raised|increased|lowered|reduced)(?:\s+[\w'’£$€]+){0,4}?\s+to\s+[£$€]?\d"
+    r"|turned\s+(?:\d{1,3}|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\b)"
 )
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
 # "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
