@@ -339,7 +339,7 @@ def test_a_live_fact_worded_unlike_the_query_replaces_the_turn_its_superseded_fa
         return [cand(said, 0.9, 0.80), cand(told, 0.2, 0.62, dense=0.3), cand(live, 0.2, 0.62, dense=0.3)]
 
     def stored_match(match: float):
-        return lambda ids: asked.append(ids) or {old.id: match}
+        return lambda facts: asked.append([f.id for f in facts]) or {old.id: match}
 
     order = ranked()
     replaced = put_current_first(
@@ -840,6 +840,27 @@ def test_a_child_who_turned_a_year_older_replaces_the_age_given_before(eng):
     assert off[0].memory.id == seven.id
     assert [h.memory.id for h in hits[:2]] == [eight.id, seven.id]
     assert hits[1].explain["outdated_by"] == eight.id
+
+
+def test_facts_worded_user_drives_outdate_the_turn_their_superseded_fact_came_from(eng):
+    """An outside review: an agent wrote "User drives a 2015 Ford Focus", then superseded it with "User
+    drives a used Tesla Model 3"; "what car do I drive?" still got the old turn first, the live fact
+    under it, unscored. The superseded fact is now read as the user would say it ("I drive ..."),
+    matches the query as well as its turn, and the live fact replaces that turn."""
+    mem = eng.for_user("u1")
+    now = utcnow()
+    focus = mem.remember_turn("I drive a 2015 Ford Focus", at=now - timedelta(days=365))
+    old = mem.write("User drives a 2015 Ford Focus", supporting_episode_ids=[focus.id])
+    sold = mem.remember_turn(
+        "sold the focus! picked up a used Tesla Model 3 yesterday", at=now - timedelta(days=45)
+    )
+    tesla = mem.write(
+        "User drives a used Tesla Model 3", supersedes_id=old.id, supporting_episode_ids=[sold.id]
+    )
+    hits = mem.recall("what car do I drive?", record_use=False)
+    assert hits[0].memory.id == tesla.id
+    outdated = next(h for h in hits if h.memory.id == focus.id)
+    assert outdated.explain["outdated_by"] == tesla.id and outdated.confidence < hits[0].confidence
 
 
 def test_a_question_about_before_the_current_value_gets_the_fact_it_superseded_first(eng):

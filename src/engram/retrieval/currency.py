@@ -83,7 +83,7 @@ def recorded_successors(
     now: datetime,
     margin: float,
     changed_query: str | None = None,
-    stored_match: Callable[[list[str]], dict[str, float]] = lambda ids: {},
+    stored_match: Callable[[list[SemanticMemory]], dict[str, float]] = lambda facts: {},
 ) -> dict[str, Candidate]:
     """Old id -> the live fact that supersedes it (or a fact its turn supports), or a turn that live
     fact stands on. ``superseded`` fetches facts by id (the superseded ones a live fact's chain points
@@ -94,9 +94,10 @@ def recorded_successors(
     Otherwise, when the live fact does not match as well, the newest turn it stands on that does (and
     is newer than the old one) replaces it; failing that, the live fact still replaces an old turn when
     the superseded fact that links them matches the query as well as the turn (``stored_match``: raw
-    MaxSim of stored rows by id): the turn answers the query with what that fact said, which is no longer
-    true ("my email is jo@gmail.com" for "what's my email address?", its fact superseded by one worded
-    "please use jo@smith.co.uk from now on")."""
+    MaxSim of those facts, by id, read in the user's own voice): the turn answers the query with what
+    that fact said, which is no longer true ("my email is jo@gmail.com" for "what's my email address?",
+    its fact superseded by one worded "please use jo@smith.co.uk from now on"; "I drive a Ford Focus"
+    for "what car do I drive?", its fact "User drives a Ford Focus" superseded)."""
     found: dict[str, Candidate] = {}
     by_id = {c.memory.id: c for c in order}
     still_said = _live_facts_by_episode(order)
@@ -132,7 +133,7 @@ def recorded_successors(
         elif isinstance(old.memory, EpisodicMemory) and linking is not None:
             by_what_it_said[old_id] = new
     if by_what_it_said:
-        matches = stored_match(sorted({said_before[i].id for i in by_what_it_said}))
+        matches = stored_match(list({said_before[i].id: said_before[i] for i in by_what_it_said}.values()))
         for old_id, new in by_what_it_said.items():
             linked, old_raw = matches.get(said_before[old_id].id), by_id[old_id].late_raw
             if linked is not None and old_raw is not None and linked >= old_raw - margin:
@@ -282,7 +283,7 @@ def put_current_first(
     same_subject: float = 1.01,
     related: float = -1.0,
     askers: Collection[str] = (),
-    stored_match: Callable[[list[str]], dict[str, float]] = lambda ids: {},
+    stored_match: Callable[[list[SemanticMemory]], dict[str, float]] = lambda facts: {},
 ) -> dict[str, str]:
     """Re-rank ``order`` (final order, best first) in place and return old id -> successor id.
 

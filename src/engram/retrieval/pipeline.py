@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from engram.errors import public_failure
-from engram.models import EpisodicMemory, Hit, MemoryType, event_time, search_text_of
+from engram.models import EpisodicMemory, Hit, MemoryType, SemanticMemory, event_time, search_text_of
 from engram.observability import Telemetry
 from engram.providers.base import Embedder, Reranker, TokenEncoder, query_content_positions
 from engram.recall_filter import NO_FILTER, RecallFilter
@@ -67,6 +67,7 @@ from engram.retrieval.late_interaction import (
     text_similarity,
     token_maxima,
 )
+from engram.retrieval.own_voice import names_user_uncapitalised, own_voice
 from engram.retrieval.rerank import apply_rerank
 from engram.retrieval.scoring import keep_scores_ordered, multipliers, named_speakers
 from engram.retrieval.temporal import time_window
@@ -355,15 +356,35 @@ def _query_positions(encoder: TokenEncoder, query_text: str, tenant: Tenant) -> 
 
 def stored_late_scores(
     store: SearchStore, encoder: TokenEncoder, tenant: Tenant, query: Future[Matrix], query_text: str
-) -> Callable[[list[str]], dict[str, float]]:
-    """Raw late-interaction scores of stored rows by id, as a candidate's ``late_raw`` (without a context):
-    for rows that are not candidates (a superseded fact, ``currency.recorded_successors``)."""
+) -> Callable[[list[SemanticMemory]], dict[str, float]]:
+    """Raw late-interaction scores of facts that are not candidates (a superseded fact,
+    ``currency.recorded_successors``) by id, as a candidate's ``late_raw`` (without a context). A fact
+    that names the user ("User drives a Ford Focus") is read in their own voice, as the cross-encoder
+    reads it ("I drive a Ford Focus": ``own_voice``), encoded now; the others from their stored
+    token vectors. The user's turns say "I", and a first-person question matched the named fact less
+    well than the turn it came from, so the turn kept answering with what the fact no longer says."""
 
-    def scores(ids: list[str]) -> dict[str, float]:
-        blobs = store.token_vectors(tenant, ids, include_catalog=False)
+    def scores(facts: list[SemanticMemory]) -> dict[str, float]:
+        voiced = (
+            {}
+            if names_user_uncapitalised(query_text, tenant or "")
+            else {
+                f.id: text
+                for f in facts
+                if (text := own_voice(search_text_of(f), tenant or "")) != search_text_of(f)
+            }
+        )
+        blobs = store.token_vectors(
+            tenant, [f.id for f in facts if f.id not in voiced], include_catalog=False
+        )
         named = _query_positions(encoder, query_text, tenant)[1]
-        maxima = token_maxima(query.result(), list(blobs.values()), encoder.dim)
-        return {i: late_score(m, None, named) for i, m in zip(blobs, maxima, strict=True)}
+        q = query.result()
+        maxima = token_maxima(q, list(blobs.values()), encoder.dim)
+        found = {i: late_score(m, None, named) for i, m in zip(blobs, maxima, strict=True)}
+        for fact_id, text in voiced.items():  # one text at a time: the packaged graph, no batch set-up
+            tokens = encoder.encode_documents([text])[0]
+            found[fact_id] = late_score((q @ tokens.T).max(axis=1), None, named)
+        return found
 
     return scores
 
