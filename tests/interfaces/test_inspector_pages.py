@@ -188,3 +188,38 @@ def test_query_coverage_is_not_shown_as_a_multiplier_of_the_score():
     # final = relevance x the multipliers: coverage (a confidence feature) listed among them misled
     parts = explain_parts({"late_interaction": 0.9, "query_coverage": 0.41, "decay": 0.8, "final": 0.72})
     assert parts.multipliers == [("decay", 0.8)] and parts.neutral == 0
+
+
+def test_forgetting_a_harsh_correction_keeps_the_retracted_fact_unless_asked(service):
+    """A newcomer's walk: the forget page said "the fact it replaced becomes live again" after an "it
+    was never true" correction, which keeps that fact retracted, and its list row then linked to the
+    forgotten correction ("Not found"). The page says what happens and offers to revive it."""
+    rows = seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    mem = service.engram.for_user("sarah")
+    edinburgh = rows["edinburgh"]["id"]
+    token = _token(sarah.get(f"/inspector/memory/{edinburgh}"))
+    wrong = {"text": "Sarah lives in Glasgow", "contradiction": "harsh", "confirm": "yes", "token": token}
+    new_id = (
+        sarah.post(f"/inspector/memory/{edinburgh}/correct", data=wrong).headers["location"].rsplit("/", 1)[1]
+    )
+    ask = sarah.get(f"/inspector/memory/{new_id}/forget")
+    assert "becomes live again" not in ask.text and "stays retracted, unless you tick this" in ask.text
+    assert 'name="revive_retracted"' in ask.text
+    assert sarah.post(f"/inspector/memory/{new_id}/forget", data={"token": _token(ask)}).status_code == 303
+    assert mem.get(edinburgh).retracted and mem.get(edinburgh).superseded_by == new_id
+    listed = sarah.get("/inspector/semantic?live=0").text
+    assert "by a memory since forgotten" in listed and f"/inspector/memory/{new_id}" not in listed
+
+    # Ticked: the retracted fact is live again.
+    fact = next(m for m in mem.list("semantic") if m.text.startswith("Sarah"))
+    redo = {**wrong, "token": _token(ask), "text": fact.text + " (no)"}
+    again = (
+        sarah.post(f"/inspector/memory/{fact.id}/correct", data=redo).headers["location"].rsplit("/", 1)[1]
+    )
+    ask = sarah.get(f"/inspector/memory/{again}/forget")
+    revived = sarah.post(
+        f"/inspector/memory/{again}/forget", data={"token": _token(ask), "revive_retracted": "yes"}
+    )
+    assert revived.status_code == 303
+    assert mem.get(fact.id).superseded_by is None and not mem.get(fact.id).retracted

@@ -91,7 +91,7 @@ def _forget(request: Request, memory_id: str, user: str | None, form: dict[str, 
     assert v.user_id is not None
     mem = RecordingMemory(engram_of(request), v.user_id, request.app.state.activity)
     try:
-        mem.forget(row.id)
+        mem.forget(row.id, revive_retracted=form.get("revive_retracted") == ["yes"])
     except (NotFound, PermissionDenied) as exc:
         return error_page(request, 404, "Not found", str(exc))
     return RedirectResponse(v.link(f"/{row.memory_type}", done="forgotten"), status_code=303)
