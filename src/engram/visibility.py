@@ -66,3 +66,15 @@ def visible_schema(schema: dict[str, Any]) -> None:
 def empty_or_visible_schema(schema: dict[str, Any]) -> None:
     """An optional text field's ``json_schema_extra``: empty, or showing something."""
     schema["not"] = refused_text(empty=False)
+
+
+def for_a_model(schema: Any) -> Any:
+    """A copy of a JSON Schema without the text rule (every ``"not"``: ``refused_text`` is the only
+    negation our schemas hold), for the tool schemas a model reads (MCP, the agent). The rule's
+    character class is ~13 KB, which a playbook's steps carried twice into every call (~9k tokens); the
+    server refuses such text anyway, with a message."""
+    if isinstance(schema, dict):
+        return {k: for_a_model(v) for k, v in schema.items() if k != "not"}
+    if isinstance(schema, list):
+        return [for_a_model(v) for v in schema]
+    return schema

@@ -347,3 +347,23 @@ def test_argument_errors_are_in_our_words(service):
     assert answers["tool"].startswith("invalid_input: no tool named 'recall_memories' (tools: ")
     assert not any("Value error" in a or "validation error" in a for a in answers.values())
     assert service.engram.for_user("sarah").list("semantic") == []
+
+
+def test_tool_schemas_are_small_and_the_server_still_refuses_invisible_text(service):
+    """An outside bug hunt: write_memory's schema was 28 KB (~9k tokens a call), nearly all of it the
+    visible-text rule's character class, twice (a playbook step's instruction and tool). The schemas a
+    model reads leave the rule out; the server still applies it."""
+    from engram.agent.tools import tool_schemas
+
+    async def main() -> tuple[dict[str, int], str]:
+        async with mcp_session(service.url, service.user_keys["sarah"]) as session:
+            sizes = {t.name: len(json.dumps(t.input_schema)) for t in (await session.list_tools()).tools}
+            steps = [{"order": 1, "instruction": "\u200b"}]
+            playbook = {"memory_type": "procedural", "name": "reset", "text": "a playbook", "steps": steps}
+            refused = await session.call_tool("write_memory", playbook)
+            return sizes, refused.content[0].text if refused.is_error else ""
+
+    sizes, refused = anyio.run(main)
+    assert max(sizes.values()) < 4000, sizes
+    assert "invalid_input" in refused and "instruction" in refused
+    assert all(len(json.dumps(tool)) < 4000 for tool in tool_schemas())  # the agent's tools too

@@ -30,6 +30,7 @@ from engram.models import (
     no_confident_match,
     search_text_of,
 )
+from engram.visibility import for_a_model
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def tool_schemas() -> list[dict[str, Any]]:
     """The ``tools`` of a chat-completions request, generated from the argument models."""
     tools = []
     for name, model in ARGS.items():
-        schema = model.model_json_schema()
+        schema = for_a_model(model.model_json_schema())
         description = " ".join((schema.pop("description", "") or "").split())
         schema.pop("title", None)
         for definition in schema.get("$defs", {}).values():

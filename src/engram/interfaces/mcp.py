@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult, TextContent
+from mcp.types import Tool as MCPTool
 from pydantic import BeforeValidator, Field, StrictBool, StrictFloat, StrictStr, ValidationError
 
 from engram.auth import READ_ONLY
@@ -43,6 +44,7 @@ from engram.models import (
     was_shed,
 )
 from engram.recall_filter import MetadataKey, MetadataScalar
+from engram.visibility import for_a_model
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +126,14 @@ def argument_problems(exc: ValidationError) -> str:
 class EngramMCPServer(MCPServer):
     """The SDK's server, answering refused arguments in our words (``invalid_input: k: Input should be
     less than or equal to 100``)."""
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The tools, their schemas without the visible-text rule (``visibility.for_a_model``): a
+        client hands them to its model on every call."""
+        return [
+            tool.model_copy(update={"input_schema": for_a_model(tool.input_schema)})
+            for tool in await super().list_tools()
+        ]
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
