@@ -223,3 +223,25 @@ def test_forgetting_a_harsh_correction_keeps_the_retracted_fact_unless_asked(ser
     )
     assert revived.status_code == 303
     assert mem.get(fact.id).superseded_by is None and not mem.get(fact.id).retracted
+
+
+def test_a_correction_that_is_not_utf8_or_of_no_known_kind_changes_nothing(service):
+    """An outside bug hunt: the correct form stored bytes that are not UTF-8 as U+FFFD, superseding the
+    real fact (REST refuses them), and took an unknown kind of correction for "natural"."""
+    rows = seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    edinburgh = rows["edinburgh"]["id"]
+    token = _token(sarah.get(f"/inspector/memory/{edinburgh}"))
+    correct = f"/inspector/memory/{edinburgh}/correct"
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    escaped = sarah.post(correct, content=f"token={token}&text=%ED%A0%80&confirm=yes", headers=headers)
+    raw = sarah.post(
+        correct, content=f"token={token}&confirm=yes&text=".encode() + b"\xed\xa0\x80", headers=headers
+    )
+    bogus = sarah.post(
+        correct,
+        data={"token": token, "text": "Sarah lives in Perth", "contradiction": "bogus", "confirm": "yes"},
+    )
+    assert [r.status_code for r in (escaped, raw, bogus)] == [422, 422, 422]
+    assert "not UTF-8" in escaped.text and "changed or was never true" in bogus.text
+    assert service.engram.for_user("sarah").get(edinburgh).superseded_by is None

@@ -115,7 +115,9 @@ def _correct(request: Request, memory_id: str, user: str | None, form: dict[str,
         message = "This fact has already been replaced: correct the newest one in its history."
         return error_page(request, 409, "Already replaced", message)
     text = first(form, "text").strip()
-    kind = CONTRADICTIONS.get(first(form, "contradiction"), "natural")
+    kind = CONTRADICTIONS.get(first(form, "contradiction", "natural"))
+    if kind is None:
+        return error_page(request, 422, "Not written", "Say whether it changed or was never true.")
     if not text:
         return error_page(request, 422, "Nothing to write", "Write the correct fact in the box.")
     if first(form, "confirm") != "yes":

@@ -236,9 +236,13 @@ def check_form_token(request: Request, form: dict[str, list[str]]) -> None:
 
 async def read_form(request: Request) -> dict[str, list[str]]:
     """The posted urlencoded form (parsed here: no multipart dependency for a few fields); {} when it
-    is not one."""
+    is not one. Bytes or escapes that are not UTF-8 are refused (422, nothing done), as the API
+    refuses them, rather than written as U+FFFD."""
     try:
-        return parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=10)
+        body = (await request.body()).decode("utf-8")
+        return parse_qs(body, max_num_fields=10, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise Stop(error_page(request, 422, "Not UTF-8", "The form held text that is not UTF-8.")) from None
     except ValueError:
         return {}
 
