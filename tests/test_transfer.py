@@ -328,8 +328,14 @@ def test_engram_export_and_import_all_on_the_command_line(tmp_path):
     doc.write_text(json.dumps({"user_id": "sarah", "semantic": [{"text": "Sarah lives in Leith"}]}))
     a, b = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
     assert engram("import", str(doc), "--store", a).returncode == 0
+    (tmp_path / "all.jsonl").write_text("")
+    (tmp_path / "all.jsonl").chmod(0o644)  # an existing file is made private too
     exported = engram("export", str(tmp_path / "all.jsonl"), "--store", a)
     assert exported.returncode == 0 and "exported 1 semantic" in exported.stderr
+    # as private as the store: only its owner reads an export (every memory, key hashes with --keys)
+    assert (tmp_path / "all.jsonl").stat().st_mode & 0o777 == 0o600
+    mine = engram("users", "export", "sarah", "-f", str(tmp_path / "sarah.jsonl"), "--store", a)
+    assert mine.returncode == 0 and (tmp_path / "sarah.jsonl").stat().st_mode & 0o777 == 0o600
     loaded = engram("import", "--all", str(tmp_path / "all.jsonl"), "--store", b)
     assert loaded.returncode == 0 and "imported 1 semantic" in loaded.stdout
     again = engram("export", "-", "--store", b)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import typer
 from pydantic_core import to_jsonable_python
@@ -32,6 +33,8 @@ app = command_group("Engram: persistent, multi-tenant memory for LLM agents.")
 catalog_app = command_group("Manage the shared catalog (admin).")
 app.add_typer(catalog_app, name="catalog")
 console = Console()
+# Notes and summaries on stderr: never wrapped (a script reads them a line each, terminal or not).
+err_console = Console(stderr=True, soft_wrap=True)
 
 StoreOpt = Annotated[
     str | None,
@@ -157,3 +160,11 @@ def format_explain(explain: dict[str, Any]) -> str:
 
 keys_app = command_group("Manage API keys (one per user; only hashes are stored).")
 app.add_typer(keys_app, name="keys")
+
+
+def private_file(path: str) -> TextIO:
+    """``path`` opened for writing (created or emptied), readable by its owner only (0600), as the
+    store itself is: an export holds every memory it covers, and API key hashes with --keys."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_TRUNC
+    return os.fdopen(fd, "w", encoding="utf-8")

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from engram.errors import ConfigError, EngramError
@@ -21,6 +20,7 @@ from engram.interfaces.cli.common import (
     _store_url,
     app,
     console,
+    err_console,
 )
 from engram.interfaces.cli.output import print_consolidation
 
@@ -106,7 +106,7 @@ def consolidate(
         users = eng.store.tenants() if all_users or user is None else [user]
         reports = [eng.consolidate(u).as_dict() for u in users]
     if not users:
-        Console(stderr=True).print("no users with memories in this store: nothing to consolidate")
+        err_console.print("no users with memories in this store: nothing to consolidate")
     print_consolidation(reports, as_json)
     if any(r["status"].startswith("error") for r in reports):
         raise typer.Exit(1)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from rich.console import Console
 
 from engram.errors import EngramError, ImportFileError, InvalidInput
 from engram.interfaces.cli.common import (
@@ -23,7 +22,9 @@ from engram.interfaces.cli.common import (
     app,
     catalog_app,
     console,
+    err_console,
     print_hits,
+    private_file,
 )
 from engram.interfaces.cli.output import print_forgotten, print_info, print_memories, print_record
 from engram.models import Contradiction, FactType, MemoryType
@@ -109,7 +110,7 @@ def _import_all(
     except EngramError as exc:
         raise _fail(exc) from None
     if len(admins) > 1:  # the export's admin key beside the one this store had (its `engram serve`)
-        Console(stderr=True).print(
+        err_console.print(
             f"warning: this store now has {len(admins)} live admin keys ({', '.join(admins)}): revoke "
             "those not meant to stay (engram keys revoke ID), or set ENGRAM_ADMIN_KEY, which revokes the "
             "others at the next `engram serve`",
@@ -142,10 +143,10 @@ def export(
         if file == "-":
             counts = export_store(eng, sys.stdout, keys=keys)
         else:
-            with open(file, "w", encoding="utf-8") as out:
+            with private_file(file) as out:
                 counts = export_store(eng, out, keys=keys)
     summary = f"exported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'}"
-    Console(stderr=True).print(summary, highlight=False)
+    err_console.print(summary, highlight=False)
 
 
 @app.command()
@@ -208,7 +209,7 @@ def recall(
         kinds: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural")
         if not any(eng.store.count_memories(user, t, include_superseded=True, limit=1) for t in kinds):
             note = f"note: user {user!r} has no memories in this store (a typo?)"
-            Console(stderr=True).print(note, style="dim", highlight=False, markup=False, soft_wrap=True)
+            err_console.print(note, style="dim", highlight=False, markup=False, soft_wrap=True)
     if as_json:
         _print_json([h.model_dump(mode="json") for h in hits])
     else:

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from engram.errors import EngramError, Unauthenticated
@@ -24,6 +23,7 @@ from engram.interfaces.cli.common import (
     _store_url,
     app,
     console,
+    err_console,
     keys_app,
 )
 from engram.interfaces.cli.urls import base_url, serve_banner
@@ -260,7 +260,7 @@ def keys_create(
     if not quiet:
         expiry = f", expires {record.expires_at:%Y-%m-%d %H:%M} UTC" if record.expires_at else ""
         note = f"id {record.id} for user {record.user_id} ({record.scope}{expiry}); the key is shown once"
-        Console(stderr=True).print(note, style="dim", highlight=False, soft_wrap=True)
+        err_console.print(note, style="dim", highlight=False, soft_wrap=True)
 
 
 @keys_app.command("list")
@@ -296,7 +296,7 @@ def mcp(store: StoreOpt = None) -> None:
     from engram.auth import ApiKeys
     from engram.interfaces.mcp import run_stdio
 
-    err = Console(stderr=True)  # stdout carries the protocol
+    err = err_console  # stdout carries the protocol
     key, user = os.environ.get("ENGRAM_API_KEY"), os.environ.get("ENGRAM_USER")
     try:
         settings = load_settings()

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from engram.interfaces.cli.common import (
     JsonOpt,
@@ -21,6 +20,8 @@ from engram.interfaces.cli.common import (
     app,
     command_group,
     console,
+    err_console,
+    private_file,
 )
 
 users_app = command_group("Export or delete everything of one user (data-rights requests).")
@@ -47,13 +48,13 @@ def users_export(
             # midway leaves FILE as it was.
             partial = Path(file + ".partial")
             try:
-                with partial.open("w", encoding="utf-8") as out:
+                with private_file(str(partial)) as out:
                     counts = export_user(eng, user, out)
                 partial.replace(file)
             finally:
                 partial.unlink(missing_ok=True)
     summary = f"exported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'} of user {user}"
-    Console(stderr=True).print(summary, highlight=False, markup=False)
+    err_console.print(summary, highlight=False, markup=False)
 
 
 @users_app.command("delete")
@@ -73,7 +74,7 @@ def users_delete(
         raise _fail(f"this deletes everything of user {user!r} for good; add --yes to do it")
     with _engram(store, existing=True, rerank=False, late_interaction=False) as eng:
         by = f"the CLI ({getpass.getuser()}@{socket.gethostname()})"
-        audit = Console(stderr=True)  # the engram.audit record, which no log of this process would keep
+        audit = err_console  # the engram.audit record, which no log of this process would keep
         deleted = erase_user(
             eng.store,
             user,
