@@ -40,6 +40,15 @@ def test_a_new_admin_key_revokes_the_old_ones(keys):
     assert keys.resolve(KEY_B).is_admin
 
 
+def test_a_key_label_is_one_line(keys):
+    """A newline in a label forged a row of `engram keys list`; NUL is stored by no backend alike."""
+    for label in ("x\nfake", "a\x00b", "tab\there", "x" * 201):
+        with pytest.raises(InvalidInput, match="one line"):
+            keys.create("dave", label)
+    assert keys.list() == []
+    assert keys.create("dave", "laptop — Jo's")[1].label == "laptop — Jo's"
+
+
 def test_user_keys_survive_an_admin_key_change(keys):
     user_key, _ = keys.create("sarah")
     keys.adopt_admin_key(KEY_A)

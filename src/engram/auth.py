@@ -24,13 +24,14 @@ ends every session of the key, revoking the key ends them too, and a restart end
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
 from engram.errors import Conflict, InvalidInput, NotFound, PermissionDenied, Unauthenticated
-from engram.limits import MAX_KEY_LIFETIME_S, MIN_KEY_LIFETIME_S
+from engram.limits import KEY_LABEL_PATTERN, MAX_KEY_LABEL_CHARS, MAX_KEY_LIFETIME_S, MIN_KEY_LIFETIME_S
 from engram.models import utcnow
 from engram.storage.base import KEY_SCOPES, ApiKeyRecord, KeyScope, KeyStore, SessionStore
 from engram.validation import validate_user_id
@@ -104,6 +105,8 @@ class ApiKeys:
         ``write``, the default; ``admin`` is the admin key's) that stops working after ``expires_in``
         (None: never). Returns (the key, shown once; its record)."""
         scope = key_scope(user_id, scope)
+        if not re.fullmatch(KEY_LABEL_PATTERN, label) or len(label) > MAX_KEY_LABEL_CHARS:
+            raise InvalidInput(f"a key's label is one line of at most {MAX_KEY_LABEL_CHARS} characters")
         if expires_in is not None and expires_in <= timedelta(0):
             raise InvalidInput("a key's lifetime must be positive")
         now = utcnow()

@@ -114,6 +114,11 @@ def test_admin_manages_catalog_and_keys(service):
     turn = service.client("sarah").post("/v1/turns", json={"text": "a user's row, not the catalog's"})
     assert admin.get(f"/v1/catalog/{turn.json()['id']}").json()["error"] == "not_found"
     assert service.client("sarah").get(f"/v1/catalog/{item.json()['id']}").status_code == 403
+    keys_before = admin.get("/v1/keys").json()
+    for label in ("x\nfake  created 2026  live  key_FAKE", "a\u0000b", "x\u001b[31mRED"):  # a bug hunt
+        refused = admin.post("/v1/keys", json={"user_id": "carol", "label": label})
+        assert refused.status_code == 422 and refused.json()["error"] == "invalid_input", label
+    assert admin.get("/v1/keys").json() == keys_before
     created = admin.post("/v1/keys", json={"user_id": "carol"})
     assert created.status_code == 201 and created.json()["key"].startswith("egk_")
     carol = service.client(key=created.json()["key"])

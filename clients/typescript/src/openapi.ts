@@ -800,6 +800,7 @@ export interface components {
             user_id: string;
             /**
              * Label
+             * @description one line of text
              * @default
              */
             label: string;

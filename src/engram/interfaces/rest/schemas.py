@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engram.interfaces.rest.imports import MAX_KEY_CHARS, ImportRunning
 from engram.limits import (
+    KEY_LABEL_PATTERN,
     MAX_BODY_BYTES,
     MAX_IMPORT_BYTES,
     MAX_KEY_LABEL_CHARS,
@@ -272,7 +273,9 @@ class CatalogCreate(_Request):
 
 class KeyCreate(_Request):
     user_id: str = Field(pattern=USER_ID_PATTERN, description="the user whose memory the key opens")
-    label: str = Field(default="", max_length=MAX_KEY_LABEL_CHARS)
+    label: str = Field(
+        default="", max_length=MAX_KEY_LABEL_CHARS, pattern=KEY_LABEL_PATTERN, description="one line of text"
+    )
     scope: Literal["read", "write"] = Field(
         default="write", description="read: recall, list and read only (writes answer 403); write: also write"
     )
