@@ -44,7 +44,9 @@ class NotFound(EngramError, LookupError):
     code = "not_found"
 
     def __init__(self, memory_id: str, what: str = "memory") -> None:
-        super().__init__(f"{what} {memory_id!r} not found")
+        # No real id is this long: an id of 500,000 characters was echoed whole into the answer.
+        shown = memory_id if len(memory_id) <= 100 else memory_id[:100] + "…"
+        super().__init__(f"{what} {shown!r} not found")
         self.memory_id = memory_id
 
 

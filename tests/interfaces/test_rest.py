@@ -269,6 +269,9 @@ def test_bad_input_gets_4xx_json_and_changes_nothing(service):
         assert set(body) == {"error", "message"} and body["message"], body
     for memory_type in ("episodic", "semantic", "procedural"):
         assert sarah.get("/v1/memories", params={"type": memory_type}).json()["data"] == []
+    # an id of any length gets its 404, its message clipped (a bug hunt: 500,000 characters echoed)
+    huge = sarah.post("/v1/memories", json={"text": "f1", "supersedes_id": "a" * 5000})
+    assert huge.status_code == 404 and len(huge.json()["message"]) < 200
     assert (
         "episodic[1].text"
         in sarah.post("/v1/import", json={"episodic": [{"text": "ok"}, {"text": ""}]}).json()["message"]

@@ -492,6 +492,11 @@ def test_a_newer_turn_that_calls_the_leaders_subject_new_replaces_it_within_twic
         ("might get the train tomorrow rather than drive", "I drive to work", False),  # not a comparative
         ("nothing other than pasta tonight", "the kids love pasta", False),
         ("kick-off is later than 9:30", "our games are at 8:30", False),  # a time is compared whole
+        ("got the date wrong, the flight is the 16th, not the 14th", "my flight is on the 14th", True),
+        ("oops no, it's a Honda Accord, not a Civic", "I drive a Honda Civic", True),  # a contrast
+        ("the flat is fine but not the damp", "our flat in Partick has damp", True),
+        ("I'm not sure about the flat", "our flat in Partick has damp", False),  # no contrast
+        ("moving in june, not before", "our flat in Partick has damp", False),  # not of the older turn
     ],
 )
 def test_a_turn_that_calls_old_or_denies_what_an_older_one_said_is_recognised(text, older, otherwise):
@@ -861,6 +866,20 @@ def test_facts_worded_user_drives_outdate_the_turn_their_superseded_fact_came_fr
     assert hits[0].memory.id == tesla.id
     outdated = next(h for h in hits if h.memory.id == focus.id)
     assert outdated.explain["outdated_by"] == tesla.id and outdated.confidence < hits[0].confidence
+
+
+def test_a_correction_that_names_the_old_value_after_not_replaces_it(eng):
+    """An outside review: "I got the date wrong, the Lisbon flight is the 16th, not the 14th" stayed
+    under "my flight to Lisbon is on the 14th" for "when is my flight to Lisbon?"."""
+    mem = eng.for_user("jo")
+    now = utcnow()
+    old = mem.remember_turn("my flight to Lisbon is on the 14th", at=now - timedelta(days=40))
+    fixed = mem.remember_turn(
+        "I got the date wrong, the Lisbon flight is the 16th, not the 14th", at=now - timedelta(days=10)
+    )
+    hits = mem.recall("when is my flight to Lisbon?", record_use=False)
+    assert [h.memory.id for h in hits[:2]] == [fixed.id, old.id]
+    assert hits[1].explain["outdated_by"] == fixed.id
 
 
 def test_a_question_about_before_the_current_value_gets_the_fact_it_superseded_first(eng):

@@ -85,7 +85,8 @@ _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
 # A turn that calls old, denies, or compares with what an older one said: "the old astra was lucky to get
 # 45" after "2016 vauxhall astra estate", "my gp isn't Dr Brennan" after "my gp is Dr Brennan", "no more
 # eggs or cheese" after "I do eat eggs and dairy", "6:50 now, so much better than 8:30" after "our games
-# are at 8:30 now" (a comparative's "than"; a time as a whole). "old" counts after the speaker's own
+# are at 8:30 now" (a comparative's "than"; a time as a whole), "the 16th, not the 14th" after "on the
+# 14th" (a contrast: "not" after a comma or "but"). "old" counts after the speaker's own
 # or a definite determiner only ("a 5 year old cat" is an age, "my sister's old astra" hers); "isn't" not
 # at a sentence's start ("isn't 98k miles a lot?" asks); the words after the cue are checked against the
 # older turn's.
@@ -93,6 +94,7 @@ _SAID_OTHERWISE = re.compile(
     r"\b(?:the|my|our)\s+(?:old|former|previous)\s+(\w+)(?:\s+(\w+))?"
     r"|(?<=\w)[ \t,]+(?:isn['’]?t|aren['’]?t)\s+(\w+)(?:\s+(\w+))?"
     r"|\bno\s+(?:more|longer)\s+(\w+)(?:\s+(\w+))?"
+    r"|(?:,|\bbut)\s*not\s+(?:(?:the|a|an|my|our)\s+)?(\w+)"
     r"|\b(?:better|worse|earlier|later|cheaper|dearer|bigger|smaller|faster|slower|longer|shorter|higher"
     r"|lower|nicer|closer|further|(?:more|less)\s+\w+)\s+than\s+(\d{1,2}[:.]\d\d|\w+)"
 )
