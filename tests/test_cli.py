@@ -233,6 +233,18 @@ def test_demo_into_a_store_of_its_own(tmp_path):
     assert f"engram serve --store {store}, then" in again and "A fresh copy" not in again
 
 
+def test_demo_refuses_a_store_that_holds_other_users(tmp_path):
+    """An outside bug hunt: the demo wrote its catalog rows into a store of real users, where they
+    joined every recall. It loads nothing there, and says where a demo goes instead."""
+    store = f"sqlite:///{tmp_path / 'real.db'}"
+    run("remember-turn", "my router is a FRITZ!Box", "--user", "alice", "--store", store, env_home=tmp_path)
+    refused = run("demo", "--store", store, env_home=tmp_path, check=False)
+    assert refused.returncode == 1 and "other users' memories (alice)" in refused.stdout
+    assert "engram demo --store sqlite:///PATH/demo.db" in refused.stdout
+    listed = run("catalog", "list", "--json", "--store", store, env_home=tmp_path)
+    assert json.loads(listed.stdout) == []
+
+
 def test_store_urls_are_printed_without_their_password():
     """The demo prints its store and suggests commands: a password in the URL is never printed (the
     commands then leave --store out and say to set ENGRAM_STORE)."""

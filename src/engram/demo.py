@@ -61,6 +61,11 @@ def loaded_already(eng: Engram) -> list[str]:
     ]
 
 
+def other_users(eng: Engram) -> list[str]:
+    """Users of the store who are not the demo's: the demo's catalog rows would join their recalls."""
+    return sorted(set(eng.store.tenants()) - set(USERS))
+
+
 def load_samples(eng: Engram) -> Iterator[tuple[str, dict[str, Any]]]:
     """Import each sample file; yields (file name, the import's result) as each one is written."""
     for name in SAMPLES:

@@ -9,8 +9,8 @@ import shlex
 from rich.console import Console
 
 from engram.auth import ApiKeys
-from engram.demo import QUERIES, USERS, ask, load_samples, loaded_already
-from engram.interfaces.cli.common import print_hits
+from engram.demo import QUERIES, USERS, ask, load_samples, loaded_already, other_users
+from engram.interfaces.cli.common import _fail, print_hits
 from engram.interfaces.cli.urls import base_url, without_password
 from engram.memory import Engram
 from engram.settings import load_settings
@@ -60,6 +60,14 @@ def run_demo(store: str | None, console: Console, explain: bool = False) -> None
                 highlight=False,
             )
             return
+        others = other_users(eng)
+        if others:
+            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise _fail(
+                f"this store holds other users' memories ({shown}): the demo's catalog would show in "
+                "their recalls, so nothing was loaded. A store of its own: engram demo --store "
+                "sqlite:///PATH/demo.db"
+            )
         for name, result in load_samples(eng):
             counts = ", ".join(
                 f"{v} {k}" for k, v in result.items() if isinstance(v, int) and v and k != "written"

@@ -77,8 +77,8 @@ def import_(
     try:
         document = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        console.print(f"[red]error:[/red] {file} is not valid JSON: {exc}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        export = " (it is an export, of `engram export` or `engram users export`: add --all)"
+        raise _fail(f"{file} is not valid JSON: {exc}{export if _is_export(file) else ''}") from None
     with _engram(store) as eng:
         if isinstance(document, list) and user:
             raise ImportFileError("a JSON array is a catalog file; it takes no --user")
@@ -90,6 +90,16 @@ def import_(
     counts = ", ".join(f"{result[k]} {k}" for k in kinds if result.get(k))
     skipped = f"; skipped {result['skipped']} already there" if result.get("skipped") else ""
     console.print(f"imported {counts or 'nothing'}{skipped}", highlight=False)
+
+
+def _is_export(file: Path) -> bool:
+    """Whether the file opens as an export does: its first line an object with ``engram_export``."""
+    try:
+        with file.open(encoding="utf-8") as lines:
+            first = json.loads(lines.readline(1 << 16))
+    except (ValueError, OSError):
+        return False
+    return isinstance(first, dict) and "engram_export" in first
 
 
 def _import_all(
