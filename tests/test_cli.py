@@ -200,6 +200,8 @@ def test_demo_loads_into_the_store_serve_uses_once(tmp_path):
     assert json.loads(hits)[0]["memory"]["text"].startswith("Sarah lives in Edinburgh")
     for args in suggested:
         assert run(*args[1:], env_home=tmp_path).stdout.strip()
+    marco = run("list", "--user", "marco", env_home=tmp_path)  # facts, and a word on the rest
+    assert "semantic" in marco.stdout and "also has 2 episodic: --type to list them" in marco.stderr
     listed = run(
         "list", "--user", "sarah", "--type", "semantic", "--include-superseded", "--json", env_home=tmp_path
     )

@@ -363,28 +363,36 @@ def forget(memory_id: str, user: UserOpt, as_json: JsonOpt = False, store: Store
 def list_(
     user: UserOpt,
     memory_type: Annotated[
-        MemoryType,
+        MemoryType | None,
         typer.Option(
-            "--type", "-t", help="episodic, semantic or procedural (the catalog: `engram catalog list`)"
+            "--type",
+            "-t",
+            help="episodic, semantic (the default) or procedural (the catalog: `engram catalog list`)",
         ),
-    ] = "semantic",
+    ] = None,
     include_superseded: bool = False,
     limit: int = 50,
     offset: int = 0,
     as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """List your memories of one type, newest first, one a line (the id last)."""
+    """List your memories of one type (facts unless --type says otherwise), newest first, one a line
+    (the id last)."""
     if memory_type == "catalog":  # the facade's own message names its Python handle, not this command
         raise _fail("the catalog is not a user's memory: list it with `engram catalog list`")
+    listed = memory_type or "semantic"
     with _engram(store, existing=True) as eng:
-        rows = eng.for_user(user).list(
-            memory_type,
-            include_superseded=include_superseded,
-            limit=limit,
-            offset=offset,
-        )
-    print_memories(rows, as_json, none=f"no {memory_type} memories")
+        mem = eng.for_user(user)
+        rows = mem.list(listed, include_superseded=include_superseded, limit=limit, offset=offset)
+        others = {
+            t: n
+            for t in ("episodic", "procedural")
+            if memory_type is None and (n := eng.reader(user).count(t, include_superseded=False, limit=1000))
+        }
+    print_memories(rows, as_json, none=f"no {listed} memories")
+    if others:  # a newcomer's `engram list --user marco` showed his facts and not that he had turns
+        also = ", ".join(f"{'1000+' if n >= 1000 else n} {t}" for t, n in others.items())
+        err_console.print(f"(facts only; {user} also has {also}: --type to list them)", style="dim")
 
 
 @app.command()
