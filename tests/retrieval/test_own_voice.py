@@ -54,6 +54,7 @@ def test_facts_that_call_the_user_user_speak_in_the_first_person():
     assert own_voice("what car does the user drive?", "u1") == "what car do I drive?"
     for kept in ("a power user of vim", "User Guide for the hub", "the username is x", "users like it"):
         assert own_voice(kept, "u1") == kept
+    assert own_voice("User drives a Tesla", "") == "User drives a Tesla"  # no user id: as written
 
 
 def test_a_name_written_in_lower_case_is_told_apart():

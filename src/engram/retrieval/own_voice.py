@@ -53,7 +53,10 @@ def own_voice(text: str, user_id: str) -> str:
     first person. ``("What is Sarah's brother's name?", "sarah")`` -> "What is my brother's name?";
     ``("Sarah lives in Leith", "sarah")`` -> "I live in Leith"; ``("Tom loves Sarah", "sarah")`` -> "Tom
     loves me"; ``("User drives a Tesla", "u1")`` -> "I drive a Tesla". Left as written: a name after a
-    title or another capitalised word ("Mrs Jones", "Amazing Grace") or before one ("Sarah Jones")."""
+    title or another capitalised word ("Mrs Jones", "Amazing Grace") or before one ("Sarah Jones"); any
+    text for no user id ("": read as written)."""
+    if not user_id:
+        return text
     names, mention = _voice_of(user_id)
     if not any(n.capitalize() in text for n in names) and not _MAY_NAME_THE_USER.search(text):
         return text

@@ -365,15 +365,9 @@ def stored_late_scores(
     well than the turn it came from, so the turn kept answering with what the fact no longer says."""
 
     def scores(facts: list[SemanticMemory]) -> dict[str, float]:
-        voiced = (
-            {}
-            if names_user_uncapitalised(query_text, tenant or "")
-            else {
-                f.id: text
-                for f in facts
-                if (text := own_voice(search_text_of(f), tenant or "")) != search_text_of(f)
-            }
-        )
+        voice = "" if tenant is None or names_user_uncapitalised(query_text, tenant) else tenant
+        said = {f.id: search_text_of(f) for f in facts}
+        voiced = {i: v for i, text in said.items() if (v := own_voice(text, voice)) != text}
         blobs = store.token_vectors(
             tenant, [f.id for f in facts if f.id not in voiced], include_catalog=False
         )
