@@ -62,9 +62,9 @@ def run_demo(store: str | None, console: Console, explain: bool = False) -> None
             return
         others = other_users(eng)
         if others:
-            shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            whom = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
             raise _fail(
-                f"this store holds other users' memories ({shown}): the demo's catalog would show in "
+                f"this store holds other users' memories ({whom}): the demo's catalog would show in "
                 "their recalls, so nothing was loaded. A store of its own: engram demo --store "
                 "sqlite:///PATH/demo.db"
             )
