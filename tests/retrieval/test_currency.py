@@ -16,6 +16,7 @@ from engram.retrieval.change_cues import (
     asks_of_the_rest,
     calls_new,
     expects_change,
+    keeps_what_is_asked,
     says_otherwise,
     says_own_change,
     tells_of_another,
@@ -866,6 +867,22 @@ def test_facts_worded_user_drives_outdate_the_turn_their_superseded_fact_came_fr
     assert hits[0].memory.id == tesla.id
     outdated = next(h for h in hits if h.memory.id == focus.id)
     assert outdated.explain["outdated_by"] == tesla.id and outdated.confidence < hits[0].confidence
+
+
+def test_a_partial_update_that_keeps_what_is_asked_replaces_nothing_for_it(eng):
+    """An outside review: "landlord raised the rent to £1350, same flat though" marked "rent is £1200 a
+    month for our flat in Clapham" outdated for "where is my flat?": the update kept the flat."""
+    assert keeps_what_is_asked("landlord raised the rent to £1350, same flat though", "where is my flat?")
+    assert keeps_what_is_asked("still the same job, just 4 days now", "what's my job?")
+    assert not keeps_what_is_asked("landlord raised the rent to £1350, same flat though", "what's my rent?")
+    assert not keeps_what_is_asked("still at Acme but now 4 days a week", "where do I work?")
+    mem = eng.for_user("kim")
+    now = utcnow()
+    flat = mem.remember_turn("rent is £1200 a month for our flat in Clapham", at=now - timedelta(days=300))
+    mem.remember_turn("landlord raised the rent to £1350, same flat though", at=now - timedelta(days=15))
+    off = mem.recall("where is my flat?", record_use=False, config=RetrievalConfig(current_first=False))
+    hits = mem.recall("where is my flat?", record_use=False)
+    assert off[0].memory.id == hits[0].memory.id == flat.id and "outdated_by" not in hits[0].explain
 
 
 def test_a_correction_that_names_the_old_value_after_not_replaces_it(eng):

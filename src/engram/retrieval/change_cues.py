@@ -98,6 +98,8 @@ _SAID_OTHERWISE = re.compile(
     r"|\b(?:better|worse|earlier|later|cheaper|dearer|bigger|smaller|faster|slower|longer|shorter|higher"
     r"|lower|nicer|closer|further|(?:more|less)\s+\w+)\s+than\s+(\d{1,2}[:.]\d\d|\w+)"
 )
+# "same flat though", "still the same job", "still my gp": what a partial update says it kept
+_KEPT = re.compile(r"\b(?:same|still\s+(?:the\s+same\s+|the\s+|my\s+|our\s+)?)\s*(\w+)")
 _TIME = re.compile(r"\b\d{1,2}[:.]\d\d\b")  # "8:30", compared whole: "later than 9:30" is not 8:30
 # "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does; not
 # "what have I got planned?", "have I got ten minutes?" (have ... got is the present).
@@ -207,6 +209,16 @@ def says_otherwise(text: str, older: str) -> bool:
         for w in found.groups()
         if w and (is_content_word(w) or _TIME.fullmatch(w))
     )
+
+
+def keeps_what_is_asked(text: str, query: str) -> bool:
+    """Whether a turn says that what the query asks about stayed as it was (``_KEPT``: "same" or
+    "still" before a content word of the query, by light stem). A partial update changes one thing
+    and keeps another: "landlord raised the rent to £1350, same flat though" replaces the rent, not
+    where the flat is. Examples: ("..., same flat though", "where is my flat?") -> True; ("still at
+    Acme but now 4 days a week", "where do I work?") -> False: "at" names nothing."""
+    asked = content_stems(query)
+    return any(is_content_word(w) and light_stem(w) in asked for w in _KEPT.findall(text.casefold()))
 
 
 def asks_of_the_rest(query: str, said: str, facts: str) -> bool:

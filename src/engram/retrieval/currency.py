@@ -68,6 +68,7 @@ from engram.retrieval.change_cues import (
     announces_change,
     asks_of_the_rest,
     calls_new,
+    keeps_what_is_asked,
     says_otherwise,
     says_own_change,
     tells_of_another,
@@ -298,6 +299,8 @@ def put_current_first(
     announced = announced_successor(
         order, now, margin, places, recorded, subject_match, same_subject, related, askers
     )
+    if announced and keeps_what_is_asked(announced[1].memory.text, query):  # "..., same flat though"
+        announced = None
     found = recorded | dict([announced]) if announced else recorded
     pairs = {old: new for old, new in found.items() if new.final > 0}
     by_id = {c.memory.id: c for c in order}

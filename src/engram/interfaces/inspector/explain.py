@@ -30,7 +30,7 @@ RELEVANCE_LABELS = {"rrf": "RRF", "late_interaction": "late interaction", "reran
 
 # What the explain's names mean, for the legend under a recall (names as the explain spells them).
 LEGEND: tuple[tuple[str, str], ...] = (
-    ("BM25", "keyword match: rank among the keyword hits (and its score)"),
+    ("BM25", "keyword match: rank among the keyword hits (and its score: ~0 for words in half the rows)"),
     ("dense", "meaning match: rank among the embedding hits (and its cosine similarity)"),
     ("RRF", "the two ranks fused (reciprocal rank fusion): the first relevance"),
     ("late interaction", "query and row matched token by token, 0-1 within the shortlist"),
@@ -47,6 +47,7 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("stage_scale", "a stage ran on part of the shortlist: its score is scaled to compare"),
     ("confidence", "calibrated chance, 0-1, that the hit is relevant to the query"),
     ("score", "final = relevance x every multiplier; only multipliers other than 1 are shown"),
+    ("rerank_contenders", "which rows the cross-encoder read: those that could change the top (per recall)"),
 )
 
 
