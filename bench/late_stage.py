@@ -14,7 +14,6 @@ import argparse
 import statistics
 import time
 
-import numpy as np
 from fit_token_projection import chat_texts
 
 from engram.providers.onnx import OnnxTokenEncoder
