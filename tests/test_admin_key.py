@@ -42,7 +42,7 @@ def test_a_new_admin_key_revokes_the_old_ones(keys):
 
 def test_a_key_label_is_one_line(keys):
     """A newline in a label forged a row of `engram keys list`; NUL is stored by no backend alike."""
-    for label in ("x\nfake", "a\x00b", "tab\there", "x" * 201):
+    for label in ("x\nfake", "a\x00b", "tab\there", "x" * 201, "nel\x85x", "sep\u2028x", "csi\x9b31m"):
         with pytest.raises(InvalidInput, match="one line"):
             keys.create("dave", label)
     assert keys.list() == []

@@ -257,8 +257,8 @@ def test_store_urls_are_printed_without_their_password():
         without_password("opensearchs://admin:p%40ss@a:9200,b:9200")
         == "opensearchs://admin:***@a:9200,b:9200"
     )
-    shown = without_password("postgresql://app@db/engram?sslmode=require&password=s3cret")
-    assert shown == "postgresql://app@db/engram?sslmode=require&password=***"
+    shown = without_password("postgresql://app@db/engram?sslmode=require&password=s3cret&SSLPASSWORD=k")
+    assert shown == "postgresql://app@db/engram?sslmode=require&password=***&SSLPASSWORD=***"
     for plain in ("sqlite:////tmp/engram.db", "postgresql://app@db/engram?sslmode=require", "/tmp/e.db"):
         assert without_password(plain) == plain
 

@@ -19,8 +19,9 @@ MAX_LINE_CHARS: Final = 2_000  # a trigger, one step's instruction
 MAX_STEPS: Final = 100  # a longer procedure is a document, not a playbook
 MAX_SUPPORTING_IDS: Final = 100  # a fact's supporting episodes
 MAX_KEY_LABEL_CHARS: Final = 200  # an API key's label
-# ... one line: no control character (a newline would forge a row of `engram keys list`, NUL no store keeps)
-KEY_LABEL_PATTERN: Final = r"^[^\x00-\x1f\x7f]*$"
+# ... one line: no control character (a newline would forge a row of `engram keys list`, NUL no store
+# keeps), C1 controls and the line and paragraph separators included
+KEY_LABEL_PATTERN: Final = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$"
 MIN_KEY_LIFETIME_S: Final = 60  # a key that expires sooner is a mistake, not a credential
 MAX_KEY_LIFETIME_S: Final = 10 * 366 * 86400  # ten years: past that, a key without expiry says so
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 200  # an import's Idempotency-Key: a UUID or a SHA-256 in hex fits

@@ -154,8 +154,8 @@ def test_serve_logs_each_request(tmp_path):
     default --log-level info (issue 25: the route template, status, duration and the request id that
     X-Request-ID returns; JSON with --log-format json), none at --log-level warning."""
 
-    def served(*args: str) -> str:
-        env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
+    def served(*args: str, home: str = "") -> str:
+        env = dict(os.environ, ENGRAM_HOME=str(tmp_path / home))
         port = free_port()
         log = tmp_path / f"serve-{port}.log"
         with log.open("w") as out:
@@ -186,7 +186,13 @@ def test_serve_logs_each_request(tmp_path):
     assert "GET /healthz 200" in logged, logged
     assert re.search(r"GET /v1/memories/\{memory_id\} 401 [\d.]+ ms request_id=r-7\n", logged), logged
     assert "m-1" not in logged and "HTTP/1.1" not in logged  # no raw path, no second (uvicorn) line
-    # JSON: every line is JSON (the start lines too: the admin key, where it listens), for a log pipeline
+    # JSON: every line is JSON (the start lines too: the admin key, where it listens), for a log pipeline;
+    # a first start writes no generated admin key into them (a diff review)
+    first = [
+        json.loads(line) for line in served("--log-format", "json", home="json-home").splitlines() if line
+    ]
+    told = " ".join(line.get("message", "") for line in first if line["logger"] == "engram.serve")
+    assert "no admin key: set ENGRAM_ADMIN_KEY" in told and "egk_" not in json.dumps(first)
     as_json = [json.loads(line) for line in served("--log-format", "json").splitlines() if line.strip()]
     said = " ".join(line.get("message", "") for line in as_json if line["logger"] == "engram.serve")
     assert "admin key: the one this store has" in said and "Engram on http://127.0.0.1:" in said

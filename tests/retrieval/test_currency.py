@@ -91,7 +91,16 @@ def test_a_turn_that_says_something_changed_is_told_from_chatter():
     assert announces_change("divya's going up to four days a week")
     assert announces_change("Leo turned 8 yesterday!") and announces_change("she just turned eleven")
     assert announces_change("mum turned 70 on sunday") and not announces_change("the milk turned sour")
+    assert announces_change("my daughter turned eighteen") and announces_change("he turned forty")
     assert not announces_change("he turned the page") and not announces_change("turned into a long day")
+    for not_an_age in (  # a diff review's
+        "we turned one of the bedrooms into an office",
+        "I got two offers and turned one down",
+        "the car turned 180 degrees",
+        "I turned 30 pages last night",
+        "I got my first car when I turned 17",
+    ):
+        assert not announces_change(not_an_age), not_an_age
     assert not announces_change("we raised the topic at the meeting")  # raised to no number
     assert announces_change("the landlord raised the rent by £50 to £800")
     assert not announces_change("I signed up to one of those charity runs")  # "up to one of"
@@ -495,9 +504,13 @@ def test_a_newer_turn_that_calls_the_leaders_subject_new_replaces_it_within_twic
         ("kick-off is later than 9:30", "our games are at 8:30", False),  # a time is compared whole
         ("got the date wrong, the flight is the 16th, not the 14th", "my flight is on the 14th", True),
         ("oops no, it's a Honda Accord, not a Civic", "I drive a Honda Civic", True),  # a contrast
-        ("the flat is fine but not the damp", "our flat in Partick has damp", True),
+        ("the 16th - not the 14th", "my flight is on the 14th", True),
+        ("it's the 16th. Not the 14th", "my flight is on the 14th", True),
         ("I'm not sure about the flat", "our flat in Partick has damp", False),  # no contrast
         ("moving in june, not before", "our flat in Partick has damp", False),  # not of the older turn
+        ("loving the new job, but not the commute", "my commute is 40 minutes", False),  # a liking
+        ("Leo loves football, but not rugby", "Leo plays rugby on Saturdays", False),
+        ("I get on with everyone at work, but not my manager", "my manager is called Priya", False),
     ],
 )
 def test_a_turn_that_calls_old_or_denies_what_an_older_one_said_is_recognised(text, older, otherwise):
@@ -876,6 +889,13 @@ def test_a_partial_update_that_keeps_what_is_asked_replaces_nothing_for_it(eng):
     assert keeps_what_is_asked("still the same job, just 4 days now", "what's my job?")
     assert not keeps_what_is_asked("landlord raised the rent to £1350, same flat though", "what's my rent?")
     assert not keeps_what_is_asked("still at Acme but now 4 days a week", "where do I work?")
+    for changed, query in (  # a diff review's: each still a change
+        ("we moved out, not the same flat any more, a new one in Leith", "where is my flat?"),
+        ("I switched to the same gym as my sister", "which gym do I go to?"),
+        ("switched to Vodafone, same phone though", "which phone provider am I with?"),
+        ("I've switched teams, still work at Acme", "what team do I work on?"),
+    ):
+        assert not keeps_what_is_asked(changed, query), changed
     mem = eng.for_user("kim")
     now = utcnow()
     flat = mem.remember_turn("rent is £1200 a month for our flat in Clapham", at=now - timedelta(days=300))

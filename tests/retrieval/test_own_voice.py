@@ -35,7 +35,7 @@ def test_the_users_name_is_put_in_the_first_person(text, expected):
 def test_only_the_users_own_name_words_count():
     assert own_voice("What did Alice Smith say?", "alice.smith@example.com") == "What did I say?"
     assert own_voice("remind me to mark the essays", "mark") == "remind me to mark the essays"
-    assert own_voice("Tom met user42 today", "user42") == "Tom met user42 today"  # "user" is no name
+    assert own_voice("User prefers tea", "user42") == "User prefers tea"  # "user" names nobody
     assert own_voice("Sarah lives in Leith", "u_123") == "Sarah lives in Leith"
     assert own_voice("Amazing Grace is a hymn", "grace") == "Amazing Grace is a hymn"
     assert own_voice("Mrs Jones keeps bees", "sarah.jones") == "Mrs Jones keeps bees"
@@ -45,16 +45,24 @@ def test_only_the_users_own_name_words_count():
 def test_facts_that_call_the_user_user_speak_in_the_first_person():
     """Agents and other memory tools word facts "User drives a Tesla" (an outside review): the user's
     turns say "I", so the cross-encoder and the supersession rules read such a fact as "I drive a
-    Tesla", whatever the user id. Lower-case "user" alone, and "User" before a capitalised word, are
-    left as written."""
-    assert own_voice("User drives a used Tesla Model 3", "u1") == "I drive a used Tesla Model 3"
-    assert own_voice("User prefers tea", "user42") == "I prefer tea"
-    assert own_voice("The user's dog Rex chews cables", "sarah") == "my dog Rex chews cables"
-    assert own_voice("Tom loves the user", "u1") == "Tom loves me"
-    assert own_voice("what car does the user drive?", "u1") == "what car do I drive?"
-    for kept in ("a power user of vim", "User Guide for the hub", "the username is x", "users like it"):
-        assert own_voice(kept, "u1") == kept
-    assert own_voice("User drives a Tesla", "") == "User drives a Tesla"  # no user id: as written
+    Tesla", whatever the user id. Only a fact's subject: "the user" elsewhere, and any query, are
+    about something else ("how do I reset the user password?", a diff review)."""
+    assert own_voice("User drives a used Tesla Model 3", "u1", fact=True) == "I drive a used Tesla Model 3"
+    assert own_voice("User prefers tea. User is vegan", "user42", fact=True) == "I prefer tea. I am vegan"
+    assert own_voice("The user's dog Rex chews cables", "sarah", fact=True) == "my dog Rex chews cables"
+    kept = (
+        "a power user of vim",
+        "User Guide for the hub",
+        "User stories are due Friday",
+        "The user interface feels slow",
+        "I read the user manual",
+        "Tom loves the user",
+    )
+    for text in kept:
+        assert own_voice(text, "u1", fact=True) == text
+    assert own_voice("how do I reset the user password?", "u1") == "how do I reset the user password?"
+    assert own_voice("User drives a Tesla", "u1") == "User drives a Tesla"  # a query: as written
+    assert own_voice("User drives a Tesla", "", fact=True) == "User drives a Tesla"  # no user id
 
 
 def test_a_name_written_in_lower_case_is_told_apart():

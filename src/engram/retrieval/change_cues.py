@@ -42,8 +42,16 @@ CHANGE_WORDS = frozenset(
 _CHANGE_PHRASE = re.compile(
     r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops|passed\s+away"
     r"|(?:up|down)\s+to\s+(?:[£$€]?\d|(?:one|two|three|four|five|six|seven|eight|nine|ten)\b(?!\s+of\b))"
-    r"|(?:upped|raised|increased|lowered|reduced)(?:\s+[\w'’£$€]+){0,4}?\s+to\s+[£$€]?\d"
-    r"|turned\s+(?:\d{1,3}|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)\b)"
+    r"|(?:upped|raised|increased|lowered|reduced)(?:\s+[\w'’£$€]+){0,4}?\s+to\s+[£$€]?\d)"
+)
+# ... and an age reached ("Leo turned 8 yesterday", "she's just turned forty"), not "turned one of the
+# bedrooms into an office", "turned one down", "turned 180 degrees", nor an age at some past event
+# ("I got my first car when I turned 17").
+_AGES = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+_AGES += " seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety"
+_TURNED = re.compile(
+    rf"(?<!when )(?<!since )\bturned\s+(?:\d{{1,3}}|{'|'.join(_AGES.split())})\b"
+    r"(?!\s+(?:of|down|up|into|over|around|degrees|pages|percent|per|times|%)\b|-)"
 )
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
 # "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
@@ -94,12 +102,19 @@ _SAID_OTHERWISE = re.compile(
     r"\b(?:the|my|our)\s+(?:old|former|previous)\s+(\w+)(?:\s+(\w+))?"
     r"|(?<=\w)[ \t,]+(?:isn['’]?t|aren['’]?t)\s+(\w+)(?:\s+(\w+))?"
     r"|\bno\s+(?:more|longer)\s+(\w+)(?:\s+(\w+))?"
-    r"|(?:,|\bbut)\s*not\s+(?:(?:the|a|an|my|our)\s+)?(\w+)"
     r"|\b(?:better|worse|earlier|later|cheaper|dearer|bigger|smaller|faster|slower|longer|shorter|higher"
     r"|lower|nicer|closer|further|(?:more|less)\s+\w+)\s+than\s+(\d{1,2}[:.]\d\d|\w+)"
 )
+# A correction that sets a value against the old one: "the 16th, not the 14th", "a Honda Accord - not a
+# Civic", "it's the 16th. Not the 14th": a number or a capitalised name on both sides (not "loving the
+# new job, but not the commute", "Leo loves football, but not rugby", which say what is liked).
+_VALUE = r"(?:[A-Z][\w-]*|\w*\d\w*)"
+_CONTRAST = re.compile(rf"\b{_VALUE}\s*[,;.–—-]?\s+(?:but\s+)?[Nn]ot\s+(?:(?:the|a|an)\s+)?({_VALUE})\b")
 # "same flat though", "still the same job", "still my gp": what a partial update says it kept
-_KEPT = re.compile(r"\b(?:same|still\s+(?:the\s+same\s+|the\s+|my\s+|our\s+)?)\s*(\w+)")
+_KEPT = re.compile(
+    r"(?<!not )(?<!not the )(?<!n't the )\b(?:same|still\s+(?:the\s+same\s+|the\s+|my\s+|our\s+)?)\s*(\w+)"
+    r"(?!\s+as\b)"  # "the same gym as my sister" compares
+)
 _TIME = re.compile(r"\b\d{1,2}[:.]\d\d\b")  # "8:30", compared whole: "later than 9:30" is not 8:30
 # "which bike got stolen?": a passive past (got + participle) asks about an event, as "did" does; not
 # "what have I got planned?", "have I got ten minutes?" (have ... got is the present).
@@ -158,7 +173,10 @@ def expects_change(query: str) -> bool:
 def announces_change(text: str) -> bool:
     """Whether a turn says that something changed (``CHANGE_WORDS``, ``_CHANGE_PHRASE``). Examples: "we
     moved to Edinburgh last week!", "I'm not vegetarian any more" -> True; "we live in Bristol" -> False."""
-    return bool(query_words(text) & CHANGE_WORDS) or bool(_CHANGE_PHRASE.search(text.casefold()))
+    folded = text.casefold()
+    if _TURNED.search(folded) and not re.search(r"\bwhen\s+\w+\s+turned\b", folded):
+        return True
+    return bool(query_words(text) & CHANGE_WORDS) or bool(_CHANGE_PHRASE.search(folded))
 
 
 def tells_of_another(text: str, older: str) -> bool:
@@ -203,10 +221,13 @@ def says_otherwise(text: str, older: str) -> bool:
     games are at 8:30") -> True; ("a second cat with a 5 year old cat?", "my cat is called Moss") ->
     False."""
     told = _stems(older) | set(_TIME.findall(older))
+    contrasted = [w.casefold() for w in _CONTRAST.findall(text)]
     return any(
         (w if _TIME.fullmatch(w) else light_stem(w)) in told
-        for found in _SAID_OTHERWISE.finditer(text.casefold())
-        for w in found.groups()
+        for w in [
+            *(w for found in _SAID_OTHERWISE.finditer(text.casefold()) for w in found.groups()),
+            *contrasted,
+        ]
         if w and (is_content_word(w) or _TIME.fullmatch(w))
     )
 
@@ -215,10 +236,14 @@ def keeps_what_is_asked(text: str, query: str) -> bool:
     """Whether a turn says that what the query asks about stayed as it was (``_KEPT``: "same" or
     "still" before a content word of the query, by light stem). A partial update changes one thing
     and keeps another: "landlord raised the rent to £1350, same flat though" replaces the rent, not
-    where the flat is. Examples: ("..., same flat though", "where is my flat?") -> True; ("still at
-    Acme but now 4 days a week", "where do I work?") -> False: "at" names nothing."""
+    where the flat is. Every content word of the query must be kept: "switched to Vodafone, same phone
+    though" says nothing kept of "which phone provider am I with?". Examples: ("..., same flat
+    though", "where is my flat?") -> True; ("still at Acme but now 4 days a week", "where do I
+    work?") -> False: "at" names nothing; ("we moved out, not the same flat any more", "where is my
+    flat?") -> False."""
     asked = content_stems(query)
-    return any(is_content_word(w) and light_stem(w) in asked for w in _KEPT.findall(text.casefold()))
+    kept = {light_stem(w) for w in _KEPT.findall(text.casefold()) if is_content_word(w)}
+    return bool(asked) and asked <= kept  # "same phone though" keeps the phone, not its provider
 
 
 def asks_of_the_rest(query: str, said: str, facts: str) -> bool:

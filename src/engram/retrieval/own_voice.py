@@ -8,11 +8,11 @@ against "Sarah's brother is called Tom", which says nothing of where he lives. P
 on both sides ("what is my brother's name?" / "my brother is called Tom"), the two questions score
 alike (0.99) and the never-said one 0.05 (docs/benchmarks.md, "The user's own voice").
 
-``own_voice`` rewrites the user's name (a word of their user id, written capitalised), and "User" or
-"the user" (how agents and other memory tools word facts: "User drives a Tesla"), with a few
-English rules: "Sarah's" -> "my", "is Sarah" -> "am I", "Sarah is" -> "I am", "Sarah lives" -> "I
-live", "with Sarah", "Tom loves Sarah" -> "me", any other "Sarah" -> "I". The rewrite is for the
-cross-encoder's input only; nothing stored or shown changes.
+``own_voice`` rewrites the user's name (a word of their user id, written capitalised), and in a fact
+"User" or "The user" as its subject (how agents and other memory tools word facts: "User drives a
+Tesla"), with a few English rules: "Sarah's" -> "my", "is Sarah" -> "am I", "Sarah is" -> "I am",
+"Sarah lives" -> "I live", "with Sarah", "Tom loves Sarah" -> "me", any other "Sarah" -> "I". The
+rewrite is for the cross-encoder's input only; nothing stored or shown changes.
 """
 
 from __future__ import annotations
@@ -40,27 +40,40 @@ _NOT_NAMES = frozenset(
     "user january february march april may june july august september october november december".split()  # noqa: SIM905
 )
 _CONJUNCTIONS = frozenset("and or but then so nor yet".split())  # noqa: SIM905 ("Tom and Sarah went": subject)
-# Whoever the memory belongs to, as an agent's facts name them: "User prefers tea", "the user's dog".
-# Lower-case "user" alone is left ("a power user").
-_THE_USER = r"[Tt]he\s+user|User"
-_MAY_NAME_THE_USER = re.compile(_THE_USER)
+# Whoever the memory belongs to, as an agent's facts name them: "User prefers tea", "The user's dog is
+# Rex": a fact's subject, at the start of a sentence, before a possessive, an auxiliary or a verb (not
+# "User stories are due", "how do I reset the user password?", which are about other things).
+_USER_SUBJECT = re.compile(
+    r"(?:^|(?<=[.!?;]\s))(?:The\s+user|User)"
+    r"(?P<after>['’]s\b|\s+(?:is|was|has|does|isn't|wasn't|hasn't|doesn't)\b|\s+[a-z]+s\b(?!\s+(?:are|were)\b))"
+)
 _TITLE = re.compile(r"(?:Mr|Mrs|Ms|Miss|Dr|Prof|Sir|Dame)\.?\s+$")
 _WORD_BEFORE = re.compile(r"([\w'’-]+)\W*$")
 
 
-def own_voice(text: str, user_id: str) -> str:
+def own_voice(text: str, user_id: str, fact: bool = False) -> str:
     """``text`` with the user's name (capitalised words of ``user_id``, ``text.user_id_words``) in the
     first person. ``("What is Sarah's brother's name?", "sarah")`` -> "What is my brother's name?";
     ``("Sarah lives in Leith", "sarah")`` -> "I live in Leith"; ``("Tom loves Sarah", "sarah")`` -> "Tom
-    loves me"; ``("User drives a Tesla", "u1")`` -> "I drive a Tesla". Left as written: a name after a
-    title or another capitalised word ("Mrs Jones", "Amazing Grace") or before one ("Sarah Jones"); any
-    text for no user id ("": read as written)."""
+    loves me". A ``fact`` also has "User" or "The user" as a sentence's subject rewritten
+    (``_USER_SUBJECT``): ``("User drives a Tesla", "u1", fact=True)`` -> "I drive a Tesla". Left as
+    written: a name after a title or another capitalised word ("Mrs Jones", "Amazing Grace") or before
+    one ("Sarah Jones"); any text for no user id ("": read as written)."""
     if not user_id:
         return text
+    if fact:
+        text = _USER_SUBJECT.sub(_user_as_subject, text)
     names, mention = _voice_of(user_id)
-    if not any(n.capitalize() in text for n in names) and not _MAY_NAME_THE_USER.search(text):
+    if mention is None or not any(n.capitalize() in text for n in names):
         return text
     return mention.sub(_first_person, text)
+
+
+def _user_as_subject(m: re.Match[str]) -> str:
+    after = m.group("after")
+    if after.startswith(("'", "’")):
+        return "my"
+    return _TOLD.get(after.strip()) or "I " + _base_form(after.strip())
 
 
 def names_user_uncapitalised(text: str, user_id: str) -> bool:
@@ -71,11 +84,13 @@ def names_user_uncapitalised(text: str, user_id: str) -> bool:
 
 
 @lru_cache(maxsize=1024)
-def _voice_of(user_id: str) -> tuple[tuple[str, ...], re.Pattern[str]]:
-    """The user's name words (longest first) and the pattern of a mention of them (or of "User"), made
-    once per user id: a recall rewrites its query and up to a window of passages."""
+def _voice_of(user_id: str) -> tuple[tuple[str, ...], re.Pattern[str] | None]:
+    """The user's name words (longest first) and the pattern of a mention of them, made once per user
+    id: a recall rewrites its query and up to a window of passages."""
     names = tuple(sorted((w for w in user_id_words(user_id) if w not in _NOT_NAMES), key=len, reverse=True))
-    one = "|".join([*(re.escape(n.capitalize()) for n in names), _THE_USER])
+    if not names:
+        return names, None
+    one = "|".join(re.escape(n.capitalize()) for n in names)
     mention = re.compile(
         rf"(?P<aux>\b(?i:is|was|does|did|has)\s+)?"
         rf"(?<![\w'’-])(?P<name>(?:{one})(?>(?:\s+(?:{one}))*))(?![\w-])(?!\s+[A-Z][a-z])"

@@ -78,6 +78,8 @@ from engram.threads import lower_priority
 # Rows without stored token vectors are encoded at recall (~3 ms each) up to this many; past it the
 # stage is skipped, so a store upgraded from 0.1 keeps 0.1's latency until `engram reindex` has run.
 MAX_ENCODED_AT_RECALL = 8
+# Superseded facts re-encoded in the user's voice per recall (``stored_late_scores``; ~3 ms each)
+MAX_VOICED_AT_RECALL = 4
 LATE_FLOOR = 0.01  # the last of the late-interaction head scores this, not 0: a multiplier can lift it
 _LEG_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-leg")  # recall's work only
 _ADMIT_ALL = Admission(0)
@@ -365,9 +367,17 @@ def stored_late_scores(
     well than the turn it came from, so the turn kept answering with what the fact no longer says."""
 
     def scores(facts: list[SemanticMemory]) -> dict[str, float]:
+        try:
+            return matched(facts)
+        except Exception as exc:  # an optional rule: recall goes on without it (logged)
+            public_failure(exc, "the superseded facts' match")
+            return {}
+
+    def matched(facts: list[SemanticMemory]) -> dict[str, float]:
         voice = "" if tenant is None or names_user_uncapitalised(query_text, tenant) else tenant
         said = {f.id: search_text_of(f) for f in facts}
-        voiced = {i: v for i, text in said.items() if (v := own_voice(text, voice)) != text}
+        voiced = {i: v for i, text in said.items() if (v := own_voice(text, voice, fact=True)) != text}
+        voiced = dict(list(voiced.items())[:MAX_VOICED_AT_RECALL])  # the rest: their stored vectors
         blobs = store.token_vectors(
             tenant, [f.id for f in facts if f.id not in voiced], include_catalog=False
         )

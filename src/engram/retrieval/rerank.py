@@ -40,4 +40,4 @@ def rerank_text(memory: Memory, user_id: str) -> str:
     text = search_text_of(memory)
     if isinstance(memory, EpisodicMemory | CatalogItem):
         return text
-    return own_voice(text, user_id)
+    return own_voice(text, user_id, fact=True)

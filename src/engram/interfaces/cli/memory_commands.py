@@ -392,7 +392,8 @@ def list_(
     print_memories(rows, as_json, none=f"no {listed} memories")
     if others:  # a newcomer's `engram list --user marco` showed his facts and not that he had turns
         also = ", ".join(f"{'1000+' if n >= 1000 else n} {t}" for t, n in others.items())
-        err_console.print(f"(facts only; {user} also has {also}: --type to list them)", style="dim")
+        note = f"(facts only; {user} also has {also}: --type to list them)"
+        err_console.print(note, style="dim", markup=False, emoji=False, highlight=False)
 
 
 @app.command()

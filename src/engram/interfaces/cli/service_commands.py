@@ -85,6 +85,8 @@ def serve(
             say(
                 "admin key: ENGRAM_ADMIN_KEY" + (f" (older admin keys revoked: {revoked})" if revoked else "")
             )
+        elif not keys.has_admin() and log_format == "json":  # logs are kept, and read by many
+            say("no admin key: set ENGRAM_ADMIN_KEY (a generated key is not written into JSON logs)")
         elif not keys.has_admin():
             key, _ = keys.create(None, label="created on first start")
             say(f"[bold]admin key[/bold] (shown once, keep it): {key}")

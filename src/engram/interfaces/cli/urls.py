@@ -36,15 +36,15 @@ def serve_banner(host: str, port: int) -> str:
 
 
 def without_password(store_url: str) -> str:
-    """A store URL as the CLI prints it: a password in the user part or as a ``password`` option
-    becomes ``***``. Example: postgresql://app:pw@db/engram -> postgresql://app:***@db/engram."""
+    """A store URL as the CLI prints it: a password in the user part or as an option (``password``,
+    ``sslpassword``, any case) becomes ``***``. Example: postgresql://app:pw@db/engram -> postgresql://app:***@db/engram."""
     parts = urlsplit(store_url)
     netloc = parts.netloc
     if parts.password is not None:
         user, _, host = netloc.rpartition("@")
         netloc = f"{user.partition(':')[0]}:***@{host}"
     options = parse_qsl(parts.query, keep_blank_values=True)
-    query = urlencode([(k, "***" if k == "password" else v) for k, v in options], safe="*")
+    query = urlencode([(k, "***" if "password" in k.lower() else v) for k, v in options], safe="*")
     if netloc == parts.netloc and query == urlencode(options, safe="*"):
         return store_url
     return urlunsplit(parts._replace(netloc=netloc, query=query))
