@@ -317,6 +317,8 @@ def test_engram_export_and_import_all_on_the_command_line(tmp_path):
     import subprocess
     import sys
 
+    from engram.interfaces.cli.common import private_file
+
     env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
 
     def engram(*args: str) -> subprocess.CompletedProcess[str]:
@@ -336,6 +338,16 @@ def test_engram_export_and_import_all_on_the_command_line(tmp_path):
     assert (tmp_path / "all.jsonl").stat().st_mode & 0o777 == 0o600
     mine = engram("users", "export", "sarah", "-f", str(tmp_path / "sarah.jsonl"), "--store", a)
     assert mine.returncode == 0 and (tmp_path / "sarah.jsonl").stat().st_mode & 0o777 == 0o600
+    # what is not a file of ours keeps its mode (a diff review: as root, /dev/null became 0600)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo, 0o644)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with private_file(str(fifo)) as out:
+            out.write("x")
+    finally:
+        os.close(reader)
+    assert fifo.stat().st_mode & 0o777 == 0o644
     loaded = engram("import", "--all", str(tmp_path / "all.jsonl"), "--store", b)
     assert loaded.returncode == 0 and "imported 1 semantic" in loaded.stdout
     again = engram("export", "-", "--store", b)

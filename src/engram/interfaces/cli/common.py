@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -166,5 +167,9 @@ def private_file(path: str) -> TextIO:
     """``path`` opened for writing (created or emptied), readable by its owner only (0600), as the
     store itself is: an export holds every memory it covers, and API key hashes with --keys."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_TRUNC
+    found = os.fstat(fd)
+    # An existing file keeps its mode through O_TRUNC: ours is made private; a device, a pipe or
+    # someone else's file is left as it is (root once made /dev/null 0600 here).
+    if stat.S_ISREG(found.st_mode) and found.st_uid == os.getuid():
+        os.fchmod(fd, 0o600)
     return os.fdopen(fd, "w", encoding="utf-8")
