@@ -247,6 +247,21 @@ def test_demo_refuses_a_store_that_holds_other_users(tmp_path):
     assert json.loads(listed.stdout) == []
 
 
+def test_forgetting_a_catalog_row_as_a_user_names_the_command_that_does(tmp_path):
+    refused = run("forget", "cat_AAAAAAAAAAAAAAAAAAAAAA", "--user", "alice", env_home=tmp_path, check=False)
+    assert refused.returncode == 1 and "`engram catalog forget` removes it" in refused.stdout
+
+
+def test_mcp_config_refuses_a_url_that_is_no_http_url(tmp_path):
+    for bad in ("ftp://x y", "127.0.0.1:8765", "http://", "http://host with space:1"):
+        refused = run("mcp-config", "--url", bad, env_home=tmp_path, check=False)
+        assert refused.returncode == 1 and "--url must be an http(s) URL" in refused.stdout, bad
+    assert (
+        '"url": "https://mem.example/mcp"'
+        in run("mcp-config", "--url", "https://mem.example/", env_home=tmp_path).stdout
+    )
+
+
 def test_store_urls_are_printed_without_their_password():
     """The demo prints its store and suggests commands: a password in the URL is never printed (the
     commands then leave --store out and say to set ENGRAM_STORE)."""

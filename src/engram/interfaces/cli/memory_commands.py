@@ -354,6 +354,8 @@ def history(memory_id: str, user: UserOpt, as_json: JsonOpt = False, store: Stor
 @app.command()
 def forget(memory_id: str, user: UserOpt, as_json: JsonOpt = False, store: StoreOpt = None) -> None:
     """Delete one of your memories for good (an audit tombstone without text remains)."""
+    if memory_id.startswith("cat_"):  # the facade's own message names its Python handle, not a command
+        raise _fail(f"{memory_id} is a catalog row, shared by every user: `engram catalog forget` removes it")
     with _engram(store, existing=True) as eng:
         tombstone = eng.for_user(user).forget(memory_id)
     print_forgotten(tombstone, as_json)

@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import typer
 from rich.text import Text
@@ -328,6 +329,11 @@ def mcp(store: StoreOpt = None) -> None:
 PLACEHOLDER_KEY = "<API_KEY>"
 
 
+def _is_http_url(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(c.isspace() for c in url)
+
+
 @app.command("mcp-config")
 def mcp_config(
     user: Annotated[
@@ -348,6 +354,10 @@ def mcp_config(
     key is given (checked in the store; a --user that is not the key's is refused)."""
     import shutil
 
+    if url is not None and not _is_http_url(url):
+        raise _fail(
+            f"--url must be an http(s) URL with a host and no spaces (http://10.0.0.5:8765); got {url!r}"
+        )
     owner = user if key == PLACEHOLDER_KEY else _key_user(key, user, store)
     command = shutil.which("engram") or "engram"
     stdio = {"command": command, "args": ["mcp", *_pinned_store(store)], "env": {"ENGRAM_API_KEY": key}}
