@@ -35,9 +35,8 @@ CHANGE_WORDS = frozenset(
     "stopping relocated relocating".split()
 )
 # ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24", "Biscuit passed away",
-# "down to 88 kg now!", "putting the rent up to £790", "she's upped the amlodipine to 10mg", "Leo turned
-# 8 yesterday"; not "no more": "works a treat, no more blinding light" tells what a change did, not what
-# replaced it).
+# "down to 88 kg now!", "putting the rent up to £790", "she's upped the amlodipine to 10mg"; not "no
+# more": "works a treat, no more blinding light" tells what a change did, not what replaced it).
 # "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
 _CHANGE_PHRASE = re.compile(
     r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops|passed\s+away"
@@ -93,11 +92,10 @@ _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
 # A turn that calls old, denies, or compares with what an older one said: "the old astra was lucky to get
 # 45" after "2016 vauxhall astra estate", "my gp isn't Dr Brennan" after "my gp is Dr Brennan", "no more
 # eggs or cheese" after "I do eat eggs and dairy", "6:50 now, so much better than 8:30" after "our games
-# are at 8:30 now" (a comparative's "than"; a time as a whole), "the 16th, not the 14th" after "on the
-# 14th" (a contrast: "not" after a comma or "but"). "old" counts after the speaker's own
-# or a definite determiner only ("a 5 year old cat" is an age, "my sister's old astra" hers); "isn't" not
-# at a sentence's start ("isn't 98k miles a lot?" asks); the words after the cue are checked against the
-# older turn's.
+# are at 8:30 now" (a comparative's "than"; a time as a whole); a contrast of values is ``_CONTRAST``.
+# "old" counts after the speaker's own or a definite determiner only ("a 5 year old cat" is an age, "my
+# sister's old astra" hers); "isn't" not at a sentence's start ("isn't 98k miles a lot?" asks); the words
+# after the cue are checked against the older turn's.
 _SAID_OTHERWISE = re.compile(
     r"\b(?:the|my|our)\s+(?:old|former|previous)\s+(\w+)(?:\s+(\w+))?"
     r"|(?<=\w)[ \t,]+(?:isn['’]?t|aren['’]?t)\s+(\w+)(?:\s+(\w+))?"

@@ -90,16 +90,22 @@ def encode_lean(tokens: Matrix) -> bytes:
     return encode_lean_many([tokens])[0]
 
 
-def encode_lean_many(matrices: Sequence[Matrix]) -> list[bytes]:
-    """Many token matrices as lean blobs, projected and quantised together (one product for a whole
-    import batch, not one per row)."""
+def stacked(matrices: Sequence[Matrix]) -> tuple[list[int], Matrix]:
+    """Each matrix's token count, and all their tokens as one float32 matrix (a lean format codes a
+    whole write batch at once); ValueError for a matrix without tokens."""
     counts = [len(m) for m in matrices]
     if 0 in counts:
         raise ValueError("no token vectors to store")
+    return counts, np.concatenate([np.asarray(m, dtype=np.float32) for m in matrices])
+
+
+def encode_lean_many(matrices: Sequence[Matrix]) -> list[bytes]:
+    """Many token matrices as lean blobs, projected and quantised together (one product for a whole
+    import batch, not one per row)."""
     if not matrices:
         return []
+    counts, rows = stacked(matrices)
     book = LEAN.codebook()
-    rows = np.concatenate([np.asarray(m, dtype=np.float32) for m in matrices])
     centred = (rows @ book.projection - book.mean) / book.spread
     scales = (np.abs(centred).max(axis=1) / _LEVELS).astype(np.float16)
     scales[scales == 0] = 1.0

@@ -31,7 +31,7 @@ from importlib import resources
 import numpy as np
 import numpy.typing as npt
 
-from engram.retrieval.token_format import LEAN, Matrix
+from engram.retrieval.token_format import LEAN, Matrix, stacked
 
 Int8Matrix = npt.NDArray[np.int8]
 CodeMatrix = npt.NDArray[np.uint8]
@@ -77,13 +77,11 @@ def codebook(name: str = "colbert_codebook_v2.npz") -> ProductCodebook:
 
 def encode_pq_many(matrices: Sequence[Matrix]) -> list[bytes]:
     """Many (n, 384) token matrices as version-2 blobs, rotated and coded together."""
-    counts = [len(m) for m in matrices]
-    if 0 in counts:
-        raise ValueError("no token vectors to store")
     if not matrices:
         return []
+    counts, rows = stacked(matrices)
     book = codebook()
-    rotated = np.concatenate([np.asarray(m, dtype=np.float32) for m in matrices]) @ book.rotation
+    rotated = rows @ book.rotation
     grouped = rotated.reshape(len(rotated), GROUPS, book.width)
     norms = (book.centroids**2).sum(axis=2)  # (GROUPS, CENTROIDS)
     codes = np.empty((len(rotated), GROUPS), dtype=np.uint8)

@@ -384,8 +384,9 @@ def list_(
         raise _fail("the catalog is not a user's memory: list it with `engram catalog list`")
     listed = memory_type or "semantic"
     with _engram(store, existing=True) as eng:
-        mem = eng.for_user(user)
-        rows = mem.list(listed, include_superseded=include_superseded, limit=limit, offset=offset)
+        rows = eng.for_user(user).list(
+            listed, include_superseded=include_superseded, limit=limit, offset=offset
+        )
         others = {
             t: n
             for t in ("episodic", "procedural")
