@@ -42,6 +42,7 @@ from sklearn.metrics import log_loss
 from engram import Engram
 from engram.eval.runner import import_eval_corpus, read_questions
 from engram.retrieval.confidence import logit
+from engram.settings import load_settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 import updates  # bench/updates.py: the knowledge-update set's loader
@@ -64,6 +65,7 @@ def hit_rows(hits, gold, source):
             "coverage": h.explain.get("query_coverage"),
             "dense": h.explain.get("dense_score"),
             "confidence": h.confidence,
+            "missing_value": "missing_value" in h.explain,  # its confidence was lowered (asked_value.py)
             "relevant": h.memory.id in gold,
         }
         for h in hits
@@ -166,6 +168,15 @@ def main():
         print(
             f"  {stage:<22} hits {len(y):>5}  mean confidence {said.mean():.3f}  relevant {y.mean():.3f}  "
             f"ECE {figures['ece']:.3f}"
+        )
+    lacking, factor = [r for r in rows if r["missing_value"]], load_settings().missing_value_factor
+    if lacking and factor > 0:  # the factor that calibrates them: share relevant / confidence before it
+        before = float(np.mean([r["confidence"] for r in lacking])) / factor
+        share = float(np.mean([r["relevant"] for r in lacking]))
+        result["missing_value"] = {"hits": len(lacking), "relevant": share, "fitted_factor": share / before}
+        print(
+            f"\nhits without the value asked for: {len(lacking)}, relevant {share:.3f}, confidence before "
+            f"the factor {before:.3f}: fitted missing_value_factor {share / before:.3f}"
         )
     print("\nthe top hit's confidence as recalled now (with the coefficients in engram.settings):")
     top = [(q["hits"][0].confidence if q["hits"] else 0.0, q["kind"] != "never") for q in questions]

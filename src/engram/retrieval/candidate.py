@@ -20,7 +20,7 @@ class Candidate:
     bm25_score: float | None = None
     dense_score: float | None = None
     multipliers: dict[str, float] = field(default_factory=dict)
-    late: float | None = None  # min-max scaled within the head (pipeline.normalised): a rank, not a score
+    late: float | None = None  # min-max scaled in the head (late_interaction.normalised): a rank, not a score
     late_raw: float | None = None  # the MaxSim itself (mean cosine): what confidence is calibrated on
     coverage: float | None = None  # the query's least-matched content word (late_interaction.query_coverage)
     rerank: float | None = None

@@ -33,7 +33,8 @@
    not cover the present is multiplied by ``outdated`` too (``currency.put_invalid_below``, explain
    ``validity``), and a retracted fact (never true) is left out unless ``include_superseded``.
 8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
-   successor's is at least that of what it replaced.
+   successor's is at least that of what it replaced, a hit without the name, number, day or colour
+   the question asks for gets less (``asked_value``, explain ``missing_value``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from engram.observability import Telemetry
 from engram.providers.base import Embedder, Reranker, TokenEncoder, query_content_positions
 from engram.recall_filter import NO_FILTER, RecallFilter
 from engram.retrieval.admission import Admission
+from engram.retrieval.asked_value import missing_value
 from engram.retrieval.candidate import Candidate
 from engram.retrieval.change_cues import asks_about_earlier_state, asks_about_past, expects_change
 from engram.retrieval.confidence import confidence
@@ -62,6 +64,7 @@ from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import (
     Matrix,
     late_score,
+    normalised,
     pack_all,
     query_coverage,
     text_similarity,
@@ -80,7 +83,6 @@ from engram.threads import lower_priority
 MAX_ENCODED_AT_RECALL = 8
 # Superseded facts re-encoded in the user's voice per recall (``stored_late_scores``; ~3 ms each)
 MAX_VOICED_AT_RECALL = 4
-LATE_FLOOR = 0.01  # the last of the late-interaction head scores this, not 0: a multiplier can lift it
 _LEG_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="engram-leg")  # recall's work only
 _ADMIT_ALL = Admission(0)
 T = TypeVar("T")
@@ -247,6 +249,11 @@ def recall(
         answers_for = put_past_first(candidates, margin=config.replace_margin, places=config.change_places)
 
     judged = reranked or uncontested is not None  # what ranks below it was left unscored on purpose
+    lacking = (  # hits without the name, number, day or colour asked for; a factor of 1 turns it off
+        missing_value(query, {c.memory.id: search_text_of(c.memory) for c in candidates})
+        if config.missing_value_factor < 1
+        else {}
+    )
     confidences = {
         c.memory.id: confidence(
             config.calibration,
@@ -258,6 +265,7 @@ def recall(
             below=judged and c is not uncontested,
         )
         * (config.asked_factor if c.memory.id in asker_ids else 1.0)
+        * (config.missing_value_factor if c.memory.id in lacking else 1.0)
         for c in candidates
     }
     answers_for |= outdated_by
@@ -279,7 +287,8 @@ def recall(
             confidence=confidences[c.memory.id],
             event_time=event_time(c.memory),
             explain=c.explain(errors, notes)
-            | ({"outdated_by": outdated_by[c.memory.id]} if c.memory.id in outdated_by else {}),
+            | ({"outdated_by": outdated_by[c.memory.id]} if c.memory.id in outdated_by else {})
+            | ({"missing_value": lacking[c.memory.id]} if c.memory.id in lacking else {}),
         )
         for rank, c in enumerate(candidates[:k], start=1)
     ]
@@ -429,21 +438,3 @@ def _search_legs(
     if text_leg is not None:
         legs = {"bm25": [(h.id, h.score) for h in text_leg.result()], **legs}
     return legs
-
-
-def normalised(scores: list[float]) -> list[float]:
-    """Min-max scaling into [f, 1]: ``f + (1 - f) (s - min) / (max - min)`` with ``f = LATE_FLOOR``, all
-    1.0 when the scores are equal.
-
-    MaxSim scores are mean cosines bunched in a narrow band (~0.5-0.8), where a multiplier such as
-    the catalog prior 0.85 would outweigh any difference in relevance; spread over [0, 1] within the
-    head, they weigh against the multipliers as the cross-encoder's probabilities do. Measured: own
-    evaluation dev split R@10 0.934 raw -> 0.977 scaled; LoCoMo dev unchanged (docs/benchmarks.md).
-    The floor keeps the last of the head above 0, where no multiplier could lift it: with two turns,
-    "we moved to Edinburgh last week!" scored 0 and could never go above "we live in Bristol btw".
-    Example: [0.5, 0.6, 0.7] -> [0.01, 0.505, 1.0].
-    """
-    low, high = min(scores, default=0.0), max(scores, default=0.0)
-    if high <= low:
-        return [1.0] * len(scores)
-    return [LATE_FLOOR + (1.0 - LATE_FLOOR) * (s - low) / (high - low) for s in scores]
