@@ -66,7 +66,7 @@ DEFAULT_SPEAKER_MATCH_BOOST = 1.1  # a turn said by the person the query names r
 # replaced it, still in the top few for "what was it before?" questions asked without a past word.
 DEFAULT_OUTDATED_FACTOR = 0.5
 DEFAULT_ASKED_FACTOR = 0.1  # a turn asking what the query asks tells no answer (contenders.py); 1: off
-# Confidence of a hit without the name, number, day or colour the question asks for (asked_value.py).
+# Confidence of a hit without the name, number, time, day or colour a question asks for (asked_value.py).
 DEFAULT_MISSING_VALUE_FACTOR = 0.2
 # A successor must match the query by late interaction's raw MaxSim at least as well as what it replaces,
 # less this: a live fact replaces the turn it supersedes for the question about it, not for every one.
@@ -238,7 +238,7 @@ class EngramSettings(BaseSettings):
     related_subject: float = Field(default=DEFAULT_RELATED_SUBJECT, ge=-1, le=1.01)  # -1: any subject
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
     asked_factor: float = Field(default=DEFAULT_ASKED_FACTOR, gt=0, le=1)
-    missing_value_factor: float = Field(default=DEFAULT_MISSING_VALUE_FACTOR, ge=0, le=1)  # 1: off
+    missing_value_factor: float = Field(default=DEFAULT_MISSING_VALUE_FACTOR, gt=0, le=1)  # 1: off
     confidence_rerank: CoverageCalibration = Field(DEFAULT_CONFIDENCE_RERANK, description="reranked: a, b, c")
     confidence_late: CoverageCalibration = Field(DEFAULT_CONFIDENCE_LATE, description="not reranked: a, b, c")
     confidence_dense: tuple[FiniteFloat, FiniteFloat] = Field(

@@ -3,7 +3,7 @@ state one, and what recall does with a hit that does not."""
 
 import pytest
 
-from engram.retrieval.asked_value import AskedValue, asked_value, missing_value, states_value
+from engram.retrieval.asked_value import LONG_ROW, AskedValue, asked_value, missing_value, states_value
 
 QUESTION = "what's maeve's cat called?"
 
@@ -15,7 +15,8 @@ QUESTION = "what's maeve's cat called?"
         ("What is the name of Fiona's vet practice?", AskedValue.NAME),
         ("what colour is my car?", AskedValue.COLOUR),
         ("how much is my rent?", AskedValue.NUMBER),
-        ("How long has Dan been teaching?", AskedValue.NUMBER),
+        ("How long has Dan been teaching?", AskedValue.DURATION),
+        ("what age is Leo?", AskedValue.DURATION),
         ("what time is capoeira?", AskedValue.TIME),
         ("when is Ola's birthday?", AskedValue.DAY),
         ("when was her birthday party?", AskedValue.DAY),  # a birthday comes round again
@@ -32,6 +33,17 @@ QUESTION = "what's maeve's cat called?"
         ("when and where is my welsh class?", None),
         ("What's the name of the church where she sings?", AskedValue.NAME),  # a relative "where"
         ("how much did the new phone cost me?", AskedValue.NUMBER),  # a past price: not its event time
+        ("how long ago did I move?", None),
+        ("what time of year do I go skiing?", AskedValue.DAY),
+        ("what time zone am I in?", None),
+        # a birthday asked of otherwise, "called" as a verb, a colour not asked as such
+        ("what did I get mum for her birthday?", None),
+        ("who called me yesterday?", None),
+        ("what kind of colour blindness do I have?", None),
+        ("what size t-shirt do I wear?", None),
+        # a yes/no question or a "why" holds the value already
+        ("is my cat called Biscuit?", None),
+        ("why is my cat called Biscuit?", None),
     ],
 )
 def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | None) -> None:
@@ -52,23 +64,68 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
         (AskedValue.NAME, "maeve's cat hates me btw", "what's maeve's cat called?", False),
         (AskedValue.NAME, "my mum's coming to babysit", "what's my mum's name?", False),
         (AskedValue.NAME, "The cat is sick again", "what's the cat called?", False),
+        # a label, a speaker or a name after punctuation; capitals throughout; quotes of either kind
+        (AskedValue.NAME, "Sister: Aoife", "what's my sister called?", True),
+        (AskedValue.NAME, "Maeve: Biscuit keeps scratching the sofa", "What is Maeve's cat called?", True),
+        (AskedValue.NAME, "At Arrowline, Dave is my manager", "what's my manager at Arrowline called?", True),
+        (
+            AskedValue.NAME,
+            "I'm a manager at Arrowline Logistics",
+            "what's my manager at arrowline called?",
+            False,
+        ),
+        (AskedValue.NAME, "MY SISTER IS AOIFE", "what is my sister called?", True),
+        (AskedValue.NAME, "my band's called 'night owls'", "what's my band called?", True),
+        (AskedValue.NAME, "we call him biscuit", "what's the dog called?", True),
+        (AskedValue.NAME, "my manager is 李娜", "what's my manager called?", True),
+        # a name already asked, the agent's word for the user, a month, a contraction, a verb's object
+        (AskedValue.NAME, "User has a cat.", "what's the user's cat called?", False),
+        (AskedValue.NAME, "the user adopted a cat in March", "what's my cat called?", False),
+        (AskedValue.NAME, "maeve's cat hates me, let's see", "what's maeve's cat called?", False),
+        (AskedValue.NAME, "I called the vet about my cat", "what's my cat called?", False),
+        (AskedValue.NAME, "MAEVE'S CAT HATES ME", "what's maeve's cat called?", False),
+        (AskedValue.NAME, "mum's coming to babysit", "what's my mum's name?", False),
         (AskedValue.NUMBER, "we're down to two now", "how many chickens have I got?", True),
         (AskedValue.NUMBER, "rent is £1,650 a month", "how much is my rent?", True),
         (AskedValue.NUMBER, "I got the job at Sawtooth!", "what's my salary at Sawtooth?", False),
+        (AskedValue.NUMBER, "i have no kids", "how many kids do I have?", True),
+        (AskedValue.NUMBER, "we have twins", "how many kids do I have?", True),
+        (AskedValue.NUMBER, "the 2019 mt-07 is great", "how much did the 2019 mt-07 cost?", False),
+        (AskedValue.DURATION, "vegan for a decade now", "how long have I been vegan?", True),
+        (AskedValue.DURATION, "dad's in his seventies", "how old is my dad?", True),
         (AskedValue.TIME, "capoeira's moved to 8pm", "what time is capoeira?", True),
         (AskedValue.TIME, "we play in the mornings", "what time are my games?", True),
         (AskedValue.TIME, "capoeira is fun", "what time is capoeira?", False),
         (AskedValue.DAY, "footy's switched to thursdays", "what night is five-a-side?", True),
         (AskedValue.DAY, "she runs at lunchtime now", "when does she run?", True),
         (AskedValue.DAY, "Ola got the pharmacist job!", "when is Ola's birthday?", False),
+        (AskedValue.DAY, "it's next tues", "when is my dentist appointment?", True),
+        (AskedValue.DAY, "in a fortnight", "when is my dentist appointment?", True),
+        (AskedValue.DAY, "on the fourteenth", "when is my dentist appointment?", True),
+        (AskedValue.TIME, "after work usually", "what time is capoeira?", True),
         (AskedValue.COLOUR, "picked up a blue 2019 mt-07", "what colour is my bike?", True),
         (AskedValue.COLOUR, "the corolla's doing 62mpg", "what colour is the corolla?", False),
+        (AskedValue.COLOUR, "hazel, like my mum's", "what colour are my eyes?", True),
     ],
 )
 def test_which_rows_state_a_value_of_the_kind_asked(
     kind: AskedValue, text: str, query: str, states: bool
 ) -> None:
     assert states_value(kind, text, query) is states
+
+
+def test_a_long_row_always_counts_as_stating_the_value() -> None:
+    long_row = "maeve's cat hates me " * (LONG_ROW // 20)
+    assert not states_value(AskedValue.NAME, long_row[:100], QUESTION)
+    assert states_value(AskedValue.NAME, long_row, QUESTION)
+
+
+def test_odd_input_never_raises() -> None:
+    for text in ("", " ", "?", "\x00", "\ud800", "e\u0301", "𝐀𝐨𝐢𝐟𝐞", "ｍａｅｖｅ", "was " * 4000 + "used to"):
+        kind = asked_value(text)
+        for asked in AskedValue:
+            states_value(asked, text, text)
+        assert kind is None or isinstance(kind, AskedValue)
 
 
 def test_missing_value_names_the_rows_without_it() -> None:

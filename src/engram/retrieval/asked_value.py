@@ -6,130 +6,180 @@ about something never said are mostly of this shape: a name, a number, a day or 
 subject that was mentioned. Recall lowers the confidence of such rows (``Settings.missing_value_factor``)
 and leaves their rank alone (docs/benchmarks.md).
 
-The checks are deliberately generous to the row: any capitalised word new to the query counts as a
-name, any digit as a number or a day. A question answered by when the row was said ("when did we
-move?", "what year did I start?") asks for nothing in the text: the hit's event time answers it.
+The checks are deliberately generous to the row, as a row wrongly judged to lack the value loses most
+of its confidence: any capitalised word new to the query counts as a name, any number new to it as a
+number or a day, and a row longer than ``LONG_ROW`` characters always counts. A question answered by
+when the row was said ("when did we move?", "what year did I start?") asks for nothing in the text: the
+hit's event time answers it; nor does a yes/no question, a "why", or a question in two parts.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 
-from engram.text import STOPWORDS
+from engram.text import LINE_LABELS, STOPWORDS
 
 
 class AskedValue(StrEnum):
     """What a question wants in its answer's text."""
 
     NAME = "name"
-    NUMBER = "number"
+    NUMBER = "number"  # how much / many / far, a price, a salary, a year
+    DURATION = "duration"  # how long, how old: a number or "a decade", "in his thirties"
     TIME = "time"  # of day: "8pm", "half six", "mornings"
     DAY = "day"  # a weekday, date, month or season
     COLOUR = "colour"
 
 
-_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*", re.UNICODE)
-_NAME_ASKED = re.compile(r"\b(?:name|names|named|called)\b", re.IGNORECASE)
-_COLOUR_ASKED = re.compile(r"\bcolou?rs?\b", re.IGNORECASE)
-_TIME_ASKED = re.compile(r"\bwhat time\b", re.IGNORECASE)
-_NUMBER_ASKED = re.compile(r"\bhow (?:much|many|long|old|far)\b|\bwhat (?:age|size|price)\b|\bsalary\b", re.I)
-_YEAR_ASKED = re.compile(r"\bwhat year\b", re.IGNORECASE)
-_DAY_ASKED = re.compile(r"^\s*when\b|\b(?:what|which) (?:days?|nights?|date|month)\b", re.IGNORECASE)
+LONG_ROW = 2_000  # characters: a row this long nearly always holds a value of any kind; not worth a scan
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_I = re.IGNORECASE
+_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
+_NUMBER = re.compile(r"\d+")
+_POSSESSIVE = re.compile(r"['’]s$", _I)
+# A yes/no question ("is my cat called Biscuit?") or a "why" holds its value already, or asks none.
+_NO_VALUE = re.compile(
+    r"^\s*(?:is|are|am|was|were|do|does|did|has|have|had|can|could|will|would|should)\b|\bwhy\b", _I
+)
 # Two questions in one ("what's my cat called and what breed is she?"): a row may answer either part;
 # not a relative "where" or "who" ("the name of the church where she sings").
-_TWO_QUESTIONS = re.compile(r"(?:\band|[,;?])\s+(?:what|what's|whats|who|whose|where|when|which|how)\b", re.I)
-_BIRTHDAY = re.compile(r"\bbirthdays?\b", re.IGNORECASE)
+_TWO_QUESTIONS = re.compile(r"(?:\band|[,;?])\s+(?:what|what's|whats|who|whose|where|when|which|how)\b", _I)
+_NAME_ASKED = re.compile(r"\b(?:names?|named|nicknames?|surnames?|called)\b", _I)
+_CALLED_SOMEONE = re.compile(r"\b(?:i|you|he|she|we|they|who|someone|somebody|anyone)\s+called\b", _I)
+_COLOUR_ASKED = re.compile(r"\b(?:what|which) colou?rs?\b|\bcolou?rs? (?:is|are|was|were)\b", _I)
+_TIME_ASKED = re.compile(r"\bwhat time\b(?! zones?\b| of (?:the )?year\b)", _I)
+_DURATION_ASKED = re.compile(r"\bhow (?:long|old)\b(?! ago\b)|\bwhat age\b", _I)
+_NUMBER_ASKED = re.compile(r"\bhow (?:much|many|far)\b|\bwhat price\b|\bsalary\b", _I)
+_YEAR_ASKED = re.compile(r"\bwhat year\b", _I)
+_DAY_ASKED = re.compile(
+    r"^\s*when\b|\b(?:what|which) (?:days?|nights?|date|month)\b|\bwhat time of (?:the )?year\b", _I
+)
+_BIRTHDAY = re.compile(r"\bbirthdays?\b", _I)  # comes round again: asked of any tense
 # "when did / was ...", "what year did ...": asked when an event was, which the hit's event time says;
 # "used to" is a habit.
-_EVENT_TENSE = re.compile(r"\b(?:did|was|were)\b(?!.*\bused? to\b)", re.IGNORECASE)
+_EVENT = re.compile(r"\b(?:did|was|were|ago)\b", _I)
+_HABIT = re.compile(r"\bused? to\b", _I)
+
 _NAME_CUE = re.compile(
-    r"\b(?:called|named|name is|name's|names are)\s+[\"“]?([^\W_]+)|[\"“]([^\"”]{1,60})[\"”]", re.IGNORECASE
+    r"\b(?:call|calls|called|calling|named|nicknamed|name is|name's|names are|name was)\s+"
+    r"(?:(?:him|her|them|it)\s+)?[\"“‘']?([^\W\d_][\w'’-]*)",
+    _I,
 )
-_DIGIT = re.compile(r"\d")
-_I = re.compile(r"I['’]")  # I'm, I've, I'd, I'll
-_POSSESSIVE = re.compile(r"['’]s$")
-_DETERMINERS = frozenset("the a an my your his her its our their this that every each no".split())  # noqa: SIM905
-_NUMBER_WORDS = frozenset(
+_QUOTED = re.compile(r"[\"“‘]([^\"”’]{1,60})[\"”’]|(?<!\w)'([^']{1,60})'(?!\w)")
+_NO_SUCH = re.compile(r"\bno\s+([^\W\d_]+)", _I)  # "no kids" answers "how many kids?"
+_DETERMINERS = _words("the a an my your his her its our their this that every each no")
+# Capitalised or possessive, yet no one's name: the agent's word for the user, family as it is
+# addressed ("mum's coming"), contractions ("let's", "today's"); and a line's label (text.LINE_LABELS:
+# "Update:", "Sorry", weekdays, months that are no first names).
+_NOT_NAMES = LINE_LABELS | _words(
+    """
+    user users let everything everyone everybody nothing nobody somebody someone something tonight
+    life mum mom mam mummy mommy dad daddy mother father nan nana gran granny grandma grandad grandpa
+    """
+)
+_NUMBER_WORDS = _words(
     """
     zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen
     seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand
-    million billion half quarter dozen couple few several both double twice once single pair
-    first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth
-    grand quid bucks
-    """.split()  # noqa: SIM905 - a word list reads better as text
+    million billion hundreds thousands millions dozens dozen half quarter couple few several both double
+    twice once single pair twins triplets none only grand quid bucks tenner fiver
+    first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth
+    fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth thirtieth
+    """
 )
-_TIME_WORDS = frozenset(
+_DURATION_WORDS = _words(
+    """
+    year years month months week weeks day days decade decades hour hours minute minutes fortnight
+    ages while since teen teens teenager toddler baby newborn twenties thirties forties fifties sixties
+    seventies eighties nineties
+    """
+)
+_TIME_WORDS = _words(
     """
     noon midday midnight morning mornings afternoon afternoons evening evenings night nights lunchtime
-    lunch early late am pm o'clock
-    """.split()  # noqa: SIM905 - a word list reads better as text
+    lunch early late am pm o'clock dawn sunrise sunset dusk after teatime dinnertime breakfast dinner
+    tea supper bedtime tonight
+    """
 )
-_DAY_WORDS = frozenset(
+_DAY_WORDS = _words(
     """
     monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays thursdays
-    fridays saturdays sundays weekday weekdays weekend weekends today tomorrow tonight yesterday
+    fridays saturdays sundays mon tue tues wed weds thu thur thurs fri sat sun weekday weekdays weekend
+    weekends today tomorrow tonight yesterday tmrw tmr tomoz week weeks fortnight fortnightly weekly
+    monthly daily yearly annually month months year next
     january february march april may june july august september october november december
     jan feb mar apr jun jul aug sep sept oct nov dec spring summer autumn fall winter
-    christmas easter halloween thanksgiving
-    """.split()  # noqa: SIM905 - a word list reads better as text
+    christmas easter halloween thanksgiving boxing valentine valentine's holiday holidays eid diwali
+    hanukkah ramadan passover
+    """
 )
-_COLOURS = frozenset(
+_COLOURS = _words(
     """
     red blue green yellow black white grey gray silver orange purple pink brown navy gold golden beige
     cream maroon burgundy teal turquoise violet lilac lavender magenta cyan khaki bronze copper tan
-    ivory charcoal mint olive scarlet crimson indigo
-    """.split()  # noqa: SIM905 - a word list reads better as text
+    ivory charcoal mint olive scarlet crimson indigo hazel blonde blond brunette redhead ginger auburn
+    aqua peach coral sage mustard emerald cobalt champagne rose ruby amber dark light pale bright reddish
+    """
 )
+_ACCEPTS: dict[AskedValue, frozenset[str]] = {  # the words that state a value of each kind, digits aside
+    AskedValue.NUMBER: _NUMBER_WORDS,
+    AskedValue.DURATION: _NUMBER_WORDS | _DURATION_WORDS,
+    AskedValue.TIME: _NUMBER_WORDS | _TIME_WORDS,
+    AskedValue.DAY: _NUMBER_WORDS | _TIME_WORDS | _DAY_WORDS,
+    AskedValue.COLOUR: _COLOURS,
+}
 
 
 def asked_value(query: str) -> AskedValue | None:
     """The kind of value ``query`` asks for, or None (most questions: "where do I live?", "what car do I
-    drive?" can be answered in any words), as for a question in two parts. Example: "what's my sister
-    called?" -> NAME; "how much is my rent?" -> NUMBER; "when did we move?" -> None (the event time
-    answers)."""
-    if _TWO_QUESTIONS.search(query):
+    drive?" can be answered in any words; see the module docstring). Example: "what's my sister
+    called?" -> NAME; "how much is my rent?" -> NUMBER; "when did we move?" -> None."""
+    if _NO_VALUE.search(query) or _TWO_QUESTIONS.search(query):
         return None
-    if _NAME_ASKED.search(query):
+    if _NAME_ASKED.search(query) and not _CALLED_SOMEONE.search(query):
         return AskedValue.NAME
-    if _COLOUR_ASKED.search(query):
-        return AskedValue.COLOUR
-    if _BIRTHDAY.search(query):
+    for pattern, kind in (
+        (_COLOUR_ASKED, AskedValue.COLOUR),
+        (_TIME_ASKED, AskedValue.TIME),
+        (_DURATION_ASKED, AskedValue.DURATION),
+        (_NUMBER_ASKED, AskedValue.NUMBER),
+    ):
+        if pattern.search(query):
+            return kind
+    if _DAY_ASKED.search(query) and _BIRTHDAY.search(query):
         return AskedValue.DAY
-    if _TIME_ASKED.search(query):
-        return AskedValue.TIME
-    if _NUMBER_ASKED.search(query):
-        return AskedValue.NUMBER
-    if _EVENT_TENSE.search(query):  # what is left asks when something happened
+    if _EVENT.search(query) and not _HABIT.search(query):
         return None
     if _YEAR_ASKED.search(query):
         return AskedValue.NUMBER
-    if _DAY_ASKED.search(query):
-        return AskedValue.DAY
-    return None
+    return AskedValue.DAY if _DAY_ASKED.search(query) else None
+
+
+@dataclass(frozen=True)
+class _Query:
+    words: frozenset[str]  # lower case, possessives stripped: "maeve's" asks of maeve
+    numbers: frozenset[str]
+
+    @classmethod
+    def of(cls, query: str) -> _Query:
+        return cls(frozenset(_bare(w) for w in _WORD.findall(query)), frozenset(_NUMBER.findall(query)))
 
 
 def states_value(kind: AskedValue, text: str, query: str) -> bool:
-    """Whether ``text`` could state a value of ``kind`` that ``query`` does not already hold: a name is a
-    word new to the query that reads as one (``_names_someone``), or words after "called" or in quotes;
-    a number any digit or number word; a time that or a time of day; a day any of those or a weekday,
-    month or season. Example: NAME, "my sister Aoife is visiting", "what's my sister called?" -> True;
-    NAME, "maeve's cat hates me", "what's maeve's cat called?" -> False."""
-    asked = {_POSSESSIVE.sub("", w.lower()) for w in _WORD.findall(query)}  # "maeve's" asks of maeve
-    words = [w for w in _WORD.findall(text) if _POSSESSIVE.sub("", w.lower()) not in asked]
-    lowered = {w.lower().replace("’", "'") for w in words}
-    if kind is AskedValue.NAME:
-        cued = (m.group(1) or m.group(2) for m in _NAME_CUE.finditer(text))
-        return any(_POSSESSIVE.sub("", c.lower()) not in asked for c in cued) or _names_someone(
-            _WORD.findall(text), asked
-        )
-    if kind is AskedValue.COLOUR:
-        return bool(lowered & _COLOURS)
-    if _DIGIT.search(text) or lowered & _NUMBER_WORDS:
-        return True
-    if lowered & _TIME_WORDS:  # "at lunchtime" says when too
-        return kind in (AskedValue.TIME, AskedValue.DAY)
-    return kind is AskedValue.DAY and bool(lowered & _DAY_WORDS)
+    """Whether ``text`` could state a value of ``kind`` that ``query`` does not already hold: a name is
+    a word new to the query that reads as one (``_names_someone``), a word after "called" or in quotes;
+    a number a number new to the query or a number word; a duration, a time of day or a day that or a
+    word of its kind ("a decade", "at lunchtime", "next tues"). Example: NAME, "my sister Aoife is
+    visiting", "what's my sister called?" -> True; NAME, "maeve's cat hates me", "what's maeve's cat
+    called?" -> False."""
+    return _states(kind, text, _Query.of(query))
 
 
 def missing_value(query: str, texts: dict[str, str]) -> dict[str, str]:
@@ -138,27 +188,73 @@ def missing_value(query: str, texts: dict[str, str]) -> dict[str, str]:
     kind = asked_value(query)
     if kind is None:
         return {}
-    return {row_id: kind.value for row_id, text in texts.items() if not states_value(kind, text, query)}
+    asked = _Query.of(query)
+    return {row_id: kind.value for row_id, text in texts.items() if not _states(kind, text, asked)}
 
 
-def _names_someone(words: list[str], asked: set[str]) -> bool:
-    """A word new to the query that reads as a name: capitalised (not "I'm", not the rest of a name
-    the query holds), or, as chat is often typed in lower case, a possessive without a determiner
-    ("hana's piano", not "my mum's") or the other in "me and maeve" / "maeve and I"."""
-    for i, word in enumerate(words):
-        bare, possessive = _POSSESSIVE.subn("", word)
-        low = bare.lower()
-        before = words[i - 1].lower() if i else ""
-        if len(bare) < 2 or low in STOPWORDS or low in asked or _I.match(bare):
+def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
+    if len(text) > LONG_ROW:
+        return True
+    if kind is AskedValue.NAME:
+        cued = [m.group(1) for m in _NAME_CUE.finditer(text)]
+        cued += [w for m in _QUOTED.finditer(text) for w in _WORD.findall(m.group(1) or m.group(2))]
+        return any(_new(w, asked) for w in cued) or _names_someone(text, asked)
+    if kind is not AskedValue.COLOUR and set(_NUMBER.findall(text)) - asked.numbers:
+        return True
+    said = {_bare(w) for w in _WORD.findall(text)} - asked.words
+    said |= {w[:-3] for w in said if w.endswith("ish")}  # "reddish", "sevenish"
+    if kind in (AskedValue.NUMBER, AskedValue.DURATION):
+        said |= {"none" for m in _NO_SUCH.finditer(text) if _bare(m.group(1)) in asked.words}
+    return bool(said & _ACCEPTS[kind])
+
+
+def _names_someone(text: str, asked: _Query) -> bool:
+    """A word new to the query that reads as a name: capitalised (not "I'm", not the rest of a name the
+    query holds, as "Logistics" in "Arrowline Logistics" asked as "arrowline"), in a script without
+    letter case, or, as chat is often typed in lower case, a possessive without a determiner ("hana's
+    piano", not "my mum's") or the other in "me and maeve" / "maeve and I"."""
+    matches = list(_WORD.finditer(text))
+    for i, match in enumerate(matches):
+        word = match.group()
+        low = _bare(word)
+        if not _new(word, asked) or low in _NOT_NAMES or word[:2] in ("I'", "I’"):
             continue
-        if bare[0].isupper() and before in asked and words[i - 1][0].isupper():
-            continue  # the rest of a name the query holds: "Arrowline Logistics" for "arrowline"
-        after = " ".join(words[i + 1 : i + 3]).lower()
+        before = matches[i - 1] if i else None
+        first = word[0]
+        if first.isupper():
+            if (
+                before is not None
+                and _holds_name(before, asked)
+                and text[before.end() : match.start()].isspace()
+            ):
+                continue  # the rest of a name the query holds
+            return True
+        if not first.islower():  # a script without letter case
+            return True
+        previous = _bare(before.group()) if before is not None else ""
+        possessive = _POSSESSIVE.search(word) is not None
+        two_before = _bare(matches[i - 2].group()) if i > 1 else ""
+        after = " ".join(m.group().lower() for m in matches[i + 1 : i + 3])
         if (
-            bare[0].isupper()
-            or (possessive and before not in _DETERMINERS)
-            or (before == "and" and i > 1 and words[i - 2].lower() == "me")
+            (possessive and previous not in _DETERMINERS)
+            or (previous == "and" and two_before == "me")
             or after in ("and i", "and me")
         ):
             return True
     return False
+
+
+def _holds_name(match: re.Match[str], asked: _Query) -> bool:
+    """A capitalised content word of the query: "Arrowline" for "what's my manager at arrowline called?"."""
+    low = _bare(match.group())
+    return match.group()[0].isupper() and low in asked.words and low not in STOPWORDS
+
+
+def _new(word: str, asked: _Query) -> bool:
+    """A word that could be the value: not the query's, not a stopword, not a single letter."""
+    low = _bare(word)
+    return len(low) > 1 and low not in asked.words and low not in STOPWORDS
+
+
+def _bare(word: str) -> str:
+    return _POSSESSIVE.sub("", word.lower().replace("’", "'"))

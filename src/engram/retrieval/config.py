@@ -49,7 +49,7 @@ class RetrievalConfig:
     related_subject: float = s.DEFAULT_RELATED_SUBJECT  # ... a related one
     outdated_factor: float = s.DEFAULT_OUTDATED_FACTOR
     asked_factor: float = s.DEFAULT_ASKED_FACTOR  # score and confidence of a turn re-asking the query
-    missing_value_factor: float = s.DEFAULT_MISSING_VALUE_FACTOR  # a hit lacking the asked value's confidence
+    missing_value_factor: float = s.DEFAULT_MISSING_VALUE_FACTOR  # confidence kept without the asked value
     calibration: Calibration = DEFAULT_CALIBRATION  # raw stage scores -> confidence (retrieval.confidence)
 
     def but(self, **changes: Any) -> RetrievalConfig:

@@ -33,8 +33,8 @@
    not cover the present is multiplied by ``outdated`` too (``currency.put_invalid_below``, explain
    ``validity``), and a retracted fact (never true) is left out unless ``include_superseded``.
 8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
-   successor's is at least that of what it replaced, a hit without the name, number, day or colour
-   the question asks for gets less (``asked_value``, explain ``missing_value``).
+   successor's is at least that of what it replaced; a hit without the name, number, time, day or
+   colour the question asks for gets less (``asked_value``, explain ``missing_value``).
 """
 
 from __future__ import annotations
@@ -249,11 +249,6 @@ def recall(
         answers_for = put_past_first(candidates, margin=config.replace_margin, places=config.change_places)
 
     judged = reranked or uncontested is not None  # what ranks below it was left unscored on purpose
-    lacking = (  # hits without the name, number, day or colour asked for; a factor of 1 turns it off
-        missing_value(query, {c.memory.id: search_text_of(c.memory) for c in candidates})
-        if config.missing_value_factor < 1
-        else {}
-    )
     confidences = {
         c.memory.id: confidence(
             config.calibration,
@@ -265,7 +260,6 @@ def recall(
             below=judged and c is not uncontested,
         )
         * (config.asked_factor if c.memory.id in asker_ids else 1.0)
-        * (config.missing_value_factor if c.memory.id in lacking else 1.0)
         for c in candidates
     }
     answers_for |= outdated_by
@@ -279,6 +273,11 @@ def recall(
             break
     for c in candidates[:k]:  # what was replaced is as likely to be the answer now as it ranks
         confidences[c.memory.id] *= c.multipliers.get("outdated", 1.0) * c.multipliers.get("validity", 1.0)
+    # a hit without the name, number, time, day or colour asked for cannot be the answer (1: off)
+    texts = {c.memory.id: search_text_of(c.memory) for c in candidates[:k]}
+    lacking = missing_value(query, texts) if config.missing_value_factor < 1 else {}
+    for hit_id in lacking:
+        confidences[hit_id] *= config.missing_value_factor
     return [
         Hit(
             memory=c.memory,
