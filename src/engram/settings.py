@@ -56,8 +56,7 @@ DEFAULT_RERANK_GAP = 0.01
 DEFAULT_RERANK_GAP_DISTILLED = 0.05
 DEFAULT_LATE_WINDOW = 160  # late interaction scores every fused candidate (2 legs x 80): ~0.1 ms each
 DEFAULT_DECAY_OFFSET_DAYS = 180.0  # memories younger than ~6 months are not penalised at all
-DEFAULT_DECAY_SCALE_DAYS = 1825.0  # 5 years past the offset ...
-DEFAULT_DECAY_VALUE = 0.5  # ... a memory is worth half as much
+DEFAULT_DECAY_SCALE_DAYS, DEFAULT_DECAY_VALUE = 1825.0, 0.5  # 5 years past the offset, worth half as much
 DEFAULT_USE_COUNT_WEIGHT = 0.2  # 10 uses ~1.2x, 100 uses ~1.4x: recall keeps useful facts on top
 DEFAULT_CATALOG_PRIOR = 0.85  # ties go to the user's own memory; a clearly better catalog hit still wins
 DEFAULT_TIME_MATCH_BOOST = 1.5  # a turn said in the period the query names ("in May 2023") ranks up
@@ -66,8 +65,8 @@ DEFAULT_SPEAKER_MATCH_BOOST = 1.1  # a turn said by the person the query names r
 # replaced it, still in the top few for "what was it before?" questions asked without a past word.
 DEFAULT_OUTDATED_FACTOR = 0.5
 DEFAULT_ASKED_FACTOR = 0.1  # a turn asking what the query asks tells no answer (contenders.py); 1: off
-# Confidence of a hit without the name, number, time, day or colour a question asks for (asked_value.py).
-DEFAULT_MISSING_VALUE_FACTOR = 0.2
+DEFAULT_MISSING_VALUE_FACTOR = 0.2  # confidence of a hit lacking the value asked (asked_value; fit 0.1-0.3)
+DEFAULT_MISSING_VALUE_RANK = 0.7  # ... and its score: an answer with the value, close behind, goes first
 # A successor must match the query by late interaction's raw MaxSim at least as well as what it replaces,
 # less this: a live fact replaces the turn it supersedes for the question about it, not for every one.
 DEFAULT_REPLACE_MARGIN = 0.05
@@ -239,6 +238,7 @@ class EngramSettings(BaseSettings):
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
     asked_factor: float = Field(default=DEFAULT_ASKED_FACTOR, gt=0, le=1)
     missing_value_factor: float = Field(default=DEFAULT_MISSING_VALUE_FACTOR, gt=0, le=1)  # 1: off
+    missing_value_rank: float = Field(default=DEFAULT_MISSING_VALUE_RANK, gt=0, le=1)  # 1: off
     confidence_rerank: CoverageCalibration = Field(DEFAULT_CONFIDENCE_RERANK, description="reranked: a, b, c")
     confidence_late: CoverageCalibration = Field(DEFAULT_CONFIDENCE_LATE, description="not reranked: a, b, c")
     confidence_dense: tuple[FiniteFloat, FiniteFloat] = Field(

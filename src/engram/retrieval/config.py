@@ -50,6 +50,7 @@ class RetrievalConfig:
     outdated_factor: float = s.DEFAULT_OUTDATED_FACTOR
     asked_factor: float = s.DEFAULT_ASKED_FACTOR  # score and confidence of a turn re-asking the query
     missing_value_factor: float = s.DEFAULT_MISSING_VALUE_FACTOR  # confidence kept without the asked value
+    missing_value_rank: float = s.DEFAULT_MISSING_VALUE_RANK  # ... and score
     calibration: Calibration = DEFAULT_CALIBRATION  # raw stage scores -> confidence (retrieval.confidence)
 
     def but(self, **changes: Any) -> RetrievalConfig:
@@ -84,6 +85,7 @@ class RetrievalConfig:
             outdated_factor=settings.outdated_factor,
             asked_factor=settings.asked_factor,
             missing_value_factor=settings.missing_value_factor,
+            missing_value_rank=settings.missing_value_rank,
             calibration=Calibration(
                 settings.confidence_rerank,
                 settings.confidence_late,

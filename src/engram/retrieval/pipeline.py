@@ -34,7 +34,8 @@
    ``validity``), and a retracted fact (never true) is left out unless ``include_superseded``.
 8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
    successor's is at least that of what it replaced; a hit without the name, number, time, day or
-   colour the question asks for gets less (``asked_value``, explain ``missing_value``).
+   colour the question asks for gets less (``asked_value``; explain ``asked_value``, and its score
+   the ``missing_value`` multiplier from step 3 on).
 """
 
 from __future__ import annotations
@@ -157,8 +158,12 @@ def recall(
     speakers = named_speakers(
         (c.memory for c in candidates if isinstance(c.memory, EpisodicMemory)), query_words(query)
     )
+    # a hit without the name, number, time, day or colour asked for cannot be the answer (asked_value)
+    lacking = missing_value(query, {c.memory.id: search_text_of(c.memory) for c in candidates})
     for c in candidates:
         c.multipliers = multipliers(c.memory, now, config, period, speakers)
+        if c.memory.id in lacking:
+            c.multipliers["missing_value"] = config.missing_value_rank
     candidates.sort(key=lambda c: -c.final)
 
     errors: dict[str, str] = {}
@@ -273,11 +278,8 @@ def recall(
             break
     for c in candidates[:k]:  # what was replaced is as likely to be the answer now as it ranks
         confidences[c.memory.id] *= c.multipliers.get("outdated", 1.0) * c.multipliers.get("validity", 1.0)
-    # a hit without the name, number, time, day or colour asked for cannot be the answer (1: off)
-    texts = {c.memory.id: search_text_of(c.memory) for c in candidates[:k]}
-    lacking = missing_value(query, texts) if config.missing_value_factor < 1 else {}
-    for hit_id in lacking:
-        confidences[hit_id] *= config.missing_value_factor
+    for c in candidates[:k]:  # after every other rule: nothing raises it back
+        confidences[c.memory.id] *= config.missing_value_factor if c.memory.id in lacking else 1.0
     return [
         Hit(
             memory=c.memory,
@@ -287,7 +289,7 @@ def recall(
             event_time=event_time(c.memory),
             explain=c.explain(errors, notes)
             | ({"outdated_by": outdated_by[c.memory.id]} if c.memory.id in outdated_by else {})
-            | ({"missing_value": lacking[c.memory.id]} if c.memory.id in lacking else {}),
+            | ({"asked_value": lacking[c.memory.id]} if c.memory.id in lacking else {}),
         )
         for rank, c in enumerate(candidates[:k], start=1)
     ]
