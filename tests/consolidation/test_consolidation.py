@@ -309,6 +309,60 @@ def test_batches_and_the_judge(make_engram, fake_llm, embedder):
     assert len(fake_llm.requests) == 4
 
 
+def test_a_near_duplicate_that_changes_a_detail_is_judged_never_merged(make_engram, fake_llm, embedder):
+    """A change the extraction gave as a plain fact, close enough to the stored one to merge: merging
+    would keep the old value current with the new turn as its support (an outside bug hunt: "Sam is not
+    vegetarian any more" merged into "Sam is vegetarian"). It goes to the judge, whose ``replaces``
+    makes it a supersession; a number changed in the same reply and judged new is written, not merged."""
+    old, changed = "Sam is vegetarian", "Sam is not vegetarian any more"
+    vectors = embedder.embed_documents([old, changed, "Mia is 7 years old", "Mia is 8 years old"])
+    assert float(vectors[0] @ vectors[1]) >= 0.9 and float(vectors[2] @ vectors[3]) >= 0.9  # would merge
+    eng = make_engram(dedup_similarity=0.9, dedup_judge_similarity=0.75)
+    mem = eng.for_user("sam")
+    stored, mia = mem.write(old), mem.write("Mia is 7 years old")
+    mem.remember_turn("I eat meat again, not vegetarian any more. and mia turned 8 last week!")
+
+    def extract(p):
+        said = [p["episodes"][0]["id"]]
+        return {
+            "facts": [
+                {"text": changed, "confidence": 0.9, "supporting_episode_ids": said},
+                {"text": "Mia is 8 years old", "confidence": 0.9, "supporting_episode_ids": said},
+            ]
+        }
+
+    def judge(p):
+        assert [c["candidate"] for c in p] == [changed, "Mia is 8 years old"]
+        return {"verdicts": [{"index": 0, "replaces": stored.id}, {"index": 1}]}
+
+    fake_llm.script(ok(extract), ok(judge))
+    report = eng.consolidate("sam", llm=llm_for(fake_llm))
+    assert report.merged == [] and report.superseded == [stored.id] and len(report.written) == 2
+    live = {f.text: f for f in mem.list("semantic")}
+    assert set(live) == {changed, "Mia is 7 years old", "Mia is 8 years old"}
+    assert live[changed].supersedes == stored.id and live[changed].contradiction == "natural"
+    assert mia.id in {f.id for f in live.values()}  # judged new: both stand, for recall to order
+
+
+def test_the_same_fact_twice_in_one_reply_is_written_once_and_reported_merged(eng, fake_llm):
+    mem = eng.for_user("sam")
+    mem.remember_turn("my sister Aoife lives in Cork")
+    mem.remember_turn("Aoife is in Cork, yeah")
+
+    def extract(p):
+        return {
+            "facts": [
+                {"text": "Sam's sister Aoife lives in Cork", "supporting_episode_ids": [e["id"]]}
+                for e in p["episodes"]
+            ]
+        }
+
+    fake_llm.script(ok(extract))
+    report = eng.consolidate("sam", llm=llm_for(fake_llm))
+    assert len(report.written) == 1 and report.merged == report.written
+    assert len(mem.list("semantic")[0].supporting_episode_ids) == 2
+
+
 def test_a_crash_before_commit_repeats_the_batch_without_duplicates(tmp_path, fake_llm):
     """Kill a consolidating process while it waits for the LLM, then run again: one copy of each fact."""
     import os

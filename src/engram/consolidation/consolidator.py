@@ -269,6 +269,10 @@ class Consolidator:
         replaced = {x.old_id for x in supersede.values()}
         duplicate, repeat = self.policy.duplicate_similarity, self.policy.repeat_similarity
 
+        def merge(target: SemanticMemory, support: list[str]) -> None:
+            if self._merge(target, support, rows, merges):  # into a fact new in this reply: reported here
+                report.merged.append(target.id)
+
         unclear: list[tuple[str, list[SemanticMemory], list[str], NewFact]] = []
         for fact in extraction.facts:
             support = admissible(fact.text, fact.supporting_episode_ids, fact.confidence)
@@ -283,8 +287,10 @@ class Consolidator:
             neighbours = [n for n in self._neighbours(user, fact.text) if n.id not in replaced] + pending
             similarity, best = self._closest(fact.text, neighbours)
             kind = guards.classify(similarity, self.policy.duplicate_similarity, self.policy.judge_similarity)
+            if kind == "duplicate" and best is not None and guards.differs_in_detail(fact.text, best.text):
+                kind = "judge"  # "Mia is 8" beside "Mia is 7": a change, never a merge
             if kind == "duplicate" and best is not None:
-                self._merge(best, support, rows, merges)
+                merge(best, support)
             elif kind == "judge":
                 unclear.append((fact.text, neighbours, support, fact))
             else:
@@ -293,13 +299,21 @@ class Consolidator:
             verdicts = self.llm.complete_json(
                 JUDGE_SYSTEM, judge_prompt([(t, n) for t, n, _, _ in unclear]), JudgeVerdicts
             )
-            duplicate_of = {v.index: v.duplicate_of for v in verdicts.verdicts}
+            said = {v.index: v for v in verdicts.verdicts}
             for index, (_text, neighbours, support, fact) in enumerate(unclear):
-                target = next((n for n in neighbours if n.id == duplicate_of.get(index)), None)
+                verdict = said.get(index)
+                target = next((n for n in neighbours if verdict and n.id == verdict.duplicate_of), None)
+                changed = next((n for n in neighbours if verdict and n.id == verdict.replaces), None)
+                row = self._fact_row(user, fact, support, now, said_at(support))
                 if target is not None:
-                    self._merge(target, support, rows, merges)
+                    merge(target, support)
+                elif changed is not None and changed.id not in {r.id for r in rows} | replaced:
+                    # the judge found a change the extraction gave as a plain fact: a supersession
+                    rows.append(row.model_copy(update={"supersedes": changed.id, "contradiction": "natural"}))
+                    supersede[row.id] = Supersession(old_id=changed.id, retract=False, at=now)
+                    replaced.add(changed.id)
                 else:
-                    rows.append(self._fact_row(user, fact, support, now, said_at(support)))
+                    rows.append(row)
 
         for pb in extraction.playbooks:
             support = admissible(pb.name, pb.supporting_episode_ids, 1.0, facts_only=False)
@@ -398,13 +412,15 @@ class Consolidator:
     @staticmethod
     def _merge(
         target: SemanticMemory, support: list[str], rows: list[Memory], merges: dict[str, set[str]]
-    ) -> None:
+    ) -> bool:
+        """Add ``support`` to ``target``'s provenance; True when the target is new in this batch."""
         for i, row in enumerate(rows):
             if row.id == target.id and isinstance(row, SemanticMemory):  # a fact new in this same batch
                 ids = list(dict.fromkeys([*row.supporting_episode_ids, *support]))
                 rows[i] = row.model_copy(update={"supporting_episode_ids": ids})
-                return
+                return True
         merges.setdefault(target.id, set()).update(support)
+        return False
 
     @staticmethod
     def _fact_row(

@@ -53,6 +53,24 @@ def cosine_to_neighbours(candidate: Vectors, neighbours: Vectors) -> Vectors:
     return similarities
 
 
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|none|nothing|nobody|neither|nor|anymore|former|ex)\b|n['’]t\b", re.I
+)
+_NUMBER = re.compile(r"\d+")
+
+
+def differs_in_detail(new: str, old: str) -> bool:
+    """Whether two facts close enough to be one differ in what they say: a number ("Mia is 8" / "Mia
+    is 7", "E-4012" / "E-4021"), a negation ("Sam is not vegetarian any more"), or a content word
+    ("prefers email contact" / "prefers phone contact", "lived in Edinburgh as a child"). Such a pair
+    is a change or another fact, never a merge: the judge decides."""
+    if set(_NUMBER.findall(new)) != set(_NUMBER.findall(old)):
+        return True
+    if bool(_NEGATION.search(new)) != bool(_NEGATION.search(old)):
+        return True
+    return distinctive_words(new) != distinctive_words(old)
+
+
 def classify(similarity: float, duplicate_at: float, judge_from: float) -> str:
     """``duplicate`` at or above ``duplicate_at``; ``judge`` in [judge_from, duplicate_at); else ``new``."""
     if similarity >= duplicate_at:

@@ -37,8 +37,10 @@ Rules:
 - Do not repeat facts that are already stored. Return empty lists when there is nothing to add."""
 
 JUDGE_SYSTEM = """You deduplicate a user's memory. For each candidate fact, decide whether it states the
-same thing as one of the listed existing facts (a repeat, possibly reworded) or adds something new.
-Return JSON: {"verdicts": [{"index": <candidate index>, "duplicate_of": "<existing fact id>" or null}]}"""
+same thing as one of the listed existing facts (a repeat, possibly reworded), changes or contradicts one
+(another value of the same thing: a new age, number, place, or "not any more"), or adds something new.
+Return JSON: {"verdicts": [{"index": <candidate index>, "duplicate_of": "<existing fact id>" or null,
+"replaces": "<existing fact id it changes>" or null}]}"""
 
 
 def extraction_prompt(

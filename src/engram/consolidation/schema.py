@@ -54,6 +54,7 @@ class Extraction(_Out):
 class Verdict(_Out):
     index: int
     duplicate_of: str | None = Field(default=None, description="id of the existing fact it repeats, or null")
+    replaces: str | None = Field(default=None, description="id of the existing fact it changes, or null")
 
 
 class JudgeVerdicts(_Out):
