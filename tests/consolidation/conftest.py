@@ -25,6 +25,7 @@ class FakeLLM:
         self.url = ""
         self.open_connections = 0  # keep-alive connections a client has not closed yet
         self.clients: list[Any] = []  # LLM clients a test made: closed at teardown
+        self.trickle_s = 0.0  # > 0: the body goes out a byte at a time, this long apart
 
     def connections_closed(self, within_s: float = 5.0) -> bool:
         return until(lambda: self.open_connections == 0, within_s)
@@ -87,7 +88,10 @@ def fake_llm():
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                for at in range(0, len(payload), 1 if llm.trickle_s else len(payload) or 1):
+                    self.wfile.write(payload[at : at + (1 if llm.trickle_s else len(payload))])
+                    self.wfile.flush()
+                    time.sleep(llm.trickle_s)
             except (BrokenPipeError, ConnectionResetError):
                 pass
 

@@ -237,6 +237,49 @@ def test_retries_with_backoff_on_5xx_and_timeouts(eng, fake_llm):
     assert fake_llm.requests[0]["response_format"] == {"type": "json_object"}
 
 
+def test_a_reply_trickled_a_byte_at_a_time_is_cut_off_at_the_timeout(eng, fake_llm):
+    """httpx's timeout bounds each read: a server sending a byte every 50 ms kept a call with a 0.5 s
+    timeout going for its whole reply (an outside bug hunt: 19 s with a 2 s timeout)."""
+    eng.for_user("sarah").remember_turn("I drive a red Volvo")
+    fake_llm.trickle_s = 0.05
+    fake_llm.script(raw(200, json.dumps({"facts": []}) + " " * 200))
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm, timeout=0.5, max_retries=0))
+    assert report.status.startswith("error: ") and "took more than 0.5 s" in report.status
+    assert len(eng.store.waiting_episodes("sarah", 10)) == 1
+
+
+def test_json_in_a_code_fence_or_in_prose_is_read(eng, fake_llm):
+    """Local models in JSON mode sometimes wrap the object anyway: it was a malformed reply."""
+    mem = eng.for_user("sarah")
+    mem.remember_turn("I drive a red Volvo")
+
+    def fact(p, text):
+        return json.dumps({"facts": [{"text": text, "supporting_episode_ids": [p["episodes"][0]["id"]]}]})
+
+    def fenced(body):
+        return (
+            200,
+            "```json\n"
+            + fact(json.loads(body["messages"][1]["content"]), "Sarah drives a red Volvo")
+            + "\n```",
+            0.0,
+        )
+
+    def prose(body):
+        return (
+            200,
+            "Here is the JSON: " + fact(json.loads(body["messages"][1]["content"]), "Sarah works nights"),
+            0.0,
+        )
+
+    fake_llm.script(fenced)
+    assert eng.consolidate("sarah", llm=llm_for(fake_llm, max_retries=0)).status == "ok"
+    mem.remember_turn("I work nights")
+    fake_llm.script(prose)
+    assert eng.consolidate("sarah", llm=llm_for(fake_llm, max_retries=0)).status == "ok"
+    assert {f.text for f in mem.list("semantic")} == {"Sarah drives a red Volvo", "Sarah works nights"}
+
+
 def test_the_llm_sees_who_said_a_turn_of_a_group_conversation(eng, fake_llm):
     mem = eng.for_user("sarah")
     mem.remember_turn("I just adopted a greyhound", metadata={"speaker": "Melanie"})
@@ -498,7 +541,7 @@ def test_one_unreadable_turn_is_set_aside_and_never_blocks_the_rest(eng, fake_ll
     turns = [mem.remember_turn(t) for t in texts]
     fake_llm.script(*[poison_aware] * 20)
     report = eng.consolidate("sarah", llm=llm_for(fake_llm))
-    assert report.status == "partial: 1 episodes skipped (malformed LLM output)"
+    assert report.status == "partial: 1 episodes skipped (malformed LLM output, or refused as too big)"
     assert report.skipped_episodes == [turns[1].id]
     assert report.episodes == 3 and len(report.written) == 3
     assert len(fake_llm.requests) == 6  # 4 turns, halves, then the poison alone twice: not per turn
@@ -507,6 +550,36 @@ def test_one_unreadable_turn_is_set_aside_and_never_blocks_the_rest(eng, fake_ll
     again = eng.consolidate("sarah", llm=llm_for(fake_llm))
     assert (again.status, again.episodes, again.skipped_episodes) == ("ok", 1, [])
     assert "POISON" not in fake_llm.requests[-1]["messages"][1]["content"]
+
+
+def test_a_batch_refused_as_too_big_is_split_and_a_turn_too_big_alone_set_aside(eng, fake_llm):
+    """An endpoint refuses a context too long with HTTP 400: the batch used to fail on every run, for
+    good (an outside bug hunt: one long turn blocked all the user's later ones)."""
+    mem = eng.for_user("sarah")
+    turns = [mem.remember_turn(t) for t in ["I drive a red Volvo", "HUGE " * 50, "my cat is called Miso"]]
+
+    def context_window(body):
+        prompt = json.loads(body["messages"][1]["content"])
+        if any("HUGE" in e["user_said"] for e in prompt["episodes"]):
+            return 400, '{"error": {"message": "This model\'s maximum context length is 8192 tokens"}}', 0.0
+        return poison_aware(body)
+
+    fake_llm.script(*[context_window] * 20)
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.status == "partial: 1 episodes skipped (malformed LLM output, or refused as too big)"
+    assert report.skipped_episodes == [turns[1].id] and report.episodes == 2
+    assert eng.store.waiting_episodes("sarah", 10) == []
+
+
+def test_an_llm_refusing_every_request_stops_the_run_and_sets_nothing_aside(eng, fake_llm):
+    """A 400 on every request is a wrong setting (no JSON mode, no such parameter), not a turn."""
+    mem = eng.for_user("sarah")
+    for text in ["I drive a red Volvo", "my cat is called Miso"]:
+        mem.remember_turn(text)
+    fake_llm.script(*[raw(400, '{"error": "response_format is not supported"}')] * 20)
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm))
+    assert report.status.startswith("error: ") and report.skipped_episodes == []
+    assert len(eng.store.waiting_episodes("sarah", 10)) == 2
 
 
 def test_a_turn_committed_after_a_later_stamped_one_is_still_consolidated(eng, fake_llm):

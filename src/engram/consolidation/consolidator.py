@@ -6,10 +6,11 @@ duplicate check against the hybrid top-5 neighbours with one batched judge call 
 then everything is written in ONE transaction that also marks the batch's episodes consolidated. A
 crash before the commit leaves nothing behind and the batch simply waits for the next run.
 
-A batch whose LLM reply is malformed is split in halves, each tried on its own, down to single
-episodes; an episode the LLM cannot read alone, twice, is set aside (marked skipped, reported) so it
-never blocks the user's later turns. When neither half of a split can be read, the LLM is at fault,
-not the episodes: the run stops with an error and nothing is set aside (a few calls, not one per turn).
+A batch whose LLM reply is malformed, or that the endpoint refuses as too big (HTTP 400 or 413: a
+context too long), is split in halves, each tried on its own, down to single episodes; an episode
+the LLM cannot read alone, twice, is set aside (marked skipped, reported) so it never blocks the
+user's later turns. When neither half of a split can be read, the LLM is at fault, not the episodes:
+the run stops with an error and nothing is set aside (a few calls, not one per turn).
 """
 
 from __future__ import annotations
@@ -135,23 +136,25 @@ class Consolidator:
         split could be (then the LLM is failing, not an episode)."""
         try:
             write = self._plan(user, episodes, report)
-        except LLMOutputError as exc:
+        except LLMError as exc:
+            if not _splittable(exc):
+                raise
             if len(episodes) == 1:
                 try:  # one more try before a turn is set aside for good: the fault may be passing
                     write = self._plan(user, episodes, report)
-                except LLMOutputError:
+                except LLMError as again:
+                    if not _splittable(again):
+                        raise
                     unreadable.append((episodes[0], str(exc)))
                     return False
             else:
                 half = len(episodes) // 2
-                log.warning(
-                    "consolidation of %s: malformed reply for %d episodes, splitting", user, len(episodes)
-                )
+                log.warning("consolidation of %s: %s for %d episodes, splitting", user, exc, len(episodes))
                 first = self._consolidate(user, episodes[:half], report, unreadable)
                 second = self._consolidate(user, episodes[half:], report, unreadable)
                 if not (first or second):
                     raise LLMOutputError(
-                        f"every part of a batch of {len(episodes)} got a malformed reply: {exc}"
+                        f"every part of a batch of {len(episodes)} was refused or malformed: {exc}"
                     ) from exc
                 return True
         self.store.apply_consolidation(user, write)
@@ -181,7 +184,9 @@ class Consolidator:
         )
         report.skipped_episodes += ids
         if report.status == "ok":
-            report.status = f"partial: {len(ids)} episodes skipped (malformed LLM output)"
+            report.status = (
+                f"partial: {len(ids)} episodes skipped (malformed LLM output, or refused as too big)"
+            )
 
     # -- one batch ------------------------------------------------------------------------------
     def _plan(
@@ -436,3 +441,9 @@ class Consolidator:
             supporting_episode_ids=support,
             valid_from=said,
         )
+
+
+def _splittable(exc: LLMError) -> bool:
+    """A failure a smaller batch may not meet: a malformed reply, or a request refused as too big (a
+    context too long is HTTP 400 on OpenAI, vLLM and llama.cpp, 413 behind some proxies)."""
+    return isinstance(exc, LLMOutputError) or exc.status in (400, 413)

@@ -1,15 +1,18 @@
 """A client for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, llama.cpp server, Ollama).
 
-JSON mode, a timeout per call, retries with exponential backoff on timeouts, connection errors, 429
-and 5xx, and the reply validated against a pydantic model. ``chat`` (tool calling) serves the agent
-(engram.agent), which also gives each call a ``deadline``: no attempt, wait or retry runs past it (a
-person is waiting for the turn); nothing else in Engram needs an LLM.
+JSON mode, a timeout per call (the whole reply, not each chunk of it: a server that trickles bytes is
+cut off too) and a cap on the reply's size, retries with exponential backoff on timeouts, connection
+errors, 429 and 5xx, and the reply validated against a pydantic model (the JSON may come in a code
+fence or with prose around it, as local models in JSON mode sometimes send it). ``chat`` (tool
+calling) serves the agent (engram.agent), which also gives each call a ``deadline``: no attempt, wait
+or retry runs past it (a person is waiting for the turn); nothing else in Engram needs an LLM.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from typing import Any, TypeVar
 
@@ -34,6 +37,9 @@ REFUSAL_HINTS = {
     405: CHECK_BASE_URL,
 }
 REFUSAL_QUOTE = 200  # characters of a refusal's body quoted: its reason ("model does not support tools")
+MAX_REPLY_BYTES = 8 * 2**20  # a chat reply this big is a runaway model or not a chat-completions API
+_FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+_ENCODING_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
 
 class LLMError(EngramError):
@@ -93,7 +99,7 @@ class LLMClient:
         }
         content = self._post(body)
         try:
-            return schema.model_validate(json.loads(content))
+            return schema.model_validate(json.loads(json_text(content)))
         # A reply nested deeper than the parser's recursion limit raises RecursionError: malformed too.
         except (json.JSONDecodeError, RecursionError, ValidationError) as exc:
             raise LLMOutputError(f"the LLM's reply is not valid {schema.__name__} JSON: {exc}") from exc
@@ -127,7 +133,7 @@ class LLMClient:
         attempt = 0
         while True:
             try:
-                response = self._http.post("/chat/completions", json=body, timeout=self._timeout(deadline))
+                response = self._read(body, self._timeout(deadline))
                 if response.status_code in RETRY_STATUSES:
                     raise httpx.HTTPStatusError(
                         f"HTTP {response.status_code}", request=response.request, response=response
@@ -161,6 +167,25 @@ class LLMClient:
                 # RecursionError: a body nested deeper than the JSON parser's recursion limit
                 raise LLMOutputError(f"unexpected chat-completions response: {exc}") from exc
 
+    def _read(self, body: dict[str, object], timeout: httpx.Timeout) -> httpx.Response:
+        """POST ``body`` and read the whole reply within ``timeout.read`` seconds in all (httpx bounds
+        each read, so a server sending a byte a second would never time out) and MAX_REPLY_BYTES."""
+        total = timeout.read
+        end = None if total is None else time.monotonic() + total
+        with self._http.stream("POST", "/chat/completions", json=body, timeout=timeout) as response:
+            chunks, size = [], 0
+            for chunk in response.iter_bytes():
+                size += len(chunk)
+                if size > MAX_REPLY_BYTES:
+                    raise LLMOutputError(f"the LLM's reply is larger than {MAX_REPLY_BYTES // 2**20} MB")
+                if end is not None and time.monotonic() > end:
+                    raise httpx.ReadTimeout(f"the reply took more than {total:g} s", request=response.request)
+                chunks.append(chunk)
+        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _ENCODING_HEADERS]
+        return httpx.Response(
+            response.status_code, headers=headers, content=b"".join(chunks), request=response.request
+        )
+
     def _refused(self, response: httpx.Response) -> str:
         """A refusal (4xx but the retried ones) in one line: what the endpoint said (not a web page's
         markup), and the setting most likely wrong."""
@@ -184,6 +209,19 @@ class LLMClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+def json_text(content: str) -> str:
+    """The JSON of a reply: as sent, else the block a model wrapped in a code fence, else what lies
+    between the first "{" and the last "}" ("Here is the JSON: {...}"). Example: '```json\n{}\n```'
+    -> '{}'."""
+    stripped = content.strip()
+    if stripped.startswith("{"):
+        return stripped
+    if fenced := _FENCED.search(content):
+        return fenced.group(1).strip()
+    start, end = content.find("{"), content.rfind("}")
+    return content[start : end + 1] if 0 <= start < end else content
 
 
 def _is_html(response: httpx.Response) -> bool:
