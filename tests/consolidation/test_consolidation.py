@@ -159,12 +159,20 @@ def test_scripted_scenario_ends_with_the_right_memory(eng, fake_llm):
                         "outcome": "success",
                         "evidence_episode_ids": [],
                     },  # unconfirmed: no evidence
+                    {
+                        "playbook_id": p["stored_playbooks"][0]["id"],
+                        "outcome": "success",
+                        "evidence_episode_ids": [episode_id(p, "hallway")],
+                    },  # the same success listed twice: counted once
                 ],
             }
         )
     )
     third = eng.consolidate("sarah", llm=llm_for(fake_llm))
-    assert third.feedback and "without evidence" in third.dropped[0]["reason"]
+    assert len(third.feedback) == 1 and [d["reason"] for d in third.dropped] == [
+        "success without evidence in the user's own words",
+        "success counted already from the same turns",
+    ]
 
     facts = {f.text: f for f in mem.list("semantic", include_superseded=True)}
     assert set(facts) == {
@@ -385,6 +393,62 @@ def test_a_near_duplicate_that_changes_a_detail_is_judged_never_merged(make_engr
     assert set(live) == {changed, "Mia is 7 years old", "Mia is 8 years old"}
     assert live[changed].supersedes == stored.id and live[changed].contradiction == "natural"
     assert mia.id in {f.id for f in live.values()}  # judged new: both stand, for recall to order
+
+
+def test_two_changes_of_one_fact_in_one_reply_keep_the_later(eng, fake_llm):
+    """ "moving to York", then "actually Leeds, not York" in one batch: the second supersession was
+    dropped as superseding a fact that is "not live", and York stayed current (bug hunt)."""
+    mem = eng.for_user("sam")
+    bristol = mem.write("Sam lives in Bristol")
+    mem.remember_turn("we're moving to York next month")
+    mem.remember_turn("actually scrap that, it's Leeds, not York")
+
+    def extract(p):
+        return {
+            "supersessions": [
+                {"fact_id": bristol.id, "new_text": text, "supporting_episode_ids": [e["id"]]}
+                for text, e in zip(["Sam lives in York", "Sam lives in Leeds"], p["episodes"], strict=True)
+            ]
+        }
+
+    fake_llm.script(ok(extract))
+    report = eng.consolidate("sam", llm=llm_for(fake_llm))
+    assert report.superseded == [bristol.id] and len(report.written) == 1
+    assert report.dropped == [
+        {"text": "Sam lives in York", "reason": f"this reply changes {bristol.id!r} again, later"}
+    ]
+    assert [f.text for f in mem.list("semantic")] == ["Sam lives in Leeds"]
+
+
+def test_an_old_fact_a_turn_changes_is_in_the_prompt_beyond_the_newest(make_engram, fake_llm):
+    """The prompt held the newest 500 facts only: a user's older fact could never be superseded (bug
+    hunt: Bristol and Edinburgh both live). Each turn's nearest facts are shown too."""
+    from engram.consolidation import consolidator
+
+    eng = make_engram()
+    mem = eng.for_user("sam")
+    bristol = mem.write("Sam lives in Bristol")
+    for i in range(consolidator.PROMPT_NEWEST_FACTS + 5):
+        mem.write(f"Sam's reading list item {i}: a novel about the sea")
+    mem.remember_turn("big news, we moved to Edinburgh last month")
+    seen: list[str] = []
+
+    def extract(p):
+        seen.extend(f["id"] for f in p["stored_facts"])
+        return {
+            "supersessions": [
+                {
+                    "fact_id": bristol.id,
+                    "new_text": "Sam lives in Edinburgh",
+                    "supporting_episode_ids": [p["episodes"][0]["id"]],
+                }
+            ]
+        }
+
+    fake_llm.script(ok(extract))
+    report = eng.consolidate("sam", llm=llm_for(fake_llm))
+    assert bristol.id in seen and len(seen) <= consolidator.PROMPT_NEWEST_FACTS + consolidator.NEIGHBOURS
+    assert report.superseded == [bristol.id]
 
 
 def test_the_same_fact_twice_in_one_reply_is_written_once_and_reported_merged(eng, fake_llm):

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Protocol, TypeVar
 
 from engram.consolidation import guards
+from engram.consolidation.feedback import playbook_feedback
 from engram.consolidation.llm import LLMClient, LLMError, LLMOutputError
 from engram.consolidation.policy import ConsolidationPolicy, ConsolidationReport
 from engram.consolidation.prompts import (
@@ -53,7 +54,6 @@ from engram.storage.base import (
     ConsolidationWrite,
     FactMerge,
     MemoryStore,
-    PlaybookFeedback,
     Supersession,
     episode_marks,
 )
@@ -63,6 +63,7 @@ __all__ = ["ConsolidationPolicy", "ConsolidationReport", "Consolidator", "Consol
 
 log = logging.getLogger(__name__)
 NEIGHBOURS = 5  # hybrid top-k existing facts each candidate is compared with
+PROMPT_NEWEST_FACTS = 200  # stored facts the prompt shows besides each turn's NEIGHBOURS nearest
 _NEIGHBOUR_SEARCH = RetrievalConfig(rerank=False, multipliers=False)
 _Row = TypeVar("_Row", SemanticMemory, ProceduralMemory)
 
@@ -193,7 +194,11 @@ class Consolidator:
         self, user: str, episodes: list[EpisodicMemory], report: ConsolidationReport
     ) -> ConsolidationWrite:
         store, now = self.store, utcnow()
-        facts = [m for m in store.list_memories(user, "semantic", limit=500) if isinstance(m, SemanticMemory)]
+        # the newest facts, and those nearest each turn: an old fact a turn changes must be in the prompt
+        # (only the newest 500 were: a user's 501st fact could no longer be superseded)
+        newest = store.list_memories(user, "semantic", limit=PROMPT_NEWEST_FACTS)
+        related = [n for e in episodes for n in self._neighbours(user, e.text)]
+        facts = list({f.id: f for f in [*newest, *related] if isinstance(f, SemanticMemory)}.values())
         playbooks = [
             m for m in store.list_memories(user, "procedural", limit=200) if isinstance(m, ProceduralMemory)
         ]
@@ -253,9 +258,18 @@ class Consolidator:
             support = admissible(s.new_text, s.supporting_episode_ids, s.confidence)
             if support is None:
                 continue
-            if s.fact_id not in live or s.fact_id in {x.old_id for x in supersede.values()}:
+            if s.fact_id not in live:
                 drop(s.new_text, f"supersedes {s.fact_id!r}, which is not a live fact of this user")
                 continue
+            earlier = next((i for i, x in supersede.items() if x.old_id == s.fact_id), None)
+            if earlier is not None:  # "York", then "actually Leeds": the later statement is the change
+                first = next(r for r in rows if r.id == earlier)
+                if isinstance(first, SemanticMemory) and (first.valid_from or now) > said_at(support):
+                    drop(s.new_text, f"this reply changes {s.fact_id!r} again, later")
+                    continue
+                rows.remove(first)
+                del supersede[earlier]
+                drop(first.text, f"this reply changes {s.fact_id!r} again, later")
             harsh = s.contradiction == "harsh"
             row = SemanticMemory(
                 id=new_id("semantic"),
@@ -350,30 +364,9 @@ class Consolidator:
                 continue
             rows.append(playbook)
 
-        known_playbooks = {p.id: p for p in playbooks}
-        feedback: list[PlaybookFeedback] = []
-        for update in extraction.procedural_updates:
-            evidence = guards.cited(update.evidence_episode_ids, set(batch))
-            if update.playbook_id not in known_playbooks:
-                drop(update.playbook_id, "feedback for a playbook this user does not have")
-            elif not evidence:
-                drop(update.playbook_id, f"{update.outcome} without evidence in the user's own words")
-            else:
-                refined = (
-                    tuple(update.refined_steps)
-                    if update.refined_steps and update.outcome == "failure"
-                    else None
-                )
-                try:  # better steps are held to a playbook's limits; the outcome counts either way
-                    if refined:
-                        known = known_playbooks[update.playbook_id]
-                        check_playbook(
-                            known.model_copy(update={"steps": list(refined)}), self.policy.max_text_chars
-                        )
-                except InvalidInput as exc:
-                    drop(update.playbook_id, f"refined steps not storable: {exc}")
-                    refined = None
-                feedback.append(PlaybookFeedback(update.playbook_id, update.outcome == "success", refined))
+        feedback = playbook_feedback(
+            extraction.procedural_updates, playbooks, set(batch), self.policy.max_text_chars, drop
+        )
 
         vectors, tokens = self.encode_rows(rows)
         return ConsolidationWrite(
