@@ -288,6 +288,14 @@ def test_json_in_a_code_fence_or_in_prose_is_read(eng, fake_llm):
     assert {f.text for f in mem.list("semantic")} == {"Sarah drives a red Volvo", "Sarah works nights"}
 
 
+def test_a_reply_of_the_wrong_shape_is_named_where_it_is_wrong(eng, fake_llm):
+    eng.for_user("sarah").remember_turn("I drive a red Volvo")
+    fake_llm.script(*[raw(200, json.dumps({"facts": [{"text": "x", "confidence": "high"}]}))] * 4)
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm, max_retries=0))
+    assert "does not fit Extraction: facts.0.confidence: Input should be a valid number" in report.status
+    assert "pydantic.dev" not in report.status
+
+
 def test_the_llm_sees_who_said_a_turn_of_a_group_conversation(eng, fake_llm):
     mem = eng.for_user("sarah")
     mem.remember_turn("I just adopted a greyhound", metadata={"speaker": "Melanie"})

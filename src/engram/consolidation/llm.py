@@ -101,7 +101,12 @@ class LLMClient:
         try:
             return schema.model_validate(json.loads(json_text(content)))
         # A reply nested deeper than the parser's recursion limit raises RecursionError: malformed too.
-        except (json.JSONDecodeError, RecursionError, ValidationError) as exc:
+        except ValidationError as exc:  # where and what, without pydantic's links to its documentation
+            wrong = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()[:3]
+            )
+            raise LLMOutputError(f"the LLM's reply does not fit {schema.__name__}: {wrong}") from exc
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise LLMOutputError(f"the LLM's reply is not valid {schema.__name__} JSON: {exc}") from exc
 
     def chat(
