@@ -288,11 +288,34 @@ def test_json_in_a_code_fence_or_in_prose_is_read(eng, fake_llm):
     assert {f.text for f in mem.list("semantic")} == {"Sarah drives a red Volvo", "Sarah works nights"}
 
 
+def test_an_item_of_the_wrong_shape_is_left_out_and_the_rest_written(eng, fake_llm):
+    """One fact with "confidence": "high" rejected the whole reply; splitting then set the turn aside,
+    its good facts with it (bug hunt)."""
+    mem = eng.for_user("sarah")
+    mem.remember_turn("I drive a red Volvo and my cat is called Miso")
+
+    def extract(p):
+        said = [p["episodes"][0]["id"]]
+        return {
+            "facts": [
+                {"text": "Sarah drives a red Volvo", "confidence": "high", "supporting_episode_ids": said},
+                {"text": "Sarah's cat is called Miso", "confidence": 0.9, "supporting_episode_ids": said},
+            ]
+        }
+
+    fake_llm.script(ok(extract))
+    report = eng.consolidate("sarah", llm=llm_for(fake_llm, max_retries=0))
+    assert report.status == "ok" and [f.text for f in mem.list("semantic")] == ["Sarah's cat is called Miso"]
+    ((dropped, reason),) = [(d["text"], d["reason"]) for d in report.dropped]
+    assert dropped.startswith("facts.0: confidence: Input should be a valid number")
+    assert reason == "not the shape asked for"
+
+
 def test_a_reply_of_the_wrong_shape_is_named_where_it_is_wrong(eng, fake_llm):
     eng.for_user("sarah").remember_turn("I drive a red Volvo")
-    fake_llm.script(*[raw(200, json.dumps({"facts": [{"text": "x", "confidence": "high"}]}))] * 4)
+    fake_llm.script(*[raw(200, json.dumps({"facts": "none"}))] * 4)
     report = eng.consolidate("sarah", llm=llm_for(fake_llm, max_retries=0))
-    assert "does not fit Extraction: facts.0.confidence: Input should be a valid number" in report.status
+    assert "does not fit Extraction: facts: Input should be a valid list" in report.status
     assert "pydantic.dev" not in report.status
 
 

@@ -224,6 +224,9 @@ class Consolidator:
         def drop(text: str, reason: str) -> None:
             report.dropped.append({"text": text, "reason": reason})
 
+        for item in extraction.rejected:
+            drop(item, "not the shape asked for")
+
         def admissible(
             text: str, cited_ids: list[str], confidence: float, facts_only: bool = True
         ) -> list[str] | None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from engram.models import Contradiction, FactType, Step
 
@@ -49,6 +49,37 @@ class Extraction(_Out):
     playbooks: list[NewPlaybook] = Field(default_factory=list)
     procedural_updates: list[ProceduralUpdate] = Field(default_factory=list)
     supersessions: list[SupersessionOut] = Field(default_factory=list)
+    rejected: list[str] = Field(default_factory=list)  # items left out: "facts.2: confidence: ..."
+
+    @model_validator(mode="before")
+    @classmethod
+    def _items_one_by_one(cls, data: Any) -> Any:
+        """An item of the wrong shape ("confidence": "high") is left out and named in ``rejected``; it
+        used to reject the whole reply, and splitting then set the turn aside with its good items."""
+        if not isinstance(data, dict):
+            return data
+        kept, rejected = dict(data), []
+        for key, item_model in _ITEMS.items():
+            items = data.get(key)
+            if not isinstance(items, list):
+                continue
+            kept[key] = []
+            for index, item in enumerate(items):
+                try:
+                    kept[key].append(item_model.model_validate(item))
+                except ValidationError as exc:
+                    first = exc.errors()[0]
+                    rejected.append(f"{key}.{index}: {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        kept["rejected"] = rejected
+        return kept
+
+
+_ITEMS: dict[str, type[_Out]] = {
+    "facts": NewFact,
+    "playbooks": NewPlaybook,
+    "procedural_updates": ProceduralUpdate,
+    "supersessions": SupersessionOut,
+}
 
 
 class Verdict(_Out):
