@@ -73,7 +73,9 @@ _NAME_CUE = re.compile(
     _I,
 )
 _QUOTED = re.compile(r"[\"“‘]([^\"”’]{1,60})[\"”’]|(?<!\w)'([^']{1,60})'(?!\w)")
+_MAYBE_NAME = re.compile(r"[A-Z\"“‘']|call|nam|['’]s\b|\band\b|[^\x00-\x7f]")
 _NO_SUCH = re.compile(r"\bno\s+([^\W\d_]+)", _I)  # "no kids" answers "how many kids?"
+_I_AM = ("I'", "I’")  # I'm, I've, I'd, I'll: capitalised, no one's name
 _DETERMINERS = _words("the a an my your his her its our their this that every each no")
 # Capitalised or possessive, yet no one's name: the agent's word for the user, family as it is
 # addressed ("mum's coming"), contractions ("let's", "today's"); and a line's label (text.LINE_LABELS:
@@ -196,6 +198,8 @@ def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
     if len(text) > LONG_ROW:
         return True
     if kind is AskedValue.NAME:
+        if not _MAYBE_NAME.search(text):  # most chat rows: no capital, quote, cue, possessive or "and"
+            return False
         cued = [m.group(1) for m in _NAME_CUE.finditer(text)]
         cued += [w for m in _QUOTED.finditer(text) for w in _WORD.findall(m.group(1) or m.group(2))]
         return any(_new(w, asked) for w in cued) or _names_someone(text, asked)
@@ -214,40 +218,33 @@ def _names_someone(text: str, asked: _Query) -> bool:
     letter case, or, as chat is often typed in lower case, a possessive without a determiner ("hana's
     piano", not "my mum's") or the other in "me and maeve" / "maeve and I"."""
     matches = list(_WORD.finditer(text))
-    for i, match in enumerate(matches):
-        word = match.group()
-        low = _bare(word)
-        if not _new(word, asked) or low in _NOT_NAMES or word[:2] in ("I'", "I’"):
+    words = [m.group() for m in matches]
+    bares = [_bare(w) for w in words]  # once per word: this runs on every candidate of a recall
+    for i, word in enumerate(words):
+        low = bares[i]
+        if len(low) < 2 or low in STOPWORDS or low in asked.words or low in _NOT_NAMES or word[:2] in _I_AM:
             continue
-        before = matches[i - 1] if i else None
-        first = word[0]
-        if first.isupper():
+        if word[0].isupper():
+            before = i - 1
+            held = before >= 0 and words[before][0].isupper() and bares[before] in asked.words
             if (
-                before is not None
-                and _holds_name(before, asked)
-                and text[before.end() : match.start()].isspace()
+                held
+                and bares[before] not in STOPWORDS
+                and text[matches[before].end() : matches[i].start()].isspace()
             ):
                 continue  # the rest of a name the query holds
             return True
-        if not first.islower():  # a script without letter case
+        if not word[0].islower():  # a script without letter case
             return True
-        previous = _bare(before.group()) if before is not None else ""
-        possessive = _POSSESSIVE.search(word) is not None
-        two_before = _bare(matches[i - 2].group()) if i > 1 else ""
-        after = " ".join(m.group().lower() for m in matches[i + 1 : i + 3])
+        previous = bares[i - 1] if i else ""
+        possessive = word.lower().endswith(("'s", "’s"))
         if (
             (possessive and previous not in _DETERMINERS)
-            or (previous == "and" and two_before == "me")
-            or after in ("and i", "and me")
+            or (previous == "and" and i > 1 and bares[i - 2] == "me")
+            or bares[i + 1 : i + 3] in (["and", "i"], ["and", "me"])
         ):
             return True
     return False
-
-
-def _holds_name(match: re.Match[str], asked: _Query) -> bool:
-    """A capitalised content word of the query: "Arrowline" for "what's my manager at arrowline called?"."""
-    low = _bare(match.group())
-    return match.group()[0].isupper() and low in asked.words and low not in STOPWORDS
 
 
 def _new(word: str, asked: _Query) -> bool:
@@ -257,4 +254,6 @@ def _new(word: str, asked: _Query) -> bool:
 
 
 def _bare(word: str) -> str:
-    return _POSSESSIVE.sub("", word.lower().replace("’", "'"))
+    """Lower case, without a possessive: "Maeve's" -> "maeve" (string operations: it runs per word)."""
+    low = word.lower().replace("’", "'")
+    return low[:-2] if low.endswith("'s") else low
