@@ -965,3 +965,23 @@ def test_a_retracted_fact_answers_no_question_about_the_past(eng):
         assert peanuts.id not in [h.memory.id for h in mem.recall(query, record_use=False)]
     audit = mem.recall("was I ever allergic to peanuts?", include_superseded=True, record_use=False)
     assert peanuts.id in [h.memory.id for h in audit]
+
+
+def test_a_fact_naming_the_user_under_an_opaque_id_outdates_the_turn_it_came_from(eng):
+    """The facts name the user "Sam" while the user id is "u-8f3a": a superseded fact could not be read
+    in the user's voice, so the turn it came from ("my surname is Smith") kept leading "what is my
+    surname?" above the live "Sam's surname is Smyth" (an outside bug hunt). Such a fact's first word
+    is taken for the user when the id names nobody."""
+    mem = eng.for_user("u-8f3a")
+    said = mem.remember_turn("my surname is Smith")
+    old = mem.write("Sam's surname is Smith", supporting_episode_ids=[said.id])
+    fixed = mem.remember_turn("sorry, typo earlier: it's Smyth, never Smith")
+    new = mem.write(
+        "Sam's surname is Smyth",
+        supersedes_id=old.id,
+        contradiction="natural",
+        supporting_episode_ids=[fixed.id],
+    )
+    hits = {h.memory.id: h for h in mem.recall("what is my surname?", record_use=False)}
+    assert hits[said.id].explain["outdated_by"] == new.id
+    assert hits[new.id].score > 1.5 * hits[said.id].score  # 0.97 against 0.485 here

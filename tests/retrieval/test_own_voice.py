@@ -3,7 +3,7 @@ and what it does to the confidence of one question asked in the first and the th
 
 import pytest
 
-from engram.retrieval.own_voice import names_user_uncapitalised, own_voice
+from engram.retrieval.own_voice import in_own_words, names_nobody, names_user_uncapitalised, own_voice
 
 
 @pytest.mark.parametrize(
@@ -108,3 +108,18 @@ def test_a_group_chat_is_read_as_written(eng):
     mem.write("Tom works at Kestrel Labs")
     hits = mem.recall("When is Tom's birthday?", k=3, record_use=False)
     assert hits[0].memory.id == told.id and hits[0].explain["rerank"] > 0.8
+
+
+@pytest.mark.parametrize(
+    ("user_id", "nobody"),
+    [("u-8f3a", True), ("user_123", True), ("3f9c2a10-7b1e-4c2d-9a8b-1234abcd5678", True), ("sarah", False)],
+)
+def test_a_user_id_that_names_nobody(user_id: str, nobody: bool) -> None:
+    assert names_nobody(user_id) is nobody
+
+
+def test_a_fact_in_the_users_own_words_takes_its_first_word_for_the_user() -> None:
+    assert in_own_words("Sam's surname is Smith") == "my surname is Smith"
+    assert in_own_words("Sam lives in Leeds") == "I live in Leeds"
+    for unchanged in ("The cat is old", "March was busy", "my surname is Smith"):
+        assert in_own_words(unchanged) == unchanged

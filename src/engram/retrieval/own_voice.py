@@ -126,3 +126,26 @@ def _base_form(verb: str) -> str:
     if verb.endswith(_ES_ENDINGS):
         return verb[:-2]
     return verb[:-1]
+
+
+_HEX = frozenset("abcdef")  # "abcd" in a UUID is no name
+_LEADING_NAME = re.compile(r"([A-Z][a-z]+(?:-[A-Z][a-z]+)?)(?=['’]s\b|\s)")
+
+
+def names_nobody(user_id: str) -> bool:
+    """A user id with no word that could be a name: "u-8f3a", "user_123", a UUID (not "sarah",
+    "sam.smith@example.com")."""
+    return not any(
+        w.isalpha() and len(w) > 2 and w not in _NOT_NAMES and not set(w) <= _HEX
+        for w in user_id_words(user_id)
+    )
+
+
+def in_own_words(fact: str) -> str:
+    """A fact read as the user's own words when its first word is a name, taken to be the user's:
+    ``"Sam's surname is Smith"`` -> "my surname is Smith". For a fact that superseded facts link to the
+    user's own turn (``pipeline.stored_late_scores``), when the user id is no name to find in it."""
+    lead = _LEADING_NAME.match(fact)
+    if lead is None or lead.group(1).lower() in STOPWORDS or lead.group(1).lower() in _NOT_NAMES:
+        return fact
+    return own_voice(fact, lead.group(1).lower(), fact=True)

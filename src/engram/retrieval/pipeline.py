@@ -71,7 +71,7 @@ from engram.retrieval.late_interaction import (
     text_similarity,
     token_maxima,
 )
-from engram.retrieval.own_voice import names_user_uncapitalised, own_voice
+from engram.retrieval.own_voice import in_own_words, names_nobody, names_user_uncapitalised, own_voice
 from engram.retrieval.rerank import apply_rerank
 from engram.retrieval.scoring import keep_scores_ordered, multipliers, named_speakers
 from engram.retrieval.temporal import time_window
@@ -387,6 +387,12 @@ def stored_late_scores(
         voice = "" if tenant is None or names_user_uncapitalised(query_text, tenant) else tenant
         said = {f.id: search_text_of(f) for f in facts}
         voiced = {i: v for i, text in said.items() if (v := own_voice(text, voice, fact=True)) != text}
+        # a user id that is no name ("u-8f3a"): such a fact names the user as its first word, as the
+        # turn it was distilled from says "I" ("Sam's surname is Smith" from "my surname is Smith")
+        if tenant is not None and names_nobody(tenant):
+            voiced |= {
+                i: v for i, text in said.items() if i not in voiced and (v := in_own_words(text)) != text
+            }
         voiced = dict(list(voiced.items())[:MAX_VOICED_AT_RECALL])  # the rest: their stored vectors
         blobs = store.token_vectors(
             tenant, [f.id for f in facts if f.id not in voiced], include_catalog=False
