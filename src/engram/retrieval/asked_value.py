@@ -4,7 +4,7 @@
 recall has (same words, same subject), yet the row holds no name, so it cannot be the answer. Questions
 about something never said are mostly of this shape: a name, a number, a day or a colour asked about a
 subject that was mentioned. Recall lowers the confidence of such rows (``Settings.missing_value_factor``)
-and leaves their rank alone (docs/benchmarks.md).
+and, less, their score (``missing_value_rank``: an answer close behind goes first; docs/benchmarks.md).
 
 The checks are deliberately generous to the row, as a row wrongly judged to lack the value loses most
 of its confidence: any capitalised word new to the query counts as a name, any number new to it as a
@@ -43,7 +43,6 @@ def _words(text: str) -> frozenset[str]:
 _I = re.IGNORECASE
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
 _NUMBER = re.compile(r"\d+")
-_POSSESSIVE = re.compile(r"['’]s$", _I)
 # A yes/no question ("is my cat called Biscuit?") or a "why" holds its value already, or asks none.
 _NO_VALUE = re.compile(
     r"^\s*(?:is|are|am|was|were|do|does|did|has|have|had|can|could|will|would|should)\b|\bwhy\b", _I
