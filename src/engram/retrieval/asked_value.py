@@ -221,7 +221,7 @@ def _names_someone(text: str, asked: _Query) -> bool:
     bares = [_bare(w) for w in words]  # once per word: this runs on every candidate of a recall
     for i, word in enumerate(words):
         low = bares[i]
-        if len(low) < 2 or low in STOPWORDS or low in asked.words or low in _NOT_NAMES or word[:2] in _I_AM:
+        if not _fresh(low, asked) or low in _NOT_NAMES or word[:2] in _I_AM:
             continue
         if word[0].isupper():
             before = i - 1
@@ -247,8 +247,11 @@ def _names_someone(text: str, asked: _Query) -> bool:
 
 
 def _new(word: str, asked: _Query) -> bool:
-    """A word that could be the value: not the query's, not a stopword, not a single letter."""
-    low = _bare(word)
+    return _fresh(_bare(word), asked)
+
+
+def _fresh(low: str, asked: _Query) -> bool:
+    """A (bared) word that could be the value: not the query's, not a stopword, not a single letter."""
     return len(low) > 1 and low not in asked.words and low not in STOPWORDS
 
 
