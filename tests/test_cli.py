@@ -364,6 +364,15 @@ def test_consolidate_without_llm_says_it_is_disabled(tmp_path):
         assert "ENGRAM_LLM_BASE_URL" in proc.stdout and "[]" not in proc.stdout
 
 
+def test_consolidate_a_user_without_memories_is_an_error(tmp_path):
+    """A typo in --user printed "ok" with every count 0, exit 0 (noticed in a bug hunt)."""
+    run("remember", "--user", "sarah", "we live in Bristol btw", env_home=tmp_path)
+    llm = {"ENGRAM_LLM_BASE_URL": "http://127.0.0.1:9/v1", "ENGRAM_LLM_MODEL": "unused"}  # never called
+    proc = run("consolidate", "--user", "sarha", env_home=tmp_path, env=llm, check=False)
+    assert proc.returncode == 1
+    assert "no memories for user 'sarha' in this store: nothing to consolidate" in proc.stdout
+
+
 def test_keys_revoke_unknown_id_names_the_key(tmp_path):
     """Issue 12 #28: not "memory 'key_nope' not found"."""
     run("keys", "create", "--user", "sarah", env_home=tmp_path)

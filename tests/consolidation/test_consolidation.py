@@ -426,6 +426,30 @@ def test_a_near_duplicate_that_changes_a_detail_is_judged_never_merged(make_engr
     assert mia.id in {f.id for f in live.values()}  # judged new: both stand, for recall to order
 
 
+def test_a_verdict_of_the_wrong_shape_leaves_the_others_standing(make_engram, fake_llm, embedder):
+    """One malformed verdict ({"index": "second"}) failed the judge call, and with it the batch: now
+    the good verdict applies and the other candidate is written as new, as with no verdict."""
+    old, changed = "Sam is vegetarian", "Sam is not vegetarian any more"
+    eng = make_engram(dedup_similarity=0.9, dedup_judge_similarity=0.75)
+    mem = eng.for_user("sam")
+    stored = mem.write(old)
+    mia = mem.write("Mia is 7 years old")
+    mem.remember_turn("I eat meat again, not vegetarian any more. and mia turned 8 last week!")
+
+    def extract(p):
+        said = [p["episodes"][0]["id"]]
+        said_facts = (changed, "Mia is 8 years old")
+        return {"facts": [{"text": t, "supporting_episode_ids": said} for t in said_facts]}
+
+    def judge(p):
+        return {"verdicts": [{"index": 0, "replaces": stored.id}, {"index": "second", "duplicate_of": 7}]}
+
+    fake_llm.script(ok(extract), ok(judge))
+    report = eng.consolidate("sam", llm=llm_for(fake_llm))
+    assert report.status == "ok" and report.superseded == [stored.id] and len(report.written) == 2
+    assert {f.text for f in mem.list("semantic")} == {changed, mia.text, "Mia is 8 years old"}
+
+
 def test_two_changes_of_one_fact_in_one_reply_keep_the_later(eng, fake_llm):
     """ "moving to York", then "actually Leeds, not York" in one batch: the second supersession was
     dropped as superseding a fact that is "not live", and York stayed current (bug hunt)."""

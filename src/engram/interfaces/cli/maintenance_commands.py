@@ -103,7 +103,10 @@ def consolidate(
             "set ENGRAM_LLM_BASE_URL (e.g. http://localhost:11434/v1) and ENGRAM_LLM_MODEL"
         )
     with _engram(store, settings, existing=True) as eng:
-        users = eng.store.tenants() if all_users or user is None else [user]
+        known = eng.store.tenants()
+        if user is not None and user not in known:  # a typo reported "ok" with every count 0
+            raise _fail(f"no memories for user {user!r} in this store: nothing to consolidate")
+        users = known if user is None else [user]
         reports = [eng.consolidate(u).as_dict() for u in users]
     if not users:
         err_console.print("no users with memories in this store: nothing to consolidate")
