@@ -370,3 +370,30 @@ def test_engram_export_and_import_all_on_the_command_line(tmp_path):
     assert loaded.returncode == 0 and "imported 1 semantic" in loaded.stdout
     again = engram("import", "--all", str(tmp_path / "all.jsonl"), "--store", c)
     assert again.returncode == 0 and "imported nothing; skipped 1 already there" in again.stdout
+
+
+def test_a_session_id_stored_before_it_was_checked_does_not_stop_an_export(tmp_path, embedder):
+    """A lone surrogate in a session id (accepted before 2026-12-03) made `engram export` fail for the
+    whole store: the line is now written escaped, the export completes, and an import names the line
+    and refuses it, writing nothing."""
+    from engram.models import EpisodicMemory, new_id, utcnow
+
+    with Engram(SQLiteStore(tmp_path / "a.db"), embedder, None) as eng:
+        eng.for_user("sarah").remember_turn("we live in Bristol btw")
+        old = EpisodicMemory(
+            id=new_id("episodic"),
+            text="hello there",
+            user_id="zed",
+            created_at=utcnow(),
+            timestamp=utcnow(),
+            session_id="chat\ud800",
+        )
+        eng.store.insert("zed", [old], embedder.embed_documents([old.text]))
+        out = io.StringIO()
+        assert export_store(eng, out) == {"episodic": 2}
+        assert '"session_id": "chat\\ud800"' in out.getvalue()
+        out.getvalue().encode("utf-8")  # the file is UTF-8
+    with Engram(SQLiteStore(tmp_path / "b.db"), embedder, None) as target:
+        with pytest.raises(ImportFileError, match=r"line \d: .*session_id is not valid Unicode"):
+            import_store(target, io.StringIO(out.getvalue()))
+        assert target.store.tenants() == []

@@ -106,3 +106,36 @@ def test_shared_checks():
     assert is_well_formed_id("epi_" + "a" * 22) and not is_well_formed_id("epi_" + "a" * 22 + "\n")
     with pytest.raises(InvalidInput, match="confidence"):
         build_row(SemanticMemory, id="x", text="t", user_id="u", created_at=datetime.now(UTC), confidence=[])
+
+
+@pytest.mark.parametrize("session_id", ["chat\ud800", "chat\x00", "a\nb", "\u200b", ""])
+def test_a_session_id_that_no_export_or_engine_could_hold_is_refused(eng, session_id):
+    """An outside review: a lone surrogate in a session id was stored, and then every `engram export`
+    of the store failed (UTF-8), and that user's listing and recall answered 500; a NUL stopped the move
+    to PostgreSQL. Refused on every write: the Python API, a user's import."""
+    mem = eng.for_user("sarah")
+    with pytest.raises(InvalidInput, match="session_id"):
+        mem.remember_turn("hello there", session_id=session_id)
+    with pytest.raises(InvalidInput, match=r"episodic\[0\]\.session_id"):
+        mem.import_json({"episodic": [{"text": "hello there", "session_id": session_id}]})
+    assert written(eng) == []
+
+
+@pytest.mark.parametrize(
+    ("title", "message"),
+    [
+        ("Hub\ud800", "lone surrogate"),
+        ("Hub\x00", "NUL"),
+        ("x" * 1_001, "the limit is 1000"),
+        ("\u200b", "visible"),
+    ],
+)
+def test_a_catalog_title_is_checked_like_text(eng, title, message):
+    """A lone surrogate in a title was a bare TypeError from the tokenizer (500 over REST), a NUL and
+    100,000 characters were stored (an outside review)."""
+    with pytest.raises(InvalidInput, match=message):
+        eng.catalog.add("The hub pairs over Zigbee", title=title)
+    with pytest.raises(InvalidInput, match=rf"catalog\[0\]\.title|{message}"):
+        eng.catalog.import_json([{"title": title, "text": "The hub pairs over Zigbee"}])
+    assert eng.catalog.list() == []
+    assert eng.catalog.add("The hub pairs over Zigbee", title="Hub · Zigbee").title == "Hub · Zigbee"

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
-from engram.limits import MAX_COUNT, MAX_SESSION_ID_CHARS, SETTING_MARK
+from engram.limits import MAX_COUNT, MAX_SESSION_ID_CHARS, MAX_TITLE_CHARS, SETTING_MARK
 from engram.models import Contradiction, FactType, IsoDatetime, JsonInt, StrictStep
 from engram.settings import DEFAULT_MAX_TEXT_CHARS
 from engram.validation import aware
@@ -114,5 +114,5 @@ class UserDocument(BaseModel):
 
 
 class CatalogRecord(Record):
-    title: str = ""
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
     text: str = _text()

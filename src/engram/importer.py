@@ -62,7 +62,13 @@ from engram.models import (
 )
 from engram.settings import EngramSettings
 from engram.storage.base import CATALOG, MemoryStore, Supersession, Tenant, TransferStore
-from engram.validation import check_metadata, check_metadata_size, validate_user_id
+from engram.validation import (
+    check_metadata,
+    check_metadata_size,
+    check_session_id,
+    check_title,
+    validate_user_id,
+)
 
 ProgressCallback = Callable[[int, int], None]  # rows looked at so far, rows in all
 
@@ -150,6 +156,7 @@ def import_document(
         try:
             check_metadata(ep.metadata)
             episode_speaker(ep.metadata)
+            check_session_id(ep.session_id)
         except InvalidInput as exc:
             raise ImportFileError(f"invalid import file: {where}.{exc}") from None
         turn = EpisodicMemory(
@@ -268,13 +275,14 @@ def _import_catalog(
     for i, record in enumerate(records):
         try:
             text = check_text(record.text, f"catalog[{i}].text", engram.settings.max_text_chars)
+            title = check_title(record.title, f"catalog[{i}].title")
         except InvalidInput as exc:
             raise ImportFileError(f"invalid import file: {exc}") from None
         _check_metadata(record, f"catalog[{i}]")
         row = CatalogItem(
             id=identity.of("catalog", record),
             text=text,
-            title=record.title,
+            title=title,
             user_id=None,
             created_at=now,
             metadata=record.metadata,

@@ -45,7 +45,7 @@ from engram.models import EpisodicMemory, Memory, Tombstone, Vectors, utcnow
 from engram.providers.base import Embedder
 from engram.settings import EngramSettings
 from engram.storage.base import ApiKeyRecord, Store, Tenant, episode_marks
-from engram.validation import validate_user_id
+from engram.validation import check_session_id, check_title, validate_user_id
 
 FORMAT_VERSION = 2  # 2: a trailer ends the file (format 1 has none; old Engrams refuse format 2 upfront)
 READABLE_VERSIONS = (1, 2)
@@ -105,6 +105,10 @@ def _export(
     def write(record: dict[str, Any]) -> None:
         nonlocal lines
         line = json.dumps(record, ensure_ascii=False) + "\n"
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate, stored before session ids were checked: escaped
+            line = json.dumps(record) + "\n"  # the import names its line and refuses it
         out.write(line)
         digest.update(line.encode("utf-8", "surrogatepass"))
         lines += 1
@@ -113,13 +117,8 @@ def _export(
         write(record)
         counts[kind] = counts.get(kind, 0) + 1
 
-    write(
-        {
-            "engram_export": FORMAT_VERSION,
-            "exported_at": utcnow().isoformat(),
-            "embedding_model": engram.embedder.name,
-        }
-    )
+    header = {"engram_export": FORMAT_VERSION, "exported_at": utcnow().isoformat()}
+    write(header | {"embedding_model": engram.embedder.name})
     for tenant in tenants:
         after = 0
         while page := store.scan(tenant, after, PAGE):
@@ -195,6 +194,8 @@ def _records(lines: Iterable[str]) -> Iterator[tuple[int, _Row | Tombstone | _Ke
         try:
             if "memory" in record:
                 row = _MEMORY.validate_python(record["memory"])
+                check_session_id(getattr(row, "session_id", None))  # as a write checks it
+                check_title(getattr(row, "title", None))
                 yield number, _Row(row, int(record.get("consolidated", 0)))
             elif "tombstone" in record:
                 yield number, Tombstone.model_validate(record["tombstone"])

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from engram.errors import InvalidInput
-from engram.limits import MAX_PAGE_BOUND, MAX_SESSION_ID_CHARS
-from engram.models import MEMORY_TYPES, MemoryType
+from engram.limits import MAX_PAGE_BOUND, MAX_SESSION_ID_CHARS, MAX_TITLE_CHARS
+from engram.models import MEMORY_TYPES, MemoryType, check_text
 
 # Also the REST schema's pattern, so the OpenAPI document shows it.
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@:+\-]{0,127}$"
@@ -140,12 +140,27 @@ def check_metadata_size(metadata: Mapping[str, Any], max_chars: int) -> None:
         raise InvalidInput(f"metadata is {size} characters as JSON; the limit is {max_chars}")
 
 
-def check_session_id(session_id: object) -> None:
-    """A turn's session_id: None, or a string of at most MAX_SESSION_ID_CHARS characters."""
-    if session_id is not None and not isinstance(session_id, str):
-        raise InvalidInput("session_id must be a string")
-    if session_id is not None and len(session_id) > MAX_SESSION_ID_CHARS:
-        raise InvalidInput(f"session_id is {len(session_id)} characters; the limit is {MAX_SESSION_ID_CHARS}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def check_session_id(session_id: object, what: str = "session_id") -> None:
+    """A turn's session_id: None, or an id of at most MAX_SESSION_ID_CHARS characters that shows
+    something, is valid Unicode and holds no control character. A lone surrogate stored once made every
+    later `engram export` fail (the file is UTF-8), and a NUL the move to PostgreSQL."""
+    if session_id is None:
+        return
+    if not isinstance(session_id, str):
+        raise InvalidInput(f"{what} must be a string")
+    check_text(session_id, what, MAX_SESSION_ID_CHARS)
+    if _CONTROL.search(session_id):
+        raise InvalidInput(f"{what} contains a control character")
+
+
+def check_title(title: object, what: str = "title") -> str:
+    """A catalog row's title: empty, or text as ``check_text`` takes it, of at most MAX_TITLE_CHARS."""
+    if title is None or title == "":
+        return ""
+    return check_text(title, what, MAX_TITLE_CHARS)
 
 
 def check_applies(memory_type: str, fact: Mapping[str, object], playbook: Mapping[str, object]) -> None:

@@ -41,6 +41,11 @@ QUESTION = "what's maeve's cat called?"
         ("who called me yesterday?", None),
         ("what kind of colour blindness do I have?", None),
         ("what size t-shirt do I wear?", None),
+        # what someone does for a living; not "my job", often answered without "a ..." ("sister on AMU")
+        ("what does sean do for work?", AskedValue.OCCUPATION),
+        ("what did julien do for a living again?", AskedValue.OCCUPATION),
+        ("What is Tom's occupation?", AskedValue.OCCUPATION),
+        ("what's my job now?", None),
         # a yes/no question or a "why" holds the value already
         ("is my cat called Biscuit?", None),
         ("why is my cat called Biscuit?", None),
@@ -53,6 +58,11 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
 @pytest.mark.parametrize(
     ("kind", "text", "query", "states"),
     [
+        (AskedValue.OCCUPATION, "her name's Lowri, she's a physio", "what does lowri do for work?", True),
+        (AskedValue.OCCUPATION, "Sean works as a plumber", "what does sean do for a living?", True),
+        (AskedValue.OCCUPATION, "I teach physics in Catford", "what do I do for work?", True),
+        (AskedValue.OCCUPATION, "sean's work is flexible", "what does sean do for work?", False),
+        (AskedValue.OCCUPATION, "her lease is up. is a 1 bed enough?", "what does lowri do for work?", False),
         (AskedValue.NAME, "my sister Aoife is visiting", "what's my sister called?", True),
         (AskedValue.NAME, "my sister's called aoife", "what's my sister called?", True),
         (AskedValue.NAME, 'grouped them as "kitchen spots"', "what is the group called?", True),

@@ -17,7 +17,7 @@ from engram.errors import InvalidInput, NotFound
 from engram.memory.engine import Engine
 from engram.models import CatalogItem, Memory, Tombstone, new_id, utcnow
 from engram.storage.base import CATALOG, Tenant
-from engram.validation import aware, build_row, check_metadata
+from engram.validation import aware, build_row, check_metadata, check_title
 
 
 class TenantHandle:
@@ -68,7 +68,7 @@ class CatalogAdmin(TenantHandle):
             CatalogItem,
             id=new_id("catalog"),
             text=self._engram._check_text(text),
-            title=title or "",
+            title=check_title(title),
             user_id=None,
             created_at=aware(created_at) or utcnow(),
             metadata=meta,

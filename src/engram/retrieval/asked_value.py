@@ -2,9 +2,10 @@
 
 "what's maeve's cat called?" over "maeve's cat hates me btw" is a near-perfect match for every model
 recall has (same words, same subject), yet the row holds no name, so it cannot be the answer. Questions
-about something never said are mostly of this shape: a name, a number, a day or a colour asked about a
-subject that was mentioned. Recall lowers the confidence of such rows (``Settings.missing_value_factor``)
-and, less, their score (``missing_value_rank``: an answer close behind goes first; docs/benchmarks.md).
+about something never said are mostly of this shape: a name, a number, a day, a colour or someone's
+occupation asked about a subject that was mentioned. Recall lowers the confidence of such rows
+(``Settings.missing_value_factor``) and, less, their score (``missing_value_rank``: an answer close
+behind goes first; docs/benchmarks.md).
 
 The checks are deliberately generous to the row, as a row wrongly judged to lack the value loses most
 of its confidence: any capitalised word new to the query counts as a name, any number new to it as a
@@ -31,6 +32,7 @@ class AskedValue(StrEnum):
     TIME = "time"  # of day: "8pm", "half six", "mornings"
     DAY = "day"  # a weekday, date, month or season
     COLOUR = "colour"
+    OCCUPATION = "occupation"  # what someone does for a living
 
 
 LONG_ROW = 2_000  # characters: a row this long nearly always holds a value of any kind; not worth a scan
@@ -57,6 +59,20 @@ _TIME_ASKED = re.compile(r"\bwhat time\b(?! zones?\b| of (?:the )?year\b)", _I)
 _DURATION_ASKED = re.compile(r"\bhow (?:long|old)\b(?! ago\b)|\bwhat age\b", _I)
 _NUMBER_ASKED = re.compile(r"\bhow (?:much|many|far)\b|\bwhat price\b|\bsalary\b", _I)
 _YEAR_ASKED = re.compile(r"\bwhat year\b", _I)
+# "what does sean do for work?", "what did julien do for a living?", "what's her occupation?"; not "what's
+# my job now?", answered as often without the words below ("junior sister on AMU from january")
+_OCCUPATION_ASKED = re.compile(
+    r"\bdo (?:for (?:a )?(?:living|work|job|money)|as (?:a )?(?:job|work))\b|\bwork as\b"
+    r"|\b(?:occupation|profession|line of work)\b",
+    _I,
+)
+# ... stated as "she's a physio", "is the head of sales", "works as / at / for / in", "a job at", "I teach"
+_OCCUPATION = re.compile(
+    r"\b(?:is|am|are|was|were|be|been|\w+['’]s|i['’]?m|you['’]re|we['’]re|they['’]re)\s+(?:a|an|the)\s+(?!\d)"
+    r"|\b(?:works?|worked|working|job|jobs|employed|trained|qualified|retired)\s+(?:as|at|for|in|with)\b"
+    r"|\bteach(?:es|ing)?\b|\bfreelanc|\bself[- ]employed\b",
+    _I,
+)
 _DAY_ASKED = re.compile(
     r"^\s*when\b|\b(?:what|which) (?:days?|nights?|date|month)\b|\bwhat time of (?:the )?year\b", _I
 )
@@ -154,6 +170,8 @@ def asked_value(query: str) -> AskedValue | None:
     ):
         if pattern.search(query):
             return kind
+    if _OCCUPATION_ASKED.search(query):
+        return AskedValue.OCCUPATION
     if _DAY_ASKED.search(query) and _BIRTHDAY.search(query):
         return AskedValue.DAY
     if _EVENT.search(query) and not _HABIT.search(query):
@@ -202,6 +220,8 @@ def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
         cued = [m.group(1) for m in _NAME_CUE.finditer(text)]
         cued += [w for m in _QUOTED.finditer(text) for w in _WORD.findall(m.group(1) or m.group(2))]
         return any(_new(w, asked) for w in cued) or _names_someone(text, asked)
+    if kind is AskedValue.OCCUPATION:
+        return bool(_OCCUPATION.search(text))
     if kind is not AskedValue.COLOUR and set(_NUMBER.findall(text)) - asked.numbers:
         return True
     said = {_bare(w) for w in _WORD.findall(text)} - asked.words

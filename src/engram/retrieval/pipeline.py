@@ -33,9 +33,9 @@
    not cover the present is multiplied by ``outdated`` too (``currency.put_invalid_below``, explain
    ``validity``), and a retracted fact (never true) is left out unless ``include_superseded``.
 8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
-   successor's is at least that of what it replaced; a hit without the name, number, time, day or
-   colour the question asks for gets less (``asked_value``; explain ``asked_value``, and its score
-   the ``missing_value`` multiplier from step 3 on).
+   successor's is at least that of what it replaced; a hit without the name, number, time, day,
+   colour or occupation the question asks for gets less (``asked_value``; explain ``asked_value``,
+   and its score the ``missing_value`` multiplier from step 3 on).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def recall(
     speakers = named_speakers(
         (c.memory for c in candidates if isinstance(c.memory, EpisodicMemory)), query_words(query)
     )
-    # a hit without the name, number, time, day or colour asked for cannot be the answer (asked_value)
+    # a hit without the name, number, time, day, colour or occupation asked for cannot answer (asked_value)
     lacking = missing_value(query, {c.memory.id: search_text_of(c.memory) for c in candidates})
     for c in candidates:
         c.multipliers = multipliers(c.memory, now, config, period, speakers)

@@ -46,7 +46,7 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("outdated", "a fact a newer one replaced, kept below it"),
     ("stage_scale", "a stage ran on part of the shortlist: its score is scaled to compare"),
     ("confidence", "calibrated chance, 0-1, that the hit is relevant to the query"),
-    ("missing_value", "it lacks the name, number, time, day or colour asked for (asked_value): ranks lower"),
+    ("missing_value", "it lacks the name, number, day, colour... asked for (asked_value): ranks lower"),
     ("asked_value", "the kind of value the question asks for, which this row does not state"),
     ("score", "final = relevance x every multiplier; only multipliers other than 1 are shown"),
     ("rerank_contenders", "which rows the cross-encoder read: those that could change the top (per recall)"),
