@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from engram.auth import SESSION_PREFIX, ApiKeys, hash_key
-from engram.errors import InvalidInput
+from engram.errors import Conflict, InvalidInput
 from engram.interfaces.rest.background import free_port
 from engram.storage.sqlite import SQLiteStore
 
@@ -38,6 +38,19 @@ def test_a_new_admin_key_revokes_the_old_ones(keys):
     with pytest.raises(InvalidInput, match="revoked"):  # a revoked key never comes back
         keys.adopt_admin_key(KEY_A)
     assert keys.resolve(KEY_B).is_admin
+
+
+def test_the_admin_key_cannot_be_revoked_only_replaced(keys):
+    """`DELETE /v1/keys/<admin key>` (or `engram keys revoke`) answered 204: every admin route was then
+    401, and `engram serve` with that ENGRAM_ADMIN_KEY refused to start (an outside review)."""
+    keys.adopt_admin_key(KEY_A)
+    admin = keys.resolve(KEY_A)
+    with pytest.raises(Conflict, match="is the admin key: revoking it would lock every admin out"):
+        keys.revoke(admin.key_id)
+    assert keys.resolve(KEY_A).is_admin
+    keys.adopt_admin_key(KEY_B)  # replaced: the old one is revoked, and revoking it again says so
+    with pytest.raises(Conflict, match="already revoked"):
+        keys.revoke(admin.key_id)
 
 
 def test_a_key_label_is_one_line(keys):

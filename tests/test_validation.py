@@ -76,6 +76,14 @@ def test_a_playbook_at_its_limits_is_stored(eng):
     assert len(row.steps) == 100 and written(eng) == [""]
 
 
+@pytest.mark.parametrize("confidence", [True, False, float("nan"), 1.5, "0.9"])
+def test_a_facts_confidence_is_a_number_in_0_1(eng, confidence):
+    """``confidence=True`` was stored as 1.0, where REST and MCP refuse ``true`` (an outside review)."""
+    with pytest.raises(InvalidInput, match="confidence must be a number in"):
+        eng.for_user("sarah").write("Sarah lives in Leith", confidence=confidence)
+    assert written(eng) == []
+
+
 def test_a_validity_period_must_not_end_before_it_starts(eng):
     """Issue 12, item 16."""
     mem = eng.for_user("sarah")

@@ -186,7 +186,8 @@ class UserMemory(TenantHandle):
         }
         row: SemanticMemory | ProceduralMemory
         if memory_type == "semantic":
-            if not isinstance(confidence, int | float) or not 0.0 <= confidence <= 1.0:
+            number = isinstance(confidence, int | float) and not isinstance(confidence, bool)
+            if not number or not 0 <= confidence <= 1:
                 raise InvalidInput("confidence must be a number in [0, 1]")
             if contradiction == "harsh":
                 confidence = max(0.0, confidence - engram.settings.supersede_penalty)
