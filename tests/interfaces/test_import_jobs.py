@@ -73,6 +73,16 @@ def test_an_invalid_document_in_a_job_is_refused_and_writes_nothing(service):
     response = sarah.post("/v1/import", json=bad, headers={"Idempotency-Key": "k"})
     assert response.status_code == 422 and "semantic[0].supersedes" in response.json()["message"]
     assert sarah.get("/v1/import/k").status_code == 422  # the job's answer, again
+    assert response.json()["error"] == "invalid_import"
+    # a record of the wrong shape: the same code as the Python API's ImportFileError (an outside
+    # review: it was invalid_input); malformed JSON is invalid_input, as on every route
+    shape = sarah.post("/v1/import", json={"episodic": [{"text": "hi", "days_ago": -5}]})
+    assert shape.status_code == 422 and shape.json()["error"] == "invalid_import"
+    assert "days_ago" in shape.json()["message"]
+    catalog = service.client().post("/v1/catalog/import", json=[{"title": 5, "text": "x"}])
+    assert catalog.json()["error"] == "invalid_import"
+    broken = sarah.post("/v1/import", content=b'{"episodic": [', headers={"Content-Type": "application/json"})
+    assert broken.status_code == 422 and broken.json()["error"] == "invalid_input"
     assert sarah.get("/v1/memories", params={"type": "semantic"}).json()["data"] == []
 
 

@@ -353,9 +353,11 @@ def test_forgetting_a_harsh_correction_leaves_the_fact_retracted(store, embedder
     assert store.search_vector("sarah", embedder.embed_query("allergic"), live, 10) == []
     assert [h.id for h in store.search_text("sarah", "penicillin", ALL_WITH_OLD, 10)] == [a.id]
     assert store.list_memories("sarah", "semantic") == []
-    with pytest.raises(Conflict):  # still superseded: a new fact is written, not chained onto it
+    # still superseded: a new fact is written, not chained onto it; the message names no forgotten row
+    with pytest.raises(Conflict, match=f"{a.id} was retracted .* nothing current to supersede") as refused:
         c = fact("sarah", "Sarah is allergic to latex", supersedes=a.id)
         put(store, embedder, "sarah", c, supersede={c.id: Supersession(a.id, retract=False, at=T0)})
+    assert b.id not in str(refused.value)
 
 
 def test_list_pages_newest_first(store, embedder):

@@ -286,6 +286,13 @@ def _insert_rows(
         old = statements.lock_row(spec.old_id)
         if old is None:
             raise NotFound(spec.old_id)
+        if old.superseded_by is not None and statements.lock_row(old.superseded_by) is None:
+            # retracted by a correction forgotten since (not mended: it was never true); "supersede the
+            # current one" would name a row that is gone (an outside review)
+            raise Conflict(
+                f"memory {spec.old_id} was retracted (never true) by a correction that was forgotten since: "
+                "nothing current to supersede; write the new fact without supersedes_id"
+            )
         check_supersession(spec, new_rows[new_id], old.memory_type, old.superseded_by)
         statements.mark_superseded(old.key, new_id, spec.at, spec.retract)
     return {row.id for row, stored in zip(given, rows, strict=True) if stored is not row}

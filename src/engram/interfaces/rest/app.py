@@ -186,7 +186,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
             return await anyio.to_thread.run_sync(
                 error_page, request, 422, "Not a valid request", "; ".join(problems)
             )
-        return _error(422, "invalid_input", "; ".join(problems))
+        return _error(422, _validation_code(request.url.path, exc.errors()), "; ".join(problems))
 
     @app.exception_handler(Exception)
     async def server_error(request: Request, exc: Exception) -> JSONResponse:
@@ -203,6 +203,14 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     app.add_middleware(Observe, http=http_metrics, telemetry=engram.telemetry, routes=app.router.routes)
     publish_limits(app, engram.settings)
     return app
+
+
+def _validation_code(path: str, errors: Sequence[Any]) -> str:
+    """``invalid_import`` for a bad record of an import document (the Python API's ImportFileError),
+    else ``invalid_input`` (malformed JSON too, as on every route)."""
+    imports = path in ("/v1/import", "/v1/catalog/import")
+    records = all(e["loc"][:1] == ("body",) and e["type"] != "json_invalid" for e in errors)
+    return "invalid_import" if imports and records else "invalid_input"
 
 
 def _in_inspector(path: str) -> bool:
