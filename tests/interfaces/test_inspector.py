@@ -333,6 +333,22 @@ def test_the_recall_form_refuses_bad_numbers_and_shows_what_an_agent_would_not_s
     assert "nothing relevant is known" not in page.text and 'class="hit below"' not in page.text
 
 
+def test_a_recall_page_says_once_what_concerns_the_recall_and_what_each_hits_time_is(service):
+    """A newcomer's walk in a browser: the rerank stage's note was repeated, orange, on every hit; a hit's
+    time had no label; a superseded hit (with "superseded" ticked) did not say what replaced it."""
+    seed_world(service)
+    sarah = sign_in(service, service.user_keys["sarah"])
+    data = {"query": "where does Sarah live", "k": "10", "min_confidence": "0", "include_superseded": "on"}
+    page = sarah.post("/inspector/recall", data=data).text
+    hits = page.split('<li class="hit')[1:]
+    assert len(hits) >= 3 and all("rerank_contenders" not in h and "rerank:" not in h for h in hits)
+    assert page.count("cross-encoder read:") + page.count("cross-encoder:") == 1  # once, above the hits
+    assert all('<span class="muted">said</span>' in h for h in hits if "badge episodic" in h)
+    assert all('<span class="muted">stored</span>' in h for h in hits if "badge catalog" in h)
+    bristol = next(h for h in hits if "Sarah lives in Bristol" in h)
+    assert "replaced" in bristol and "by" in bristol and "Sarah lives in Edinburgh" in bristol
+
+
 def test_a_refused_inspector_request_gets_the_inspectors_page_not_json(service):
     seed_world(service)
     sarah = sign_in(service, service.user_keys["sarah"])

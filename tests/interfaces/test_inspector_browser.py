@@ -92,6 +92,13 @@ def test_superseded_fact_is_struck_through_with_its_chain(tab, service):
     seed_world(service)
     tab.sign_in(service.user_keys["sarah"], "semantic")
     page = tab.page
+    # "live only" applies as it is ticked (it waited for Search: a newcomer's walk)
+    page.check("input[name=live]")
+    page.wait_for_url("**live=true**")
+    page.wait_for_selector("tr:has-text('Sarah lives in Edinburgh')")
+    assert page.locator("tr", has_text="Sarah lives in Bristol").count() == 0
+    page.uncheck("input[name=live]")
+    page.wait_for_selector("tr:has-text('Sarah lives in Bristol')")
     old = page.locator("tr", has_text="Sarah lives in Bristol")
     assert "superseded" in (old.get_attribute("class") or "")
     style = old.locator(".text").evaluate("e => getComputedStyle(e).textDecorationLine")

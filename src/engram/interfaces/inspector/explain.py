@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +23,40 @@ STAGE_KEYS = (
     "relevance",
     "final",
 )
+
+
+# Notes that describe a whole recall (each hit's explain repeats them): shown once above its hits, named
+# as the legend names the stage.
+RECALL_NOTES = {"rerank": "cross-encoder", "rerank_contenders": "cross-encoder read"}
+
+
+def is_recall_note(name: str) -> bool:
+    """A note about the recall, not the hit: the rerank stage's, or a failed stage's (``<stage>_error``)."""
+    return name in RECALL_NOTES or name.endswith("_error")
+
+
+def recall_notes(hits: Sequence[Any]) -> list[tuple[str, str, bool]]:
+    """(name, text, a failure) of the notes about a recall, from its first hit's explain."""
+    explain: Mapping[str, Any] = hits[0].explain if hits else {}
+    notes = [(k, str(v)) for k, v in explain.items() if isinstance(v, str) and is_recall_note(k)]
+    return [(RECALL_NOTES.get(k, k), v, k.endswith("_error")) for k, v in notes]
+
+
+def time_label(memory: Any) -> str:
+    """What a hit's event time is: when a turn was said, since when a fact holds, else when stored."""
+    kind = getattr(memory, "memory_type", "")
+    if kind == "episodic":
+        return "said"
+    return "true from" if kind == "semantic" and getattr(memory, "valid_from", None) else "stored"
+
+
+def event_counts(events: Sequence[Any]) -> str:
+    """What happened after a turn, by kind: "1 recall, 2 writes"; "nothing else" when nothing did."""
+    counts: dict[str, int] = {}
+    for event in events:
+        counts[event.kind] = counts.get(event.kind, 0) + 1
+    said = [f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in counts.items()]
+    return ", ".join(said) or "nothing else"
 
 
 RELEVANCE_LABELS = {"rrf": "RRF", "late_interaction": "late interaction", "rerank": "cross-encoder"}
@@ -49,7 +83,7 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("missing_value", "it lacks the name, number, day, colour... asked for (asked_value): ranks lower"),
     ("asked_value", "the kind of value the question asks for, which this row does not state"),
     ("score", "final = relevance x every multiplier; only multipliers other than 1 are shown"),
-    ("rerank_contenders", "which rows the cross-encoder read: those that could change the top (per recall)"),
+    ("cross-encoder read", "the rows the cross-encoder scored: those that could change the top"),
 )
 
 
@@ -83,7 +117,11 @@ def explain_parts(explain: Mapping[str, Any]) -> ExplainParts:
         if k not in STAGE_KEYS and isinstance(v, int | float) and not isinstance(v, bool)
     ]
     shown = [(k, v) for k, v in factors if round(v, 3) != 1]
-    notes = [(k, str(v)) for k, v in explain.items() if k not in STAGE_KEYS and isinstance(v, str)]
+    notes = [
+        (k, str(v))
+        for k, v in explain.items()
+        if k not in STAGE_KEYS and isinstance(v, str) and not is_recall_note(k)
+    ]
     weight = explain.get("rerank_weight")
     if isinstance(weight, int | float):
         blend = f"{num(float(weight))} x cross-encoder + {num(1 - float(weight))} x late interaction"

@@ -203,7 +203,8 @@ def _recall_page(request: Request, user: str | None, form: Mapping[str, list[str
             )
         except InvalidInput as exc:
             error = str(exc)
-    replaced = rows_by_id(request, v, [h.explain.get("outdated_by") for h in hits or []])
+    newer = [h.explain.get("outdated_by") for h in hits or []]  # and what replaced a superseded hit
+    replaced = rows_by_id(request, v, newer + [getattr(h.memory, "superseded_by", None) for h in hits or []])
     context = page(request, v, "recall", form=values, hits=hits, error=error, replaced=replaced)
     return render("recall.html", 422 if error and v.reader else 200, **context)
 

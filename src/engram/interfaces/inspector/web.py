@@ -27,7 +27,15 @@ from jinja2 import Environment, FileSystemLoader
 
 from engram.auth import SESSION_PREFIX, ApiKeys, Principal, hash_key
 from engram.errors import InvalidInput
-from engram.interfaces.inspector.explain import LEGEND, explain_parts, num, when
+from engram.interfaces.inspector.explain import (
+    LEGEND,
+    event_counts,
+    explain_parts,
+    num,
+    recall_notes,
+    time_label,
+    when,
+)
 from engram.memory import Engram, MemoryReader, validate_user_id
 from engram.models import Memory, is_superseded
 from engram.storage.base import CATALOG
@@ -57,6 +65,9 @@ templates.filters["when"] = when
 templates.filters["json"] = lambda value: json.dumps(value, ensure_ascii=False)
 templates.globals["is_superseded"] = is_superseded
 templates.globals["explain"] = explain_parts
+templates.globals["recall_notes"] = recall_notes
+templates.globals["time_label"] = time_label
+templates.globals["event_counts"] = event_counts
 templates.globals["legend"] = LEGEND
 
 # The pages need only their own script and stylesheet; the policy stops anything injected from running.
