@@ -292,6 +292,11 @@ def test_body_mistakes_say_what_to_fix(service):
     cut = bob.post("/v1/turns", content=b'{"text": "hi",', headers=JSON)
     assert cut.status_code == 422
     assert cut.json()["message"].startswith("body: malformed JSON at character 14 ("), cut.json()
+    # an unknown field names those the body takes, as MCP names a tool's arguments (a newcomer's walk)
+    typo = bob.post("/v1/turns", json={"text": "hi", "sesion_id": "s1"})
+    assert typo.status_code == 422
+    message = typo.json()["message"]
+    assert message.startswith("sesion_id: unknown field; this body takes ") and "session_id" in message
     assert bob.get("/v1/memories", params={"type": "episodic"}).json()["data"] == []
 
 

@@ -181,7 +181,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         content_type = request.headers.get("content-type", "")
-        problems = [_problem(err, content_type) for err in exc.errors()[:5]]
+        problems = [_problem(err, content_type, _body_fields(request)) for err in exc.errors()[:5]]
         if _in_inspector(request.url.path):  # a person's browser: the inspector's own page
             return await anyio.to_thread.run_sync(
                 error_page, request, 422, "Not a valid request", "; ".join(problems)
@@ -350,7 +350,15 @@ async def _authenticate(keys: ApiKeys, key: str | None) -> Principal | JSONRespo
         return _error(401, "unauthorized", str(exc), {"WWW-Authenticate": "Bearer"})
 
 
-def _problem(err: Any, content_type: str) -> str:
+def _body_fields(request: Request) -> list[str]:
+    """The fields the route's JSON body takes (its model's, by their JSON names); [] when it has none."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(getattr(field, "field_info", None), "annotation", None)
+    fields = getattr(model, "model_fields", None)
+    return [f.alias or name for name, f in fields.items()] if isinstance(fields, dict) else []
+
+
+def _problem(err: Any, content_type: str, takes: Sequence[str] = ()) -> str:
     """One validation error in our words. FastAPI's own were "[13]: JSON decode error" for malformed
     JSON, and "body: Input should be a valid dictionary ..." for JSON sent without its Content-Type
     (curl -d sends a form's): both now say what to fix."""
@@ -362,6 +370,8 @@ def _problem(err: Any, content_type: str) -> str:
     if loc == ("body",) and "json" not in content_type.lower():
         sent = f"this request's is {content_type}" if content_type else "this request has none"
         return f"body: {msg} (send JSON with Content-Type: application/json; {sent})"
+    if err.get("type") == "extra_forbidden" and len(loc) == 2 and takes:  # as MCP names its arguments
+        return f"{_where(loc)}: unknown field; this body takes {', '.join(takes)}"
     # A validator's ValueError comes back as "Value error, <ours>": the prefix is pydantic's (as in MCP).
     return f"{_where(loc)}: {str(msg).removeprefix('Value error, ')}"
 
