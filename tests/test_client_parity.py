@@ -456,6 +456,8 @@ def test_invalid_input_is_refused_and_changes_nothing(side: Side) -> None:
         ),
         lambda: mem.recall(""),
         lambda: mem.recall("q", k=0),
+        lambda: mem.recall("q", k=5.0),  # type: ignore[arg-type]  # the Client sent it, and it was taken
+        lambda: mem.recall("q", k=True),
         lambda: mem.recall("q", memory_types=["nope"]),  # type: ignore[list-item]
         lambda: mem.recall("q", as_of=year_one),
         lambda: mem.list("nope"),  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from engram.errors import InvalidInput
-from engram.limits import MAX_PAGE_BOUND, MAX_SESSION_ID_CHARS, MAX_TITLE_CHARS
+from engram.limits import MAX_PAGE_BOUND, MAX_RECALL_K, MAX_SESSION_ID_CHARS, MAX_TITLE_CHARS
 from engram.models import MEMORY_TYPES, MemoryType, check_text
 
 # Also the REST schema's pattern, so the OpenAPI document shows it.
@@ -53,6 +53,13 @@ def check_types(memory_types: Iterable[Any]) -> list[MemoryType]:
         if t not in MEMORY_TYPES:
             raise InvalidInput(f"unknown memory_type {t!r}; expected one of {MEMORY_TYPES}")
     return result
+
+
+def check_k(k: object) -> None:
+    """A recall's ``k``: a Python int in [1, MAX_RECALL_K] (not True, not 5.0), in the embedded API
+    and the Client alike (the service reads JSON's 5.0 as 5, as JSON Schema's integer allows)."""
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_RECALL_K:
+        raise InvalidInput(f"k must be an integer in [1, {MAX_RECALL_K}]")
 
 
 def check_page(limit: int, offset: int) -> None:

@@ -51,7 +51,7 @@ from engram.models import (
 )
 from engram.recall_filter import MetadataValue
 from engram.retrieval.config import RetrievalConfig
-from engram.validation import check_page
+from engram.validation import check_k, check_page
 
 MAX_PAGE = 500  # the largest page GET /v1/memories serves; longer lists are fetched page by page
 
@@ -194,6 +194,7 @@ class ClientCore:
         if config is not None:
             raise InvalidInput("config is not taken over the REST API: the service recalls with its settings")
         check_recall_options(min_confidence, view)
+        check_k(k)  # k=5.0 was sent, and taken, where the embedded handle refuses it
         body = {
             "query": query,
             "k": k,

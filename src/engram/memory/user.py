@@ -13,8 +13,8 @@ from contextlib import ExitStack
 from datetime import datetime
 from typing import Any, Literal, overload
 
+from engram import validation
 from engram.errors import InvalidInput, NotFound, PermissionDenied
-from engram.limits import MAX_RECALL_K
 from engram.memory.engine import Engine
 from engram.memory.handles import TenantHandle
 from engram.models import (
@@ -302,8 +302,7 @@ class UserMemory(TenantHandle):
         """
         engram = self._engram
         query = engram._check_text(query, "query")
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_RECALL_K:  # True is no k
-            raise InvalidInput(f"k must be an integer in [1, {MAX_RECALL_K}]")
+        validation.check_k(k)
         check_recall_options(min_confidence, view)
         for name, flag in (("include_catalog", include_catalog), ("include_superseded", include_superseded)):
             if not isinstance(flag, bool):  # "no" is truthy: refused here as REST and MCP refuse it
