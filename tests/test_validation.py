@@ -147,3 +147,19 @@ def test_a_catalog_title_is_checked_like_text(eng, title, message):
         eng.catalog.import_json([{"title": title, "text": "The hub pairs over Zigbee"}])
     assert eng.catalog.list() == []
     assert eng.catalog.add("The hub pairs over Zigbee", title="Hub · Zigbee").title == "Hub · Zigbee"
+
+
+def test_a_turn_said_in_the_future_is_refused(eng):
+    """A turn dated 9999 (or milliseconds read as seconds) was stored and ranked first on every recall (an
+    outside review). A day ahead of the server's clock is allowed: clocks and time zones drift."""
+    from datetime import timedelta
+
+    mem = eng.for_user("sarah")
+    far = datetime(9999, 1, 1, tzinfo=UTC)
+    with pytest.raises(InvalidInput, match="is in the future"):
+        mem.remember_turn("we live in Bristol btw", at=far)
+    with pytest.raises(InvalidInput, match=r"episodic\[0\]\.timestamp .* is in the future"):
+        mem.import_json({"episodic": [{"text": "we live in Bristol btw", "timestamp": far.isoformat()}]})
+    assert written(eng) == []
+    soon = datetime.now(UTC) + timedelta(hours=3)
+    assert mem.remember_turn("we live in Bristol btw", at=soon).timestamp == soon

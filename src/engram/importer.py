@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 from rich.progress import Progress
 
+from engram import validation
 from engram.errors import Conflict, EngramError, ImportFileError, InvalidInput, StorageError
 from engram.import_records import (
     CatalogRecord,
@@ -157,6 +158,7 @@ def import_document(
             check_metadata(ep.metadata)
             episode_speaker(ep.metadata)
             check_session_id(ep.session_id)
+            validation.said_at(ep.at(now), "timestamp")
         except InvalidInput as exc:
             raise ImportFileError(f"invalid import file: {where}.{exc}") from None
         turn = EpisodicMemory(

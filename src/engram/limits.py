@@ -14,6 +14,9 @@ from typing import Final
 # A turn's session_id on every surface (the Python API, REST, MCP, import): an id, not text.
 MAX_SESSION_ID_CHARS: Final = 200
 MAX_TITLE_CHARS: Final = 1_000  # a catalog row's title: a heading, not a second text
+# A turn's time may run this far ahead of the server's clock (clocks and time zones drift); a turn dated
+# later (year 9999, milliseconds read as seconds) was stored and ranked first on every recall.
+MAX_AHEAD_S: Final = 86_400
 # Playbook fields are short by nature; a description may be as long as any memory's text.
 MAX_NAME_CHARS: Final = 200  # a playbook's name, a step's tool, a speaker
 MAX_LINE_CHARS: Final = 2_000  # a trigger, one step's instruction

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from engram.errors import InvalidInput
-from engram.limits import MAX_PAGE_BOUND, MAX_RECALL_K, MAX_SESSION_ID_CHARS, MAX_TITLE_CHARS
+from engram.limits import MAX_AHEAD_S, MAX_PAGE_BOUND, MAX_RECALL_K, MAX_SESSION_ID_CHARS, MAX_TITLE_CHARS
 from engram.models import MEMORY_TYPES, MemoryType, check_text
 
 # Also the REST schema's pattern, so the OpenAPI document shows it.
@@ -42,6 +42,17 @@ def aware(at: datetime | None) -> datetime | None:
         return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
     except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 has no UTC equivalent
         raise InvalidInput(f"{at.isoformat()} is out of the representable range") from None
+
+
+def said_at(at: datetime | None, what: str = "at") -> datetime | None:
+    """A turn's time (``aware``), refused when it is more than MAX_AHEAD_S after the server's clock."""
+    at = aware(at)
+    if at is not None and at > datetime.now(UTC) + timedelta(seconds=MAX_AHEAD_S):
+        raise InvalidInput(
+            f"{what} {at.isoformat()} is in the future: a turn is said now or before (a clock or time "
+            "zone off?)"
+        )
+    return at
 
 
 def check_types(memory_types: Iterable[Any]) -> list[MemoryType]:
