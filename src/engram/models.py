@@ -103,8 +103,7 @@ def json_number(value: object) -> object:
     return value
 
 
-# An integer as JSON carries it: 5 or 5.0 (JSON Schema's integer), never true or "5".
-JsonInt = Annotated[int, BeforeValidator(json_number), Field(strict=False)]
+JsonInt = Annotated[int, BeforeValidator(json_number), Field(strict=False)]  # 5 or 5.0, never true or "5"
 
 
 class Step(BaseModel):
@@ -241,8 +240,7 @@ Memory = Annotated[
 
 
 def check_playbook(row: ProceduralMemory, max_chars: int) -> ProceduralMemory:
-    """The row if its fields are within the playbook limits and each shows something; else
-    InvalidInput naming the field."""
+    """The row if each field is within the playbook limits and shows something, else InvalidInput."""
     check_text(row.name, "name", MAX_NAME_CHARS)
     if row.trigger_text:
         check_text(row.trigger_text, "trigger_text", MAX_LINE_CHARS)
@@ -254,6 +252,8 @@ def check_playbook(row: ProceduralMemory, max_chars: int) -> ProceduralMemory:
         check_text(step.instruction, f"steps[{i}].instruction", MAX_LINE_CHARS)
         if step.tool:
             check_text(step.tool, f"steps[{i}].tool", MAX_NAME_CHARS)
+    if len({step.order for step in row.steps}) < len(row.steps):  # which is first would be a guess
+        raise InvalidInput("steps: two steps have the same order; each step's order is its place")
     return row
 
 
