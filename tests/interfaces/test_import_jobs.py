@@ -29,14 +29,16 @@ def until_done(client: httpx.Client, path: str, first: httpx.Response) -> httpx.
 def test_the_client_waits_for_an_import_longer_than_its_timeout(make_service):
     """The Client's 30 s timeout ended a large import with ServiceUnavailable while the service went on
     writing; now the client polls the job, each request well within its timeout."""
-    with make_service(import_chunk=8) as svc, Client(svc.url, svc.user_keys["sarah"], timeout=1.0) as mem:
-        report = mem.import_json(turns(300))
-        assert report["written"] == report["episodic"] == 300 and report["skipped"] == 0
-        again = mem.import_json(turns(300))  # the same import once more: the finished job's report
+    # 3 s: with 1 s a poll (which waits half the timeout on the server) had half a second left, which a
+    # loaded CI machine overran; the import still takes longer (4.5 s on a quiet machine)
+    with make_service(import_chunk=8) as svc, Client(svc.url, svc.user_keys["sarah"], timeout=3.0) as mem:
+        report = mem.import_json(turns(400))
+        assert report["written"] == report["episodic"] == 400 and report["skipped"] == 0
+        again = mem.import_json(turns(400))  # the same import once more: the finished job's report
         assert again == report
-        grown = mem.import_json(turns(301))  # one record more: only that one is written
-        assert (grown["written"], grown["skipped"]) == (1, 300)
-        assert len(mem.list("episodic", limit=1000)) == 301
+        grown = mem.import_json(turns(401))  # one record more: only that one is written
+        assert (grown["written"], grown["skipped"]) == (1, 400)
+        assert len(mem.list("episodic", limit=1000)) == 401
 
 
 def test_the_same_import_sent_again_joins_the_running_one(service):
