@@ -61,9 +61,8 @@ DEFAULT_USE_COUNT_WEIGHT = 0.2  # 10 uses ~1.2x, 100 uses ~1.4x: recall keeps us
 DEFAULT_CATALOG_PRIOR = 0.85  # ties go to the user's own memory; a clearly better catalog hit still wins
 DEFAULT_TIME_MATCH_BOOST = 1.5  # a turn said in the period the query names ("in May 2023") ranks up
 DEFAULT_SPEAKER_MATCH_BOOST = 1.1  # a turn said by the person the query names ranks above replies to them
-# A replaced memory (engram.retrieval.currency) keeps this share of its score: right below what
-# replaced it, still in the top few for "what was it before?" questions asked without a past word.
-DEFAULT_OUTDATED_FACTOR = 0.5
+DEFAULT_OUTDATED_FACTOR = 0.5  # a replaced memory's share of its score: just below what replaced it
+DEFAULT_RECENCY_HALF_LIFE_DAYS = 2000.0  # "...now?": a turn a year older keeps 0.88 of its score; 0: off
 DEFAULT_ASKED_FACTOR = 0.1  # a turn asking what the query asks tells no answer (contenders.py); 1: off
 DEFAULT_MISSING_VALUE_FACTOR = 0.2  # confidence of a hit lacking the value asked (asked_value; fit 0.1-0.3)
 DEFAULT_MISSING_VALUE_RANK = 0.7  # ... and its score: an answer with the value, close behind, goes first
@@ -236,6 +235,7 @@ class EngramSettings(BaseSettings):
     same_subject: float = Field(default=DEFAULT_SAME_SUBJECT, ge=-1, le=1.01)  # above 1: never
     related_subject: float = Field(default=DEFAULT_RELATED_SUBJECT, ge=-1, le=1.01)  # -1: any subject
     outdated_factor: float = Field(default=DEFAULT_OUTDATED_FACTOR, gt=0, le=1)
+    recency_half_life_days: float = Field(default=DEFAULT_RECENCY_HALF_LIFE_DAYS, ge=0)
     asked_factor: float = Field(default=DEFAULT_ASKED_FACTOR, gt=0, le=1)
     missing_value_factor: float = Field(default=DEFAULT_MISSING_VALUE_FACTOR, gt=0, le=1)  # 1: off
     missing_value_rank: float = Field(default=DEFAULT_MISSING_VALUE_RANK, gt=0, le=1)  # 1: off

@@ -22,7 +22,7 @@ from engram.retrieval.change_cues import (
     tells_of_another,
 )
 from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.currency import put_current_first, put_invalid_below, put_past_first
+from engram.retrieval.currency import put_current_first, put_invalid_below, put_past_first, put_recent_first
 from engram.settings import DEFAULT_CHANGE_PLACES
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -953,6 +953,40 @@ def test_a_fact_that_ended_is_not_the_present_answer_but_is_a_past_one(eng):
     assert hits[1].explain["validity"] == 0.5 and "validity" not in hits[0].explain
     past = mem.recall("where was my office before?", record_use=False)
     assert all("validity" not in h.explain for h in past)
+
+
+def test_for_a_question_that_expects_a_change_the_newer_of_two_near_turns_goes_first():
+    """``put_recent_first``: turns age by ``0.5 ** (age / half_life)``; a fact and a turn that asks the
+    query again are left as they are."""
+    old, new = turn(1, "five-a-side is on monday nights", 400), turn(2, "footy is thursdays now", 10)
+    live = fact(3, "Dan plays five-a-side on thursdays", 400)
+    asker = turn(4, "what night is five-a-side again?", 1)
+    order = [cand(old, 0.90, 0.80), cand(new, 0.85, 0.78), cand(live, 0.80, 0.7), cand(asker, 0.05, 0.8)]
+    put_recent_first(order, NOW, 2000.0, skip={asker.id})
+    assert [c.memory.id for c in order] == [new.id, live.id, old.id, asker.id]  # 0.847, 0.80, 0.784
+    assert order[2].multipliers["recency"] == pytest.approx(0.5 ** (400 / 2000))
+    assert "recency" not in order[1].multipliers and "recency" not in order[3].multipliers
+    # far apart in score, the older one stays first: a year older keeps 0.88
+    order = [cand(old, 0.90, 0.80), cand(new, 0.50, 0.78)]
+    put_recent_first(order, NOW, 2000.0, skip=())
+    assert [c.memory.id for c in order] == [old.id, new.id]
+
+
+def test_recency_applies_to_a_question_that_expects_a_change_only(eng):
+    """On a real store, the wiring: "these days" ages the turns (the older keeps 0.5 ** (700 / 2000) =
+    0.78 of its score), the same question without a word that expects a change does not. (Which of two
+    turns a recall puts first depends on every stage; the order itself is tested above.)"""
+    mem = eng.for_user("dan")
+    now = utcnow()
+    mem.remember_turn("five-a-side at the leisure centre is on monday nights", at=now - timedelta(days=700))
+    newer = mem.remember_turn(
+        "five-a-side at the leisure centre is on thursday nights", at=now - timedelta(days=5)
+    )
+    now_hits = mem.recall("what night is five-a-side these days?", record_use=False)
+    assert now_hits[0].memory.id == newer.id
+    assert now_hits[1].explain["recency"] == pytest.approx(0.5 ** (700 / 2000), abs=1e-3)
+    plain = mem.recall("what night is five-a-side?", record_use=False)
+    assert all("recency" not in h.explain for h in plain)
 
 
 def test_a_retracted_fact_answers_no_question_about_the_past(eng):

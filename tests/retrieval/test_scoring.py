@@ -15,6 +15,7 @@ from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.scoring import (
     multipliers,
     named_speakers,
+    recency,
     speaker_match,
     speaker_of,
     time_decay,
@@ -38,6 +39,12 @@ def test_time_decay_is_monotonic_past_the_offset():
     values = [time_decay(d) for d in range(180, 6000, 100)]
     assert all(a > b for a, b in itertools.pairwise(values))
     assert time_decay(4000) < 0.5
+
+
+@pytest.mark.parametrize(("age", "expected"), [(0, 1.0), (-5, 1.0), (365, 0.5 ** (365 / 2000)), (2000, 0.5)])
+def test_recency_halves_per_half_life(age, expected):
+    assert recency(age, 2000.0) == pytest.approx(expected)
+    assert recency(age, 0.0) == 1.0  # off
 
 
 def test_time_decay_rejects_bad_parameters():

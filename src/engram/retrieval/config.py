@@ -48,6 +48,7 @@ class RetrievalConfig:
     same_subject: float = s.DEFAULT_SAME_SUBJECT  # two turns' token-vector match: one subject (currency.py)
     related_subject: float = s.DEFAULT_RELATED_SUBJECT  # ... a related one
     outdated_factor: float = s.DEFAULT_OUTDATED_FACTOR
+    recency_half_life_days: float = s.DEFAULT_RECENCY_HALF_LIFE_DAYS  # 0: off (currency.put_recent_first)
     asked_factor: float = s.DEFAULT_ASKED_FACTOR  # score and confidence of a turn re-asking the query
     missing_value_factor: float = s.DEFAULT_MISSING_VALUE_FACTOR  # confidence kept without the asked value
     missing_value_rank: float = s.DEFAULT_MISSING_VALUE_RANK  # ... and score
@@ -83,6 +84,7 @@ class RetrievalConfig:
             same_subject=settings.same_subject,
             related_subject=settings.related_subject,
             outdated_factor=settings.outdated_factor,
+            recency_half_life_days=settings.recency_half_life_days,
             asked_factor=settings.asked_factor,
             missing_value_factor=settings.missing_value_factor,
             missing_value_rank=settings.missing_value_rank,

@@ -27,7 +27,8 @@
    memory that replaces a candidate (a live fact superseding what an episode supports, a newer turn
    announcing a change) ranks above it; the replaced one's explain names ``outdated_by``, and it is
    multiplied by ``outdated`` unless a change-announcing turn replaced it for a query that does not
-   expect a change (then the two only swap places). For a question about an earlier state, the fact
+   expect a change (then the two only swap places); for one that does, older turns count a little less
+   (``currency.put_recent_first``, explain ``recency``). For a question about an earlier state, the fact
    a leading live one superseded, else an older near match, goes above the leader
    (``currency.put_past_first``, explain ``past_lift``). A fact whose ``valid_from``/``valid_to`` do
    not cover the present is multiplied by ``outdated`` too (``currency.put_invalid_below``, explain
@@ -233,6 +234,7 @@ def recall(
                 outdated=config.outdated_factor,
                 places=config.change_places,
                 change_expected=expects_change(query),
+                half_life_days=config.recency_half_life_days,
                 query=query,
                 subject_match=lambda new, old: (
                     text_similarity(new.tokens, old.tokens, dim)

@@ -46,6 +46,14 @@ def time_decay(age_days: float, offset: float = 180.0, scale: float = 1825.0, de
     return math.exp(-(excess**2) / (2.0 * sigma_sq))
 
 
+def recency(age_days: float, half_life_days: float) -> float:
+    """``0.5 ** (age / half_life)``: halves per half-life of age; 1.0 for no age, a future time or a
+    half-life of 0 (off). Examples with 2000 d: age 0 -> 1.0; 365 d -> 0.881; 2000 d -> 0.5."""
+    if half_life_days <= 0:
+        return 1.0
+    return float(0.5 ** (max(0.0, age_days) / half_life_days))
+
+
 def use_count_boost(use_count: int, weight: float = 0.2) -> float:
     """``1 + weight × log10(1 + use_count)``: 0 uses -> 1.0, 9 uses -> 1.2, 99 uses -> 1.4 (weight 0.2)."""
     return 1.0 + weight * math.log10(1 + max(0, use_count))

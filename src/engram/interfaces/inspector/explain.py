@@ -78,6 +78,7 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("speaker_match", "the turn's speaker is the one the query names"),
     ("update_lift", "the newer fact of a change the user announced"),
     ("outdated", "a fact a newer one replaced, kept below it"),
+    ("recency", 'a question about now ("these days", "still"): an older turn counts a little less'),
     ("stage_scale", "a stage ran on part of the shortlist: its score is scaled to compare"),
     ("confidence", "calibrated chance, 0-1, that the hit is relevant to the query"),
     ("missing_value", "it lacks the name, number, day, colour... asked for (asked_value): ranks lower"),
