@@ -45,7 +45,7 @@ from engram.models import EpisodicMemory, Memory, Tombstone, Vectors, utcnow
 from engram.providers.base import Embedder
 from engram.settings import EngramSettings
 from engram.storage.base import ApiKeyRecord, Store, Tenant, episode_marks
-from engram.validation import check_session_id, check_title, validate_user_id
+from engram.validation import check_storable, validate_user_id
 
 FORMAT_VERSION = 2  # 2: a trailer ends the file (format 1 has none; old Engrams refuse format 2 upfront)
 READABLE_VERSIONS = (1, 2)
@@ -194,8 +194,8 @@ def _records(lines: Iterable[str]) -> Iterator[tuple[int, _Row | Tombstone | _Ke
         try:
             if "memory" in record:
                 row = _MEMORY.validate_python(record["memory"])
-                check_session_id(getattr(row, "session_id", None))  # as a write checks it
-                check_title(getattr(row, "title", None))
+                check_storable(getattr(row, "session_id", None), "session_id")  # not as strict as a write:
+                check_storable(getattr(row, "title", None), "title")  # older rows move as they are
                 yield number, _Row(row, int(record.get("consolidated", 0)))
             elif "tombstone" in record:
                 yield number, Tombstone.model_validate(record["tombstone"])

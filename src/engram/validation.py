@@ -174,6 +174,19 @@ def check_session_id(session_id: object, what: str = "session_id") -> None:
         raise InvalidInput(f"{what} contains a control character")
 
 
+def check_storable(value: str | None, what: str) -> None:
+    """What every backend and an export can hold: no NUL (PostgreSQL) and no lone surrogate (UTF-8). For
+    rows written before their field was checked as text (``import --all`` moves them as they are)."""
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} is not valid Unicode (it contains a lone surrogate)") from None
+    if "\x00" in value:
+        raise InvalidInput(f"{what} contains a NUL character (U+0000)")
+
+
 def check_title(title: object, what: str = "title") -> str:
     """A catalog row's title: empty, or text as ``check_text`` takes it, of at most MAX_TITLE_CHARS."""
     if title is None or title == "":
