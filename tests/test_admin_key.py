@@ -45,9 +45,12 @@ def test_the_admin_key_cannot_be_revoked_only_replaced(keys):
     401, and `engram serve` with that ENGRAM_ADMIN_KEY refused to start (an outside review)."""
     keys.adopt_admin_key(KEY_A)
     admin = keys.resolve(KEY_A)
-    with pytest.raises(Conflict, match="is the admin key: revoking it would lock every admin out"):
+    with pytest.raises(Conflict, match="is the only admin key: revoking it would lock every admin out"):
         keys.revoke(admin.key_id)
     assert keys.resolve(KEY_A).is_admin
+    second, record = keys.create(None, label="brought by an import")  # two live ones: either may go
+    keys.revoke(record.id)
+    assert keys.resolve(second) is None and keys.resolve(KEY_A).is_admin
     keys.adopt_admin_key(KEY_B)  # replaced: the old one is revoked, and revoking it again says so
     with pytest.raises(Conflict, match="already revoked"):
         keys.revoke(admin.key_id)

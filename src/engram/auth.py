@@ -199,15 +199,17 @@ class ApiKeys:
         return self._store.list_keys(user_id)
 
     def revoke(self, key_id: str) -> None:
-        """Revoke a live user key and end its sessions (a revoked key's sessions resolve to nobody
-        anyway). Not the admin key: that locked every admin out at once (an outside review), and
+        """Revoke a live key and end its sessions (a revoked key's sessions resolve to nobody anyway).
+        Not the last live admin key: that locked every admin out at once (an outside review), and
         `engram serve` with it as ENGRAM_ADMIN_KEY would not start again; setting a new ENGRAM_ADMIN_KEY
-        replaces it."""
+        replaces it. One of two (after `engram import --all` brought another) may go."""
         record = self._store.get_key(key_id)
-        if record is not None and record.user_id is None and record.revoked_at is None:
+        admins = [k for k in self._store.list_keys() if k.user_id is None and k.revoked_at is None]
+        if record is not None and record.revoked_at is None and [k.id for k in admins] == [key_id]:
             raise Conflict(
-                f"API key {key_id!r} is the admin key: revoking it would lock every admin out. To replace "
-                "it, set ENGRAM_ADMIN_KEY to a new key and restart `engram serve` (which revokes the old one)"
+                f"API key {key_id!r} is the only admin key: revoking it would lock every admin out. To "
+                "replace it, set ENGRAM_ADMIN_KEY to a new key and restart `engram serve` (which revokes the "
+                "old one)"
             )
         if not self._store.revoke_key(key_id, utcnow()):
             record = self._store.get_key(key_id)

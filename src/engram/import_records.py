@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
-from engram.limits import MAX_COUNT, MAX_SESSION_ID_CHARS, MAX_TITLE_CHARS, SETTING_MARK
+from engram.limits import MAX_COUNT, MAX_SESSION_ID_CHARS, MAX_TITLE_CHARS, SESSION_ID_PATTERN, SETTING_MARK
 from engram.models import Contradiction, FactType, IsoDatetime, JsonInt, StrictStep
 from engram.settings import DEFAULT_MAX_TEXT_CHARS
 from engram.validation import aware
@@ -79,7 +79,13 @@ class Timed(Record):
 
 class EpisodeRecord(Timed):
     text: str = _text()
-    session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
+    session_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SESSION_ID_CHARS,
+        pattern=SESSION_ID_PATTERN,
+        json_schema_extra=visible_schema,
+    )
 
 
 class FactRecord(Timed):
@@ -114,5 +120,5 @@ class UserDocument(BaseModel):
 
 
 class CatalogRecord(Record):
-    title: str = Field(default="", max_length=MAX_TITLE_CHARS)
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS, json_schema_extra=empty_or_visible_schema)
     text: str = _text()

@@ -158,7 +158,7 @@ def import_document(
             check_metadata(ep.metadata)
             episode_speaker(ep.metadata)
             check_session_id(ep.session_id)
-            validation.said_at(ep.at(now), "timestamp")
+            validation.check_turn_time(ep.at(now), "timestamp")
         except InvalidInput as exc:
             raise ImportFileError(f"invalid import file: {where}.{exc}") from None
         turn = EpisodicMemory(

@@ -26,6 +26,7 @@ MAX_KEY_LABEL_CHARS: Final = 200  # an API key's label
 # ... one line: no control character (a newline would forge a row of `engram keys list`, NUL no store
 # keeps), C1 controls and the line and paragraph separators included
 KEY_LABEL_PATTERN: Final = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$"
+SESSION_ID_PATTERN: Final = KEY_LABEL_PATTERN  # ... and a session id's (validation.check_session_id)
 MIN_KEY_LIFETIME_S: Final = 60  # a key that expires sooner is a mistake, not a credential
 MAX_KEY_LIFETIME_S: Final = 10 * 366 * 86400  # ten years: past that, a key without expiry says so
 MAX_IDEMPOTENCY_KEY_CHARS: Final = 200  # an import's Idempotency-Key: a UUID or a SHA-256 in hex fits

@@ -252,8 +252,6 @@ def check_playbook(row: ProceduralMemory, max_chars: int) -> ProceduralMemory:
         check_text(step.instruction, f"steps[{i}].instruction", MAX_LINE_CHARS)
         if step.tool:
             check_text(step.tool, f"steps[{i}].tool", MAX_NAME_CHARS)
-    if len({step.order for step in row.steps}) < len(row.steps):  # which is first would be a guess
-        raise InvalidInput("steps: two steps have the same order; each step's order is its place")
     return row
 
 

@@ -44,7 +44,7 @@ def aware(at: datetime | None) -> datetime | None:
         raise InvalidInput(f"{at.isoformat()} is out of the representable range") from None
 
 
-def said_at(at: datetime | None, what: str = "at") -> datetime | None:
+def check_turn_time(at: datetime | None, what: str = "at") -> datetime | None:
     """A turn's time (``aware``), refused when it is more than MAX_AHEAD_S after the server's clock."""
     at = aware(at)
     if at is not None and at > datetime.now(UTC) + timedelta(seconds=MAX_AHEAD_S):

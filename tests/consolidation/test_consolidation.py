@@ -448,6 +448,8 @@ def test_a_verdict_of_the_wrong_shape_leaves_the_others_standing(make_engram, fa
     report = eng.consolidate("sam", llm=llm_for(fake_llm))
     assert report.status == "ok" and report.superseded == [stored.id] and len(report.written) == 2
     assert {f.text for f in mem.list("semantic")} == {changed, mia.text, "Mia is 8 years old"}
+    assert [d["reason"] for d in report.dropped] == ["a judge verdict not of the shape asked for"]
+    assert report.dropped[0]["text"].startswith("verdicts.1: index: ")
 
 
 def test_two_changes_of_one_fact_in_one_reply_keep_the_later(eng, fake_llm):

@@ -46,6 +46,10 @@ QUESTION = "what's maeve's cat called?"
         ("what did julien do for a living again?", AskedValue.OCCUPATION),
         ("What is Tom's occupation?", AskedValue.OCCUPATION),
         ("what's my job now?", None),
+        ("what does mike work as?", AskedValue.OCCUPATION),
+        # a place, or talk about a profession (an outside review of the first version)
+        ("where did I work as a waiter?", None),
+        ("what did I say about the teaching profession?", None),
         # a yes/no question or a "why" holds the value already
         ("is my cat called Biscuit?", None),
         ("why is my cat called Biscuit?", None),
@@ -62,6 +66,22 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
         (AskedValue.OCCUPATION, "Sean works as a plumber", "what does sean do for a living?", True),
         (AskedValue.OCCUPATION, "I teach physics in Catford", "what do I do for work?", True),
         (AskedValue.OCCUPATION, "sean's work is flexible", "what does sean do for work?", False),
+        (AskedValue.OCCUPATION, "he works remote", "what does sean do for work?", False),
+        # answers the first version judged lacking (an outside review): generous, as the other kinds are
+        *[
+            (AskedValue.OCCUPATION, said, "what does sean do for work?", True)
+            for said in (
+                "Sean is head of sales at Monzo",
+                "sean's now a nurse",
+                "she became a paramedic",
+                "he's retired",
+                "I'm in sales",
+                "he runs a bakery",
+                "he's CTO at a startup",
+                "My job is nursing",
+                "she lectures in physics at UCL",
+            )
+        ],
         (AskedValue.OCCUPATION, "her lease is up. is a 1 bed enough?", "what does lowri do for work?", False),
         (AskedValue.NAME, "my sister Aoife is visiting", "what's my sister called?", True),
         (AskedValue.NAME, "my sister's called aoife", "what's my sister called?", True),

@@ -972,6 +972,28 @@ def test_for_a_question_that_expects_a_change_the_newer_of_two_near_turns_goes_f
     assert [c.memory.id for c in order] == [old.id, new.id]
 
 
+def test_recency_moves_no_row_past_one_a_later_stage_judged_and_askers_stay_below():
+    """An outside review: stage scaling leaves the top of a lower tier one ulp under the tier above, so
+    any age tipped an unread newer row over the reranked leader; and a turn re-asking the query, not
+    aged, rose above the aged answers. Rows move only among their own stage's places, scores keep
+    falling with rank, and the pipeline puts askers below again after it."""
+    from engram.retrieval.contenders import put_askers_below
+
+    judged, unread = cand(turn(1, "five-a-side is on monday nights", 60), 0.30, 0.80), None
+    judged.rerank = 0.30
+    unread = cand(turn(2, "footy is thursdays now", 2), 0.30 * (1 - 1e-9), 0.70)
+    order = [judged, unread]
+    put_recent_first(order, NOW, 2000.0, skip=())
+    assert order == [judged, unread] and order[0].final > order[1].final
+    tellers = [cand(turn(3, "monday nights", 400), 0.90, 0.8), cand(turn(4, "thursdays", 30), 0.85, 0.8)]
+    asker = cand(turn(5, "what night is five-a-side again?", 1), 0.849, 0.8)  # as put_askers_below left it
+    order = [*tellers, asker]
+    put_recent_first(order, NOW, 2000.0, skip={asker.memory.id})
+    assert order[0] is asker  # not aged, it rose: the pipeline's second put_askers_below is needed
+    put_askers_below(order, {asker.memory.id}, 10)
+    assert order[-1] is asker and [c.final for c in order] == sorted((c.final for c in order), reverse=True)
+
+
 def test_recency_applies_to_a_question_that_expects_a_change_only(eng):
     """On a real store, the wiring: "these days" ages the turns (the older keeps 0.5 ** (700 / 2000) =
     0.78 of its score), the same question without a word that expects a change does not. (Which of two

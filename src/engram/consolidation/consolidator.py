@@ -321,6 +321,8 @@ class Consolidator:
             verdicts = self.llm.complete_json(
                 JUDGE_SYSTEM, judge_prompt([(t, n) for t, n, _, _ in unclear]), JudgeVerdicts
             )
+            for item in verdicts.rejected:  # its candidate is written as new, as with no verdict
+                drop(item, "a judge verdict not of the shape asked for")
             said = {v.index: v for v in verdicts.verdicts}
             for index, (_text, neighbours, support, fact) in enumerate(unclear):
                 verdict = said.get(index)

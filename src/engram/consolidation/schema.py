@@ -90,18 +90,21 @@ class Verdict(_Out):
 
 class JudgeVerdicts(_Out):
     verdicts: list[Verdict] = Field(default_factory=list)
+    rejected: list[str] = Field(default_factory=list)  # verdicts left out: "verdicts.1: index: ..."
 
     @model_validator(mode="before")
     @classmethod
     def _verdicts_one_by_one(cls, data: Any) -> Any:
-        """A verdict of the wrong shape ({"index": "first"}) is left out: its candidate is written as a
-        new fact, as with no verdict; it used to fail the judge call and with it the whole batch."""
+        """A verdict of the wrong shape ({"index": "first"}) is left out and named in ``rejected``: its
+        candidate is written as a new fact, as with no verdict; it used to fail the judge call and with
+        it the whole batch."""
         if not isinstance(data, dict) or not isinstance(data.get("verdicts"), list):
             return data
-        kept = []
-        for item in data["verdicts"]:
+        kept, rejected = [], []
+        for index, item in enumerate(data["verdicts"]):
             try:
                 kept.append(Verdict.model_validate(item))
-            except ValidationError:
-                continue
-        return {**data, "verdicts": kept}
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                rejected.append(f"verdicts.{index}: {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        return {**data, "verdicts": kept, "rejected": rejected}

@@ -29,6 +29,7 @@ from engram.limits import (
     MAX_SESSION_ID_CHARS,
     MAX_STEPS,
     MAX_SUPPORTING_IDS,
+    SESSION_ID_PATTERN,
 )
 from engram.memory import Engram, UserMemory
 from engram.models import (
@@ -196,7 +197,9 @@ def build_mcp_server(
     limits = engram.settings
     Text = Annotated[StrictStr, Field(min_length=1, max_length=limits.max_text_chars)]
     OptionalText = Annotated[StrictStr, Field(max_length=limits.max_text_chars)]
-    SessionId = Annotated[StrictStr, Field(max_length=MAX_SESSION_ID_CHARS)]
+    SessionId = Annotated[
+        StrictStr, Field(min_length=1, max_length=MAX_SESSION_ID_CHARS, pattern=SESSION_ID_PATTERN)
+    ]
     Name = Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS)]
     MetadataFilter = Annotated[dict[MetadataKey, MetadataScalar], Field(max_length=MAX_METADATA_FILTER_KEYS)]
     RunId = Annotated[StrictStr, Field(min_length=1, max_length=100)]

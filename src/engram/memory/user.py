@@ -88,7 +88,7 @@ class UserMemory(TenantHandle):
             text=text,
             user_id=self.user_id,
             created_at=utcnow(),
-            timestamp=validation.said_at(at) or utcnow(),
+            timestamp=validation.check_turn_time(at) or utcnow(),
             session_id=session_id,
             metadata=meta,
             context=context,

@@ -59,18 +59,29 @@ _TIME_ASKED = re.compile(r"\bwhat time\b(?! zones?\b| of (?:the )?year\b)", _I)
 _DURATION_ASKED = re.compile(r"\bhow (?:long|old)\b(?! ago\b)|\bwhat age\b", _I)
 _NUMBER_ASKED = re.compile(r"\bhow (?:much|many|far)\b|\bwhat price\b|\bsalary\b", _I)
 _YEAR_ASKED = re.compile(r"\bwhat year\b", _I)
-# "what does sean do for work?", "what did julien do for a living?", "what's her occupation?"; not "what's
-# my job now?", answered as often without the words below ("junior sister on AMU from january")
+# "what does sean do for work?", "what did julien do for a living?", "what is her occupation?"; not "what's
+# my job now?" (answered as often without the words below: "junior sister on AMU from january"), nor
+# "where did I work as a waiter?" or "what did I say about the teaching profession?"
 _OCCUPATION_ASKED = re.compile(
-    r"\bdo (?:for (?:a )?(?:living|work|job|money)|as (?:a )?(?:job|work))\b|\bwork as\b"
-    r"|\b(?:occupation|profession|line of work)\b",
+    r"\bdo (?:for (?:a )?(?:living|work|job|money)|as (?:a )?(?:job|work))\b"
+    r"|\bwhat (?:does|do|did) [\w'’ ]{1,40}? work as\b"
+    r"|\bwhat(?:['’]s| is| was| are)\s+(?:[\w'’]+\s+){0,2}?(?:occupation|profession|line of work)\b",
     _I,
 )
-# ... stated as "she's a physio", "is the head of sales", "works as / at / for / in", "a job at", "I teach"
+# ... stated generously: "is / 's / became / and / as (a word or two) a <word>" ("she's a physio", "now a
+# nurse", "and a nurse", "as a designer"), "runs / owns a ...", a title
+# ("head of sales", "CTO"), "works as / at / for / in", "my job is", "I teach", "lectures", "in sales",
+# "retired", "freelance"; not "sean's work is flexible", "he works remote", "is a 1 bed"
 _OCCUPATION = re.compile(
-    r"\b(?:is|am|are|was|were|be|been|\w+['’]s|i['’]?m|you['’]re|we['’]re|they['’]re)\s+(?:a|an|the)\s+(?!\d)"
-    r"|\b(?:works?|worked|working|job|jobs|employed|trained|qualified|retired)\s+(?:as|at|for|in|with)\b"
-    r"|\bteach(?:es|ing)?\b|\bfreelanc|\bself[- ]employed\b",
+    r"(?:\b(?:is|am|are|was|were|be|been|became|becomes|become|and|as)|['’](?:s|m|re))\s+(?:[^\W\d_]+\s+){0,2}?"
+    r"(?:a|an)\s+(?!\d)[^\W\d_]"
+    r"|\b(?:runs|owns|manages|founded|started)\s+(?:a|an|the|his|her|their|my|our)\b"
+    r"|\b(?:head|chief|director|manager|lead|founder|owner|partner)\s+(?:of|at|for)\b"
+    r"|\b(?:the\s+)?(?:cto|ceo|cfo|coo|vp|md)\b"
+    r"|\b(?:works?|worked|working|employed|trained|qualified)\s+(?:as|at|for|in|with)\b|\bjobs?\s+(?:as|at|is|was)\b"
+    r"|\b(?:teach(?:es|ing)?|lectures?|lecturing|retired|unemployed|student|freelanc\w*|self[- ]employed)\b"
+    r"|\bin\s+(?:sales|marketing|it|tech|finance|hr|retail|hospitality|construction|healthcare|education"
+    r"|law|banking|insurance|consulting|admin|accounts|logistics|engineering|software|nursing|medicine)\b",
     _I,
 )
 _DAY_ASKED = re.compile(

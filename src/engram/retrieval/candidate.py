@@ -37,10 +37,12 @@ class Candidate:
     def final(self) -> float:
         return self.relevance * product(self.multipliers)
 
+    @property
+    def stage(self) -> str:
+        """The stage whose score its relevance is: ``rerank``, ``late_interaction`` or ``rrf``."""
+        return "rerank" if self.rerank is not None else "late_interaction" if self.late is not None else "rrf"
+
     def explain(self, errors: dict[str, str], notes: dict[str, str]) -> dict[str, Any]:
-        stage = (
-            "rerank" if self.rerank is not None else "late_interaction" if self.late is not None else "rrf"
-        )
         info: dict[str, Any] = {
             "bm25_rank": self.bm25_rank,
             "bm25_score": self.bm25_score,
@@ -51,7 +53,7 @@ class Candidate:
             "late_interaction_raw": self.late_raw,
             "query_coverage": self.coverage,
             "rerank": self.rerank,
-            "relevance": stage,
+            "relevance": self.stage,
             **self.multipliers,
             "final": self.final,
         }

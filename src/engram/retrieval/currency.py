@@ -59,6 +59,7 @@ live one superseded, else an older near match, first (``put_past_first``).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 
@@ -361,20 +362,36 @@ def put_recent_first(
 ) -> None:
     """For a question that expects a change ("what night is five-a-side these days?": ``expects_change``),
     every raw turn takes ``recency = 0.5 ** (age / half_life_days)`` (``scoring.recency``; age at
-    ``now``), then ``order`` is sorted again: of two turns the stages could hardly tell apart, the newer
-    goes first. Facts are left as they are: a live fact is current by construction (the rules above
-    order it against the turns it replaced), and so are a turn that asks what the query asks (``skip``,
-    kept below) and playbooks and catalog rows, which have no event of their own.
+    ``now``), then the rows are re-ordered among the places of their own stage (the reranked among the
+    reranked places, the late-interaction-only among theirs...): of two turns one stage scored close,
+    the newer goes first, and a row a stage left unread never passes one it judged (tiers touch at
+    their edges after ``keep_scores_ordered``, which would make any age tip them). Scores are then
+    kept falling with rank (a row that now outscores the one above it is scaled just under it,
+    ``stage_scale``). Facts are left as they are: a live fact is current by construction (the
+    rules above order it against the turns it replaced), and so are playbooks and catalog rows, which
+    have no event of their own, and a turn that asks what the query asks (``skip``; the caller puts
+    it below the others again, ``contenders.put_askers_below``).
 
     Measured (bench/updates.py, dev / check, 2026-12-03): stale turn above the gold one 12 -> 11 of 62 /
-    15 -> 10 of 37 "current" questions, current@1 40 -> 41 / 19 -> 21 (with facts 53 -> 54 / 34); a
-    factor on facts too cost the dev split's facts current@1 53 -> 51. A year's age: 0.88 at 2000 days.
+    15 -> 11 of 37 "current" questions, current@1 40 / 19 -> 20 (with facts 53 / 34, unchanged), and
+    abstention unchanged; aging facts too cost the dev split's facts current@1 53 -> 51. A year's age:
+    0.88 at 2000 days.
     """
     for c in order:
         if isinstance(c.memory, EpisodicMemory) and c.memory.id not in skip:
             age_days = (now - c.memory.timestamp).total_seconds() / 86_400
             c.multipliers["recency"] = recency(age_days, half_life_days)
-    order.sort(key=lambda c: -c.final)
+    places: dict[str, list[int]] = {}
+    for i, c in enumerate(order):
+        places.setdefault(c.stage, []).append(i)
+    for at in places.values():
+        for i, c in zip(at, sorted((order[i] for i in at), key=lambda c: -c.final), strict=True):
+            order[i] = c
+    for above, c in itertools.pairwise(order):  # scores keep falling with rank: one scaled under
+        if c.final >= above.final > 0:
+            c.multipliers["stage_scale"] = (
+                c.multipliers.get("stage_scale", 1.0) * above.final / c.final * 0.999
+            )
 
 
 def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dict[str, str]:

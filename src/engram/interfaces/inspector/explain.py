@@ -62,7 +62,8 @@ def event_counts(events: Sequence[Any]) -> str:
 RELEVANCE_LABELS = {"rrf": "RRF", "late_interaction": "late interaction", "rerank": "cross-encoder"}
 
 
-# What the explain's names mean, for the legend under a recall (names as the explain spells them).
+# What the explain's names mean, for the legend under a recall (as the explain spells them; a recall's notes
+# as the page shows them, RECALL_NOTES).
 LEGEND: tuple[tuple[str, str], ...] = (
     ("BM25", "keyword match: rank among the keyword hits (and its score: ~0 for words in half the rows)"),
     ("dense", "meaning match: rank among the embedding hits (and its cosine similarity)"),

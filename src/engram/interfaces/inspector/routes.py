@@ -18,7 +18,7 @@ Who sees what:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import anyio
@@ -203,10 +203,15 @@ def _recall_page(request: Request, user: str | None, form: Mapping[str, list[str
             )
         except InvalidInput as exc:
             error = str(exc)
-    newer = [h.explain.get("outdated_by") for h in hits or []]  # and what replaced a superseded hit
-    replaced = rows_by_id(request, v, newer + [getattr(h.memory, "superseded_by", None) for h in hits or []])
+    replaced = rows_by_id(request, v, _newer_ids(hits or []))
     context = page(request, v, "recall", form=values, hits=hits, error=error, replaced=replaced)
     return render("recall.html", 422 if error and v.reader else 200, **context)
+
+
+def _newer_ids(hits: Sequence[Hit]) -> list[str | None]:
+    """The rows whose text a hit names: what outdated it, and what replaced it when it is superseded."""
+    outdated_by = [h.explain.get("outdated_by") for h in hits]
+    return outdated_by + [getattr(h.memory, "superseded_by", None) for h in hits]
 
 
 @router.get(f"{ROOT}/turn")
@@ -236,10 +241,8 @@ def _turn_context(request: Request, v: Viewer) -> dict[str, Any]:
     shown = ids_in(turns)
     # Forgotten through another process, the CLI or the Python API since it was logged: not shown.
     turns = without(turns, shown - v.reader.present(shown))
-    outdated_by = [
-        h.explain.get("outdated_by") for t in turns for e in t.events for h in getattr(e, "hits", [])
-    ]
-    replaced = rows_by_id(request, v, outdated_by)
+    hits = [h for t in turns for e in t.events for h in getattr(e, "hits", [])]
+    replaced = rows_by_id(request, v, _newer_ids(hits))
     return {"version": version, "turns": turns, "poll": POLL_SECONDS, "replaced": replaced}
 
 

@@ -208,7 +208,7 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
 def _validation_code(path: str, errors: Sequence[Any]) -> str:
     """``invalid_import`` for a bad record of an import document (the Python API's ImportFileError),
     else ``invalid_input`` (malformed JSON too, as on every route)."""
-    imports = path in ("/v1/import", "/v1/catalog/import")
+    imports = path in IMPORT_ROUTES
     records = all(e["loc"][:1] == ("body",) and e["type"] != "json_invalid" for e in errors)
     return "invalid_import" if imports and records else "invalid_input"
 

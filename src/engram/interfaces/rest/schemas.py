@@ -29,7 +29,9 @@ from engram.limits import (
     MAX_SESSION_ID_CHARS,
     MAX_STEPS,
     MAX_SUPPORTING_IDS,
+    MAX_TITLE_CHARS,
     MIN_KEY_LIFETIME_S,
+    SESSION_ID_PATTERN,
     SETTING_MARK,
 )
 from engram.models import (
@@ -140,7 +142,13 @@ class _Request(BaseModel):
 class TurnCreate(_Request):
     text: str = _text("the user's message, verbatim")
     at: IsoDatetime | None = Field(default=None, description="when it was said (default: now)")
-    session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS)
+    session_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SESSION_ID_CHARS,
+        pattern=SESSION_ID_PATTERN,
+        json_schema_extra=visible_schema,
+    )
     metadata: dict[str, Any] = _metadata(
         "free-form, kept verbatim; two keys have a meaning: assistant_context (the assistant "
         "message this turn replied to: searched with the turn, never made a fact) and speaker (who said "
@@ -267,7 +275,7 @@ class RecallRequest(_Request):
 
 class CatalogCreate(_Request):
     text: str = _text("the catalog entry")
-    title: str = ""
+    title: str = Field(default="", max_length=MAX_TITLE_CHARS, json_schema_extra=empty_or_visible_schema)
     metadata: dict[str, Any] = _metadata()
 
 
