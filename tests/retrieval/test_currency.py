@@ -136,6 +136,9 @@ def test_a_newer_turn_announcing_a_change_replaces_the_leading_turn(change_expec
         ("what phone do I use now?", True),
         ("what night is five-a-side?", False),
         ("what's my daughter's name?", False),
+        ("who's our internet with at the moment?", True),
+        ("which of these recipes is the best?", False),
+        ("what is the funniest moment of the trip?", False),
     ],
 )
 def test_a_query_that_presupposes_a_change_is_told_from_one_that_does_not(query, expected):

@@ -53,8 +53,11 @@ _TURNED = re.compile(
     r"(?!\s+(?:of|down|up|into|over|around|degrees|pages|percent|per|times|%)\b|-)"
 )
 # A query with one of these presupposes that the answer may have changed ("what phone do I use now?",
-# "am I still vegetarian?", "what night is five-a-side these days?", "at the moment").
-CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore these moment latest".split())  # noqa: SIM905
+# "am I still vegetarian?", "what's my current job?") ...
+CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore latest".split())  # noqa: SIM905
+# ... or one of these phrases ("these days", "at the moment"; not "which of these recipes", "the
+# funniest moment": an outside review)
+_CHANGE_EXPECTED_PHRASE = re.compile(r"\bthese\s+days\b|\bat\s+(?:the\s+)?(?:moment|present)\b", re.I)
 # The speaker says they changed something: "we moved", "I've just switched", "I quit" (not "the church
 # hall moved us", "he's moving here", "the coffee machine broke"): a first-person subject within two
 # words before a change word.
@@ -165,7 +168,7 @@ def _past_words(query: str) -> frozenset[str]:
 
 def expects_change(query: str) -> bool:
     """Whether the query presupposes a change. Example: "what phone do I use now?" -> True."""
-    return bool(query_words(query) & CHANGE_EXPECTED)
+    return bool(query_words(query) & CHANGE_EXPECTED) or bool(_CHANGE_EXPECTED_PHRASE.search(query))
 
 
 def announces_change(text: str) -> bool:
