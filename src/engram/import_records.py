@@ -45,6 +45,17 @@ def _empty_or_visible_bounded(schema: JsonDict) -> None:
     schema.update({"maxLength": DEFAULT_MAX_TEXT_CHARS, SETTING_MARK: "max_text_chars"})
 
 
+def session_id_field() -> Any:
+    """A turn's optional session id, as every request and import states it (``check_session_id``)."""
+    return Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SESSION_ID_CHARS,
+        pattern=SESSION_ID_PATTERN,
+        json_schema_extra=visible_schema,
+    )
+
+
 def _text() -> Any:
     return Field(json_schema_extra=_visible_bounded)
 
@@ -79,13 +90,7 @@ class Timed(Record):
 
 class EpisodeRecord(Timed):
     text: str = _text()
-    session_id: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_SESSION_ID_CHARS,
-        pattern=SESSION_ID_PATTERN,
-        json_schema_extra=visible_schema,
-    )
+    session_id: str | None = session_id_field()
 
 
 class FactRecord(Timed):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from fastapi import Header, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 
+from engram.import_records import session_id_field
 from engram.interfaces.rest.imports import MAX_KEY_CHARS, ImportRunning
 from engram.limits import (
     KEY_LABEL_PATTERN,
@@ -31,7 +32,6 @@ from engram.limits import (
     MAX_SUPPORTING_IDS,
     MAX_TITLE_CHARS,
     MIN_KEY_LIFETIME_S,
-    SESSION_ID_PATTERN,
     SETTING_MARK,
 )
 from engram.models import (
@@ -142,13 +142,7 @@ class _Request(BaseModel):
 class TurnCreate(_Request):
     text: str = _text("the user's message, verbatim")
     at: IsoDatetime | None = Field(default=None, description="when it was said (default: now)")
-    session_id: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=MAX_SESSION_ID_CHARS,
-        pattern=SESSION_ID_PATTERN,
-        json_schema_extra=visible_schema,
-    )
+    session_id: str | None = session_id_field()
     metadata: dict[str, Any] = _metadata(
         "free-form, kept verbatim; two keys have a meaning: assistant_context (the assistant "
         "message this turn replied to: searched with the turn, never made a fact) and speaker (who said "
