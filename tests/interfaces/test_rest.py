@@ -300,6 +300,24 @@ def test_body_mistakes_say_what_to_fix(service):
     assert bob.get("/v1/memories", params={"type": "episodic"}).json()["data"] == []
 
 
+def test_unknown_query_parameters_are_refused(service):
+    """``?types=episodic`` (a typo of ``type``) listed facts, as if a filter had been applied."""
+    bob = service.client("bob")
+    bob.post("/v1/turns", json={"text": "my bike is a blue trek"}).raise_for_status()
+    typo = bob.get("/v1/memories", params={"types": "episodic"})
+    assert typo.status_code == 422 and typo.json()["error"] == "invalid_input"
+    takes = "type, include_superseded, limit, offset"
+    assert typo.json()["message"] == f"query.types: unknown; this route takes {takes}"
+    listed = bob.get("/v1/memories", params={"type": "episodic", "limit": 5}).json()["data"]
+    assert [row["text"] for row in listed] == ["my bike is a blue trek"]
+    # a route with no query parameters says so
+    history = bob.get(f"/v1/memories/{listed[0]['id']}/history", params={"x": "1"})
+    assert history.json()["message"] == "query.x: unknown; this route takes no query parameters"
+    admin = service.client()
+    assert admin.get("/v1/keys", params={"user_id": "bob"}).status_code == 200
+    assert admin.get("/v1/keys", params={"user": "bob"}).status_code == 422
+
+
 def test_oversized_chunked_bodies_get_413_and_change_nothing(service):
     """A body without Content-Length is counted as it arrives; over the limit it is a 413 with the
     error body, on the REST routes and on /mcp alike (issue 12, item 12)."""

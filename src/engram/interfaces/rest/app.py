@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
@@ -38,6 +38,7 @@ from engram.interfaces.inspector.activity import RecordingMemory
 from engram.interfaces.inspector.routes import mount_inspector
 from engram.interfaces.inspector.web import ROOT, error_page
 from engram.interfaces.mcp import build_mcp_server, http_may_write, http_tenant
+from engram.interfaces.rest.deps import known_query
 from engram.interfaces.rest.docs import mount_docs
 from engram.interfaces.rest.imports import ImportJobs
 from engram.interfaces.rest.observe import Observe, framework_telemetry_off, mount_metrics
@@ -133,9 +134,8 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     app.state.keys = keys
     app.state.imports = ImportJobs(engram.settings)  # imports sent with an Idempotency-Key
     app.state.consolidation_runs = runs  # POST /v1/consolidate and MCP's consolidate_memory
-    app.include_router(memories.router)
-    app.include_router(operations.router)
-    app.include_router(admin.router)
+    for router in (memories.router, operations.router, admin.router):
+        app.include_router(router, dependencies=[Depends(known_query)])
     mount_inspector(app)  # /inspector, and the activity log the memory routes record into
     mount_docs(app)  # /docs with local assets, / -> /inspector
     http_metrics = mount_metrics(app, engram)  # /metrics, per settings.metrics

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from engram.auth import ApiKeys, Principal
@@ -31,6 +32,30 @@ def consolidation_runs(request: Request) -> ConsolidationRuns:
 
 def get_keys(request: Request) -> ApiKeys:
     return cast(ApiKeys, request.app.state.keys)
+
+
+def known_query(request: Request) -> None:
+    """A query parameter the route does not take is a 422 naming those it does, not ignored:
+    ``GET /v1/memories?types=episodic`` listed facts, as if the filter had been applied."""
+    takes = _query_names(request.scope.get("route"))
+    unknown = [name for name in request.query_params if name not in takes]
+    if unknown:
+        accepted = ", ".join(takes) or "no query parameters"
+        why = f"unknown; this route takes {accepted}"
+        raise RequestValidationError(
+            [{"type": "unknown_query", "loc": ("query", name), "msg": why} for name in unknown]
+        )
+
+
+def _query_names(route: Any) -> tuple[str, ...]:
+    """The query parameters a route and its dependencies declare, by the names a URL uses."""
+    names: list[str] = []
+    pending = [getattr(route, "dependant", None)]
+    while pending:
+        if (dependant := pending.pop()) is not None:
+            names += [field.alias for field in dependant.query_params if field.alias not in names]
+            pending += dependant.dependencies
+    return tuple(names)
 
 
 def get_principal(
