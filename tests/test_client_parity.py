@@ -390,6 +390,7 @@ def test_recall_filters_by_session_event_time_and_metadata(side: Side) -> None:
         {"time_from": "2025-03-01"},
         {"time_from": t0 + timedelta(days=2), "time_to": t0},  # inverted: a mistake, not an empty range
         {"memory_types": []},  # finds nothing by construction
+        {"memory_types": ["catalog"], "include_catalog": False},  # nothing left to search either
         {"include_superseded": "no"},  # truthy: refused, not read as True
     ):
         with pytest.raises(InvalidInput):
@@ -426,6 +427,14 @@ def test_a_playbooks_outcome_moves_its_prior_and_only_its_owner_records_one(side
         mem.record_outcome(playbook.id, "yes")  # type: ignore[arg-type]
     stored = mem.get(playbook.id)
     assert (stored.success_count, stored.failure_count) == (2, 1)  # type: ignore[union-attr]
+    # an outcome for a version recall no longer shows would count where nobody reads it (an outside review)
+    newer = mem.write(
+        "", memory_type="procedural", name="Re-pair a Zigbee sensor, v2", supersedes_id=playbook.id
+    )
+    with pytest.raises(Conflict, match=f"superseded by {newer.id}"):
+        mem.record_outcome(playbook.id, True)
+    assert mem.get(playbook.id).success_count == 2  # type: ignore[union-attr]
+    assert mem.record_outcome(newer.id, True).success_count == 1
 
 
 def test_invalid_input_is_refused_and_changes_nothing(side: Side) -> None:

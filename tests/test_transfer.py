@@ -312,12 +312,49 @@ def test_an_import_that_brings_a_second_admin_key_says_so(tmp_path):
     assert "engram keys revoke" in loaded.stderr
 
 
+def test_an_export_replaces_the_file_only_once_complete(tmp_path):
+    """An outside review: a nightly `engram export backup.jsonl` killed midway left the last good
+    backup empty (the file was truncated at the start). Now the earlier file stays whole until the new
+    one is complete, and a path that cannot be written is one line, not a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    import typer
+
+    from engram.interfaces.cli.common import written_whole
+
+    backup = tmp_path / "backup.jsonl"
+    backup.write_text("the last good export\n")
+    with pytest.raises(RuntimeError), written_whole(str(backup)) as out:
+        out.write("half of a new one")
+        assert backup.read_text() == "the last good export\n"  # what a kill here would leave
+        raise RuntimeError("killed")
+    assert backup.read_text() == "the last good export\n" and os.listdir(tmp_path) == ["backup.jsonl"]
+    with written_whole(str(backup)) as out:
+        out.write("a new one\n")
+    assert backup.read_text() == "a new one\n" and os.listdir(tmp_path) == ["backup.jsonl"]
+    with pytest.raises(typer.Exit), written_whole(str(tmp_path)) as out:
+        out.write("x")
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
+    store = f"sqlite:///{tmp_path}/a.db"
+    subprocess.run(
+        [sys.executable, "-m", "engram", "remember-turn", "hi", "-u", "sam", "--store", store], env=env
+    )
+    for args in (["export", str(tmp_path / "nowhere" / "all.jsonl")], ["users", "export", "sam", "-f", "/"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "engram", *args, "--store", store], env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr, done.stderr
+        assert done.stdout.startswith("error: cannot write ") and len(done.stdout.splitlines()) == 1
+
+
 def test_engram_export_and_import_all_on_the_command_line(tmp_path):
     import os
     import subprocess
     import sys
 
-    from engram.interfaces.cli.common import private_file
+    from engram.interfaces.cli.common import written_whole
 
     env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
 
@@ -343,7 +380,7 @@ def test_engram_export_and_import_all_on_the_command_line(tmp_path):
     os.mkfifo(fifo, 0o644)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        with private_file(str(fifo)) as out:
+        with written_whole(str(fifo)) as out:
             out.write("x")
     finally:
         os.close(reader)

@@ -235,7 +235,8 @@ def check_export(source: TextIO, allow_no_trailer: bool) -> int:
     version = header.get("engram_export")
     if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise ImportFileError(
-            f"not an Engram export of format {FORMAT_VERSION} (first line: {str(header)[:80]}); "
+            f"not an Engram export of format {FORMAT_VERSION} "
+            f"({f'first line: {str(header)[:80]}' if first else 'the file is empty'}); "
             "`engram export` writes one"
         )
     for number, record in _records(stream):

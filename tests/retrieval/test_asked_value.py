@@ -115,6 +115,38 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
         (AskedValue.NAME, "I called the vet about my cat", "what's my cat called?", False),
         (AskedValue.NAME, "MAEVE'S CAT HATES ME", "what's maeve's cat called?", False),
         (AskedValue.NAME, "mum's coming to babysit", "what's my mum's name?", False),
+        # a person's or an animal's name is not a place's nor an acronym; a place's or a group's may be
+        *[
+            (AskedValue.NAME, said, asked, False)
+            for said, asked in (
+                (
+                    "I'm sous chef at the Brass Hare in Pontcanna",
+                    "what's the head chef at the brass hare called?",
+                ),
+                (
+                    "head chef at a new bistro in Penarth, called Ffwrn",
+                    "what's my sous chef at ffwrn called?",
+                ),
+                (
+                    "I'm a shift manager at Arrowline, the big warehouse at Magna Park",
+                    "who's my boss's name?",
+                ),
+                ("Ava goes to Gowrie Street kinder", "what's ava's kinder teacher called?"),
+                ("Maeve's parents are coming over from Belfast", "what's maeve's cat called?"),
+                ("my VHI renewal came in, it's just me on the plan", "what's kuba's mam called?"),
+            )
+        ],
+        *[
+            (AskedValue.NAME, said, asked, True)
+            for said, asked in (
+                ("my sister Magda is coming over from Kraków", "what's my sister called?"),
+                ("I sent a card to Magda", "what's my sister called?"),
+                ("we took Biscuit to the vet", "what's my dog called?"),
+                ("we're registered at Hyndland Vets now", "What is the name of the vet practice?"),
+                ("I play bass in a covers band, The Lowlights", "what's my band called?"),
+                ("Nurse at the QE: Dr Okafor", "what's my doctor called?"),
+            )
+        ],
         (AskedValue.NUMBER, "we're down to two now", "how many chickens have I got?", True),
         (AskedValue.NUMBER, "rent is £1,650 a month", "how much is my rent?", True),
         (AskedValue.NUMBER, "I got the job at Sawtooth!", "what's my salary at Sawtooth?", False),

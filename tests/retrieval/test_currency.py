@@ -139,6 +139,9 @@ def test_a_newer_turn_announcing_a_change_replaces_the_leading_turn(change_expec
         ("who's our internet with at the moment?", True),
         ("which of these recipes is the best?", False),
         ("what is the funniest moment of the trip?", False),
+        ("which team am I playing in this season?", True),
+        ("what year group am I teaching this session?", True),
+        ("what happened on this day?", False),
     ],
 )
 def test_a_query_that_presupposes_a_change_is_told_from_one_that_does_not(query, expected):
@@ -780,6 +783,26 @@ def test_the_readme_sequence_gives_the_move_first_and_keeps_the_walls(eng):
     walls = mem.remember_turn("the walls here are like a meter thick", at=now - timedelta(days=150))
     thick = mem.recall("how thick are my walls?", record_use=False)
     assert thick[0].memory.id == walls.id and "outdated_by" not in thick[0].explain
+
+
+def test_a_move_told_after_an_agent_wrote_the_old_city_as_a_fact_goes_first(eng):
+    """A newcomer's walk: an agent wrote "Jo lives in Bristol" (no consolidation, no LLM), then Jo said
+    they moved; the fact led at 0.61 and the turn, at 0.06, fell under MCP's threshold. A fact about
+    someone else ("Jo's parents ...") is not replaced by the user's own move."""
+    mem = eng.for_user("jo")
+    bristol = mem.write("Jo lives in Bristol", fact_type="identity")
+    parents = mem.write("Jo's parents live in Belfast", fact_type="identity")
+    moved = mem.remember_turn("we moved to Edinburgh last week! new flat in Leith")
+    hits = mem.recall("where do I live?", record_use=False)
+    assert [h.memory.id for h in hits[:2]] == [moved.id, bristol.id]
+    assert hits[1].explain["outdated_by"] == moved.id and hits[0].confidence >= 0.1
+    theirs = mem.recall("where do my parents live?", record_use=False)
+    assert theirs[0].memory.id == parents.id and "outdated_by" not in theirs[0].explain
+    # said before the fact was written: consolidation (or the agent) has read it already
+    mem = eng.for_user("sam")
+    moved = mem.remember_turn("we moved to Edinburgh last week! new flat in Leith")
+    bristol = mem.write("Sam lives in Bristol", fact_type="identity")
+    assert mem.recall("where do I live?", record_use=False)[0].memory.id == bristol.id
 
 
 def test_a_new_number_replaces_the_number_the_user_gave_before(eng):

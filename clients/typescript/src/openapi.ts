@@ -192,7 +192,8 @@ export interface paths {
          * Record Outcome
          * @description Count one use of one of your playbooks as a success or a failure (no LLM involved): its
          *     ``success_count`` or ``failure_count`` goes up by one at once, and with it the prior recall ranks
-         *     it by. Another user's playbook is 404; an id that is not a playbook's is 422.
+         *     it by. Another user's playbook is 404; an id that is not a playbook's is 422; a version superseded
+         *     since is 409, naming the current one (recall shows only that one).
          */
         post: operations["record_outcome_v1_playbooks__playbook_id__outcome_post"];
         delete?: never;
@@ -2182,6 +2183,15 @@ export interface operations {
             };
             /** @description no such row in your scope (also for other tenants' ids) */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the row's state forbids it (e.g. superseding an already superseded fact) */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

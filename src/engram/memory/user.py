@@ -1,8 +1,7 @@
 """One user's memory: ``UserMemory`` (sees the user's rows and the catalog, writes the user's rows);
 ``engram.memory.reader`` has the same memory, read only.
 
-``list`` methods shadow the builtin inside the class bodies, so annotations there spell it
-``builtins.list``.
+``list`` methods shadow the builtin in class bodies: annotations there spell it ``builtins.list``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from datetime import datetime
 from typing import Any, Literal, overload
 
 from engram import validation
-from engram.errors import InvalidInput, NotFound, PermissionDenied
+from engram.errors import Conflict, InvalidInput, NotFound, PermissionDenied
 from engram.memory.engine import Engine
 from engram.memory.handles import TenantHandle
 from engram.models import (
@@ -313,6 +312,8 @@ class UserMemory(TenantHandle):
         types = set(MEMORY_TYPES if memory_types is None else check_types(memory_types))
         if not types:  # an empty list finds nothing: a caller's mistake, not a question
             raise InvalidInput(f"memory_types is empty; name at least one of {MEMORY_TYPES}")
+        if not include_catalog and not types - {"catalog"}:  # as an empty list: nothing left to search
+            raise InvalidInput("memory_types names only the catalog, which include_catalog=false leaves out")
         if not include_catalog:
             types.discard("catalog")
         now = utcnow()
@@ -365,6 +366,9 @@ class UserMemory(TenantHandle):
         if is_well_formed_id(playbook_id) and not playbook_id.startswith("pro_"):
             raise InvalidInput(f"{playbook_id} is not a playbook: outcomes are recorded for playbooks only")
         store = self._engram.store
+        old = next(iter(store.fetch(self.user_id, [playbook_id], False)), None)
+        if isinstance(old, ProceduralMemory) and old.superseded_by:  # recall shows the current one only
+            raise Conflict(f"playbook {playbook_id} was superseded by {old.superseded_by}: record it there")
         store.apply_consolidation(self.user_id, playbook_outcome(playbook_id, success, utcnow()))
         rows = store.fetch(self.user_id, [playbook_id], include_catalog=False)
         if not rows or not isinstance(rows[0], ProceduralMemory):  # forgotten since

@@ -93,6 +93,29 @@ _BIRTHDAY = re.compile(r"\bbirthdays?\b", _I)  # comes round again: asked of any
 _EVENT = re.compile(r"\b(?:did|was|were|ago)\b", _I)
 _HABIT = re.compile(r"\bused? to\b", _I)
 
+# A question asking a person's or an animal's name ("what's my sous chef called?", "what's maeve's cat
+# called?"), not a place's or a group's ("what's the vet practice called?", "what's my band called?").
+_SOMEONE_ASKED = re.compile(
+    r"\b(?:sister|brother|sibling|twin|mum|mam|mom|mother|dad|father|parent|son|daughter|kid|child|children"
+    r"|baby|niece|nephew|cousin|aunt|auntie|uncle|grand(?:son|daughter|child|kid|ma|mother|pa|father|dad)"
+    r"|nan|gran|wife|husband|partner|spouse|girlfriend|boyfriend|ex|fianc[eé]e?|friend|flatmate|roommate"
+    r"|housemate|neighbou?r|boss|manager|supervisor|colleague|co-?worker|teacher|tutor|coach|trainer"
+    r"|instructor|chef|owner|landlord|landlady|doctor|gp|dentist|physio|therapist|midwife|nurse|agent"
+    r"|lawyer|solicitor|accountant|mechanic|cat|dog|puppy|kitten|rabbit|bunny|hamster|horse|pony|pet"
+    r"|chook|hen|chicken|bird|parrot|budgie|tortoise|labrador|retriever)s?(?:['’]s)?\b"
+    r"(?!\s+(?:practice|clinic|surgery|school|team|band|club|shop|company|firm|agency|group)\b)",
+    _I,
+)
+# ... which the place after "at", "in", "near", "on" (a determiner between) is not, nor after "to" or
+# "from" moved along ("goes to Gowrie Street kinder", "over from Belfast"; "a card to Magda" names her)
+_AT_PLACE = _words("at in near on into outside inside around opposite behind")
+_ALONG = _words(
+    """
+    go goes going went gone come comes coming came move moves moving moved over back fly flew flying drive
+    drove driving trip way down up out home off travel commute walk walked train flight bus ride
+    """
+)
+
 _NAME_CUE = re.compile(
     r"\b(?:call|calls|called|calling|named|nicknamed|name is|name's|names are|name was)\s+"
     r"(?:(?:him|her|them|it)\s+)?[\"“‘']?([^\W\d_][\w'’-]*)",
@@ -196,10 +219,12 @@ def asked_value(query: str) -> AskedValue | None:
 class _Query:
     words: frozenset[str]  # lower case, possessives stripped: "maeve's" asks of maeve
     numbers: frozenset[str]
+    someone: bool = False  # a person's or an animal's name is asked (_SOMEONE_ASKED)
 
     @classmethod
     def of(cls, query: str) -> _Query:
-        return cls(frozenset(_bare(w) for w in _WORD.findall(query)), frozenset(_NUMBER.findall(query)))
+        words = frozenset(_bare(w) for w in _WORD.findall(query))
+        return cls(words, frozenset(_NUMBER.findall(query)), bool(_SOMEONE_ASKED.search(query)))
 
 
 def states_value(kind: AskedValue, text: str, query: str) -> bool:
@@ -250,8 +275,12 @@ def _names_someone(text: str, asked: _Query) -> bool:
     matches = list(_WORD.finditer(text))
     words = [m.group() for m in matches]
     bares = [_bare(w) for w in words]  # once per word: this runs on every candidate of a recall
+    places: set[int] = set()
     for i, word in enumerate(words):
         low = bares[i]
+        if asked.someone and word[0].isupper() and _names_a_place(i, text, matches, bares, places):
+            places.add(i)
+            continue
         if not _fresh(low, asked) or low in _NOT_NAMES or word[:2] in _I_AM:
             continue
         if word[0].isupper():
@@ -275,6 +304,24 @@ def _names_someone(text: str, asked: _Query) -> bool:
         ):
             return True
     return False
+
+
+def _names_a_place(
+    i: int, text: str, matches: list[re.Match[str]], bares: list[str], places: set[int]
+) -> bool:
+    """Whether the capitalised ``i``-th word of a row answering a person's or an animal's name is no
+    one's: a place ("at the Brass Hare in Pontcanna", "goes to Gowrie Street kinder", with the rest of
+    its name) or an acronym ("my VHI renewal")."""
+    word = matches[i].group()
+    if len(word) > 1 and word.isupper() and not text.isupper():  # a shouted row is no acronym's
+        return True
+    if i - 1 in places and text[matches[i - 1].end() : matches[i].start()].isspace():
+        return True  # the rest of a place's name
+    before = i - 2 if i > 1 and bares[i - 1] in ("the", "a") else i - 1
+    if before < 0:
+        return False
+    at = bares[before]
+    return at in _AT_PLACE or (at in ("to", "from") and before > 0 and bares[before - 1] in _ALONG)
 
 
 def _new(word: str, asked: _Query) -> bool:

@@ -56,8 +56,12 @@ _TURNED = re.compile(
 # "am I still vegetarian?", "what's my current job?") ...
 CHANGE_EXPECTED = frozenset("now nowadays currently current still anymore latest".split())  # noqa: SIM905
 # ... or one of these phrases ("these days", "at the moment"; not "which of these recipes", "the
-# funniest moment": an outside review)
-_CHANGE_EXPECTED_PHRASE = re.compile(r"\bthese\s+days\b|\bat\s+(?:the\s+)?(?:moment|present)\b", re.I)
+# funniest moment": an outside review), or asks of the period under way ("which team am I in this season?",
+# "what year group am I teaching this session?")
+_CHANGE_EXPECTED_PHRASE = re.compile(
+    r"\bthese\s+days\b|\bat\s+(?:the\s+)?(?:moment|present)\b|\bthis\s+(?:year|term|semester|season|session)\b",
+    re.I,
+)
 # The speaker says they changed something: "we moved", "I've just switched", "I quit" (not "the church
 # hall moved us", "he's moving here", "the coffee machine broke"): a first-person subject within two
 # words before a change word.

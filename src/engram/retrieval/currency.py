@@ -24,21 +24,18 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   present replaces nothing.
 * **A newer turn that announces a change** (raw turns, no LLM needed): when a turn leads the ranking,
   the newest later turn of the same speaker that says something changed (``CHANGE_WORDS``: "moved",
-  "switched", "cancelled", "anymore", "sorry ... wrong" ...) on a related subject (the two turns'
-  token vectors match at least ``related_subject``: a cancelled health insurance is no successor to
-  an orchestra, whatever the query says) replaces it if late interaction or the
-  embedder finds it at least as close to the query, or if it is among the first ``places`` of the
-  ranking (settings ``change_places``) and within ``margin`` of the leader's raw MaxSim. Within twice
-  that margin among those places, more cues count: the speaker saying they changed something ("we
-  moved", ``says_own_change``) between two turns whose token vectors match each other (``same_subject``:
-  the README's "we live in Bristol btw" -> "we moved to Edinburgh last week!", which the query matches
-  0.08 less than Bristol), a turn that calls new what the older one called the speaker's
-  (``calls_new``: "my phone number is ..." -> "new number: 0131 ..."), and one that calls old, or
-  denies, what the older one said (``says_otherwise``: "2016 vauxhall astra" -> "the corolla's doing
-  62mpg, the old astra was lucky to get 45"). A turn that says a change happened is preferred to one
-  only cued by the older turn's words, then the newest: "do I need to send the old hub back?" does not
-  take the place of "had enough of virgin, switched to Hyperoptic".
-  Cue words and patterns: ``change_cues``.
+  "switched", "anymore", "sorry ... wrong" ...) on a related subject (token vectors matching at least
+  ``related_subject``: a cancelled health insurance is no successor to an orchestra) replaces it if
+  late interaction or the embedder finds it at least as close to the query, or if it is among the
+  first ``places`` (settings ``change_places``) within ``margin`` of the leader's raw MaxSim. Within
+  twice that margin among those places, more cues count: the speaker saying they changed something
+  ("we moved", ``says_own_change``) on the leader's subject (``same_subject``: the README's "we live
+  in Bristol btw" -> "we moved to Edinburgh last week!"), calling new what the leader called theirs
+  (``calls_new``: "new number: 0131 ..."), or calling old or denying what it said (``says_otherwise``:
+  "the old astra was lucky to get 45"); only these replace a leading live fact about the user, said
+  after it was written (an agent's "Jo lives in Bristol"). A turn that says a change happened goes
+  before one only cued by the older turn's words, then the newest ("do I need to send the old hub
+  back?" does not replace "had enough of virgin, switched to Hyperoptic"). Cues: ``change_cues``.
 
 How far a replaced memory falls depends on the evidence (``put_current_first``): supersession is a
 recorded fact, and so is a change the query itself expects (``expects_change``: "now", "these days",
@@ -74,6 +71,7 @@ from engram.retrieval.change_cues import (
     says_own_change,
     tells_of_another,
 )
+from engram.retrieval.own_voice import of_user
 from engram.retrieval.scoring import recency, speaker_of
 
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
@@ -153,24 +151,28 @@ def announced_successor(
     same_subject: float = 1.01,
     related: float = -1.0,
     askers: Collection[str] = (),
+    user_id: str | None = None,
 ) -> tuple[str, Candidate] | None:
-    """(leader id, the turn that replaces it) when a newer turn of the leader's speaker announces a
-    change on a related subject and matches the query as well as the leader, or is among the first
-    ``places`` within ``margin`` of its raw MaxSim (settings ``change_places``), or is among them
-    within twice the margin and either says the speaker changed something (``says_own_change``) on
-    the leader's subject, calls new what the leader called the speaker's (``calls_new``) or calls old,
-    or denies, what it said (``says_otherwise``); the newest that announces a change, else the newest
-    cued; None otherwise, or when the leader is not a turn or is already ``replaced``. A turn that asks
-    what the query asks (``askers``, ``contenders.asks_the_query``) replaces nothing.
-    ``subject_match`` is how closely two turns' token vectors match (None when unknown): at least
-    ``related`` for a change announced by its words (an unknown match counts), at least
-    ``same_subject`` for the speaker's own change. Example: "signed up with Helsana ... the German one
-    is cancelled" announces a change but matches "I play cello in an amateur orchestra" 0.66: it does
-    not replace it for "which orchestra do I play in now?" (related 0.70)."""
-    old = order[0] if order else None  # a turn is checked for a newer one only when it leads
-    if old is None or old.memory.id in replaced or not isinstance(old.memory, EpisodicMemory):
+    """(leader id, the turn that replaces it) by the module docstring's second rule, or None: the leader
+    is a turn, or a live fact of ``user_id`` (``own_voice.of_user``), which only the cued turns replace
+    (says_own_change on its subject, calls_new, says_otherwise: a fact is distilled), and not already
+    ``replaced``; a turn that asks what the query asks (``askers``) replaces nothing. ``subject_match``
+    is how closely two memories' token vectors match (None when unknown): at least ``related`` for a
+    change announced by its words (an unknown match counts), at least ``same_subject`` for the speaker's
+    own change. Example: "signed up with Helsana ... the German one is cancelled" matches "I play cello
+    in an amateur orchestra" 0.66: no successor for "which orchestra do I play in now?" (related 0.70)."""
+    old = order[0] if order else None  # a memory is checked for a newer turn only when it leads
+    if old is None or old.memory.id in replaced:
         return None
-    at, speaker = old.memory.timestamp, speaker_of(old.memory)
+    turn_led, fact = isinstance(old.memory, EpisodicMemory), old.memory
+    if isinstance(fact, EpisodicMemory):
+        at, speaker = fact.timestamp, speaker_of(fact)
+    elif isinstance(fact, SemanticMemory) and not fact.superseded_by and of_user(fact.text, user_id):
+        # a fact about the user (an agent's "Jo lives in Bristol", not "Maeve's parents live in Belfast"),
+        # and a turn said after it was written, which no consolidation has read yet
+        at, speaker = max(event_time(fact), fact.created_at), None
+    else:
+        return None
     later = [
         (place, c)
         for place, c in enumerate(order)
@@ -183,7 +185,8 @@ def announced_successor(
     announced = [
         c
         for place, c in later
-        if announces_change(c.memory.text)
+        if turn_led
+        and announces_change(c.memory.text)
         and _at_least(subject_match(c, old), related, unknown=True)
         and (
             _matches_as_well(c, old, 0.0)
@@ -287,6 +290,7 @@ def put_current_first(
     askers: Collection[str] = (),
     stored_match: Callable[[list[SemanticMemory]], dict[str, float]] = lambda facts: {},
     half_life_days: float = 0.0,
+    user_id: str | None = None,
 ) -> dict[str, str]:
     """Re-rank ``order`` (final order, best first) in place and return old id -> successor id.
 
@@ -300,7 +304,7 @@ def put_current_first(
     changed_query = query if change_expected else None
     recorded = recorded_successors(order, superseded, now, margin, changed_query, stored_match)
     announced = announced_successor(
-        order, now, margin, places, recorded, subject_match, same_subject, related, askers
+        order, now, margin, places, recorded, subject_match, same_subject, related, askers, user_id
     )
     if announced and keeps_what_is_asked(announced[1].memory.text, query):  # "..., same flat though"
         announced = None
@@ -372,10 +376,7 @@ def put_recent_first(
     have no event of their own, and a turn that asks what the query asks (``skip``; the caller puts
     it below the others again, ``contenders.put_askers_below``).
 
-    Measured (bench/updates.py, dev / check, 2026-12-03): stale turn above the gold one 12 -> 11 of 62 /
-    15 -> 11 of 37 "current" questions, current@1 40 / 19 -> 20 (with facts 53 / 34, unchanged), and
-    abstention unchanged; aging facts too cost the dev split's facts current@1 53 -> 51. A year's age:
-    0.88 at 2000 days.
+    Measured: docs/benchmarks.md, "A question that expects a change". A year's age: 0.88 at 2000 days.
     """
     for c in order:
         if isinstance(c.memory, EpisodicMemory) and c.memory.id not in skip:

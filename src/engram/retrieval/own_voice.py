@@ -47,6 +47,7 @@ _USER_SUBJECT = re.compile(
     r"(?:^|(?<=[.!?;]\s))(?:The\s+user|User)"
     r"(?P<after>['’]s\b|\s+(?:is|was|has|does|isn't|wasn't|hasn't|doesn't)\b|\s+[a-z]+s\b(?!\s+(?:are|were)\b))"
 )
+_FIRST_PERSON = re.compile(r"\b(?:I|[Mm]y|[Mm]e|[Mm]ine|[Ww]e|[Oo]ur|[Uu]s)\b")
 _TITLE = re.compile(r"(?:Mr|Mrs|Ms|Miss|Dr|Prof|Sir|Dame)\.?\s+$")
 _WORD_BEFORE = re.compile(r"([\w'’-]+)\W*$")
 
@@ -74,6 +75,13 @@ def _user_as_subject(m: re.Match[str]) -> str:
     if after.startswith(("'", "’")):
         return "my"
     return _TOLD.get(after.strip()) or "I " + _base_form(after.strip())
+
+
+def of_user(fact: str, user_id: str | None) -> bool:
+    """Whether a fact says something of the user themself, read in their voice (``own_voice``):
+    ``("Jo lives in Bristol", "jo")`` and ``("User drives a Tesla", "u1")`` -> True; ``("Maeve's parents
+    live in Belfast", "ines")`` -> False."""
+    return bool(user_id) and bool(_FIRST_PERSON.search(own_voice(fact, user_id or "", fact=True)))
 
 
 def names_user_uncapitalised(text: str, user_id: str) -> bool:

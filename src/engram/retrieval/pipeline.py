@@ -244,6 +244,7 @@ def recall(
                 same_subject=config.same_subject,
                 related=config.related_subject,
                 askers=asker_ids,
+                user_id=tenant,
                 stored_match=(
                     stored_late_scores(store, token_encoder, tenant, query_tokens, query)
                     if query_tokens is not None and token_encoder is not None

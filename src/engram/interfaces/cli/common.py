@@ -3,6 +3,7 @@ one line and exit code 1, and printing hits."""
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import os
@@ -10,6 +11,7 @@ import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any, TextIO
 
 import typer
@@ -163,7 +165,34 @@ keys_app = command_group("Manage API keys (one per user; only hashes are stored)
 app.add_typer(keys_app, name="keys")
 
 
-def private_file(path: str) -> TextIO:
+@contextmanager
+def written_whole(path: str) -> Iterator[TextIO]:
+    """``path`` written whole or not at all: into ``<path>.partial`` beside it, renamed over it once
+    complete and on disk, so a failure or a kill midway leaves an earlier export as it was (an outside
+    review: a killed nightly export emptied the last good one). A device or a pipe (/dev/null) is
+    written in place. A path that cannot be written is a one-line error."""
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        partial = target.with_name(target.name + ".partial")
+        if target.exists() and not target.is_file():
+            with _private_file(path) as out:
+                yield out
+            return
+        try:
+            with _private_file(str(partial)) as out:
+                yield out
+                out.flush()
+                os.fsync(out.fileno())
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
+    except OSError as exc:
+        raise _fail(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _private_file(path: str) -> TextIO:
     """``path`` opened for writing (created or emptied), readable by its owner only (0600), as the
     store itself is: an export holds every memory it covers, and API key hashes with --keys."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -24,7 +24,7 @@ from engram.interfaces.cli.common import (
     console,
     err_console,
     print_hits,
-    private_file,
+    written_whole,
 )
 from engram.interfaces.cli.output import print_forgotten, print_info, print_memories, print_record
 from engram.models import Contradiction, FactType, MemoryType
@@ -153,7 +153,7 @@ def export(
         if file == "-":
             counts = export_store(eng, sys.stdout, keys=keys)
         else:
-            with private_file(file) as out:
+            with written_whole(file) as out:
                 counts = export_store(eng, out, keys=keys)
     summary = f"exported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'}"
     err_console.print(summary, highlight=False)

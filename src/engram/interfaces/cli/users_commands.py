@@ -6,7 +6,6 @@ from __future__ import annotations
 import getpass
 import socket
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -21,7 +20,7 @@ from engram.interfaces.cli.common import (
     command_group,
     console,
     err_console,
-    private_file,
+    written_whole,
 )
 
 users_app = command_group("Export or delete everything of one user (data-rights requests).")
@@ -44,15 +43,8 @@ def users_export(
         if file == "-":
             counts = export_user(eng, user, sys.stdout)
         else:
-            # Written beside, then renamed: a user the store does not hold (NotFound) or a failure
-            # midway leaves FILE as it was.
-            partial = Path(file + ".partial")
-            try:
-                with private_file(str(partial)) as out:
-                    counts = export_user(eng, user, out)
-                partial.replace(file)
-            finally:
-                partial.unlink(missing_ok=True)
+            with written_whole(file) as out:  # a user the store does not hold leaves FILE as it was
+                counts = export_user(eng, user, out)
     summary = f"exported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'} of user {user}"
     err_console.print(summary, highlight=False, markup=False)
 

@@ -16,12 +16,13 @@ router = APIRouter(prefix="/v1", tags=["memories"], responses=error_responses(40
 
 
 @router.post(
-    "/playbooks/{playbook_id}/outcome", response_model=ProceduralMemory, responses=error_responses(404)
+    "/playbooks/{playbook_id}/outcome", response_model=ProceduralMemory, responses=error_responses(404, 409)
 )
 def record_outcome(playbook_id: str, body: PlaybookOutcome, mem: WriterMemoryDep) -> ProceduralMemory:
     """Count one use of one of your playbooks as a success or a failure (no LLM involved): its
     ``success_count`` or ``failure_count`` goes up by one at once, and with it the prior recall ranks
-    it by. Another user's playbook is 404; an id that is not a playbook's is 422."""
+    it by. Another user's playbook is 404; an id that is not a playbook's is 422; a version superseded
+    since is 409, naming the current one (recall shows only that one)."""
     return mem.record_outcome(playbook_id, body.success)
 
 
