@@ -89,7 +89,9 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     query = "which battery does the garage sensor take?"
     hits = mem.recall(query, config=eng.config.but(rerank_gap=1e-6))
     assert [h.explain["relevance"] for h in hits] == ["rerank", "rerank", "late_interaction"]
-    assert all(h.explain["rerank_contenders"].startswith("the first 2 of the window") for h in hits)
+    assert all(
+        h.explain["rerank_contenders"].startswith("the first 2: near enough to trade places") for h in hits
+    )
 
     other = eng.for_user("marco")
     other.remember_turn(twin)
@@ -98,7 +100,7 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     alone = other.recall(query, config=eng.config.but(rerank_gap=1e-6))
     assert [h.explain["relevance"] for h in alone] == ["rerank", "late_interaction", "late_interaction"]
     assert alone[0].memory.text == twin  # the leader alone is judged, for its confidence
-    assert all(h.explain["rerank_contenders"].startswith("the leader only") for h in alone)
+    assert all(h.explain["rerank_contenders"].startswith("the first only: nothing near it") for h in alone)
     from engram.retrieval.confidence import confidence
 
     cal, (first, second) = eng.config.calibration, (h.explain["query_coverage"] for h in alone[:2])
@@ -108,7 +110,7 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     shed = run_recall(other, query, eng.config.but(rerank_gap=1e-6), shed=True)  # the stage shed: the
     lead = shed[0].explain["late_interaction_raw"]  # leader's own calibration, for one no other came near
     assert shed[0].explain["rerank"] == "skipped: load" and shed[0].memory.text == twin
-    assert shed[0].explain["rerank_contenders"].endswith("calibrated as such (not scored)")
+    assert shed[0].explain["rerank_contenders"].endswith("calibrated as such (not read)")
     assert shed[0].confidence == confidence(cal, None, lead, None, uncontested=True, coverage=first)
     assert shed[1].confidence == confidence(cal, None, runner_up, None, coverage=second, below=True)
     unjudged = other.recall(query, config=eng.config.but(rerank=False))[1]  # no verdict above it
@@ -125,7 +127,7 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
     distilled = facts.recall(query, config=narrow)
     assert [h.explain["relevance"] for h in distilled] == ["rerank", "late_interaction", "late_interaction"]
     assert distilled[0].memory.text == twin
-    assert distilled[0].explain["rerank_contenders"].startswith("the leader only")
+    assert distilled[0].explain["rerank_contenders"].startswith("the first only: nothing near it")
     wide = facts.recall(query, config=eng.config.but(rerank_gap=1e-6, rerank_gap_distilled=1.0))
     assert [h.explain["relevance"] for h in wide] == ["rerank"] * 3
 

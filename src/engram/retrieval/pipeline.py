@@ -12,10 +12,9 @@
    (``contenders.contenders``: the leader's near-ties by late-interaction MaxSim, within
    ``rerank_gap`` among raw turns and ``rerank_gap_distilled`` in a window holding a distilled memory,
    or a row both legs rank first), and at least the leader, for its confidence: the calibration of a
-   leader left unscored put unrelated ones at 0.3-0.5 in small stores ("where do I teach?" -> "I'm
-   training for the Berlin marathon", 0.51), and now serves only when the stage is shed or fails. It
-   reads the query and the user's facts in the user's own voice (``own_voice``: "What is Sarah's
-   job?" -> "What is my job?").
+   leader left unscored put unrelated ones at 0.3-0.5 in small stores, and now serves only when the
+   stage is shed or fails. It reads the query and the user's facts in the user's own voice
+   (``own_voice``: "What is Sarah's job?" -> "What is my job?").
 6. Final score = relevance × Π multipliers (relevance = rerank probability, else late-interaction
    score, else RRF). Each stage re-orders only its head: reranked candidates rank above the rest
    of the late-interaction head, which ranks above the RRF tail, and a ``stage_scale`` factor keeps
@@ -207,9 +206,9 @@ def recall(
             notes["rerank"] = "skipped: load"
         elif rerank_error is None:
             if partial and contested == 1:  # for its confidence (module docstring)
-                notes["rerank_contenders"] = "the leader only: nothing near it, scored for its confidence"
+                notes["rerank_contenders"] = "the first only: nothing near it; read for its confidence"
             elif partial:
-                notes["rerank_contenders"] = f"the first {contested} of the window: its contested places"
+                notes["rerank_contenders"] = f"the first {contested}: near enough to trade places"
             window.sort(key=lambda c: -c.final)
             candidates[: len(window)] = window
             heads.append(len(window))
@@ -218,7 +217,7 @@ def recall(
             errors["rerank"] = rerank_error
         if alone and not reranked:  # shed or failed
             uncontested = others[0]
-            notes["rerank_contenders"] = "the leader only: nothing near it, calibrated as such (not scored)"
+            notes["rerank_contenders"] = "the first only: nothing near it; calibrated as such (not read)"
     bounds = sorted(set(heads))
     keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
     put_askers_below(candidates, asker_ids, max(k, config.rerank_window))
