@@ -133,7 +133,8 @@ def make_format(name: str, projections: dict[str, Matrix]) -> tuple[Format, Matr
     kept token costs."""
     prune, proj, quant = name.split("-")
     if quant.startswith("pq"):
-        return pq_format(prune, proj, int(quant[2:].rstrip("n")), projections, quant.endswith("n"))
+        groups, flags = int(quant[2:].rstrip("ns")), quant[2:].lstrip("0123456789")
+        return pq_format(prune, proj, groups, projections, "n" in flags, "s" in flags)
     projection = None if proj == "full" else projections[proj]
     dims = 384 if projection is None else projection.shape[1]
     bits = int(quant[-1])
@@ -156,10 +157,16 @@ def make_format(name: str, projections: dict[str, Matrix]) -> tuple[Format, Matr
 
 
 def pq_format(
-    prune: str, proj: str, groups: int, projections: dict[str, Matrix], unit: bool = False
+    prune: str,
+    proj: str,
+    groups: int,
+    projections: dict[str, Matrix],
+    unit: bool = False,
+    exact_specials: bool = False,
 ) -> tuple[Format, Matrix, float]:
     """Product quantisation (engram.retrieval.token_pq): ``proj`` full (the model's own dims) or id384
-    (the principal directions), dealt round robin into ``groups`` groups, 256 centroids each."""
+    (the principal directions), dealt round robin into ``groups`` groups, 256 centroids each; with
+    ``exact_specials`` ("pq64s") [CLS] and the marker stay int8 (388 bytes each, the rest 64)."""
     key = f"pq:{proj}:{groups}"
     if key not in projections:
         directions = np.eye(384, dtype=np.float32) if proj == "full" else projections[proj]
@@ -175,6 +182,8 @@ def pq_format(
         for g in range(groups):
             part, c = y[:, g * width : (g + 1) * width], books[g]
             out[:, g * width : (g + 1) * width] = c[np.argmin((c**2).sum(axis=1) - 2 * part @ c.T, axis=1)]
+        if exact_specials and prune == "none":
+            out[:2] = int_quantise(y[:2], 8)
         return out / np.linalg.norm(out, axis=1, keepdims=True) if unit else out
 
     return apply, rotation, float(groups)

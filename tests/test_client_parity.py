@@ -390,7 +390,6 @@ def test_recall_filters_by_session_event_time_and_metadata(side: Side) -> None:
         {"time_from": "2025-03-01"},
         {"time_from": t0 + timedelta(days=2), "time_to": t0},  # inverted: a mistake, not an empty range
         {"memory_types": []},  # finds nothing by construction
-        {"memory_types": ["catalog"], "include_catalog": False},  # nothing left to search either
         {"include_superseded": "no"},  # truthy: refused, not read as True
     ):
         with pytest.raises(InvalidInput):

@@ -803,6 +803,13 @@ def test_a_move_told_after_an_agent_wrote_the_old_city_as_a_fact_goes_first(eng)
     moved = mem.remember_turn("we moved to Edinburgh last week! new flat in Leith")
     bristol = mem.write("Sam lives in Bristol", fact_type="identity")
     assert mem.recall("where do I live?", record_use=False)[0].memory.id == bristol.id
+    # a turn that a fact written since stands on: that fact says what it says (the TypeScript quickstart)
+    mem = eng.for_user("kim")
+    mem.write("Kim lives in Edinburgh", fact_type="identity")
+    moved = mem.remember_turn("we moved to Edinburgh last week!")
+    mem.write("Kim lives in Edinburgh", fact_type="identity", supporting_episode_ids=[moved.id])
+    hits = mem.recall("where does Kim live?", record_use=False)
+    assert hits[0].memory.memory_type == "semantic" and not any("outdated_by" in h.explain for h in hits)
 
 
 def test_a_new_number_replaces_the_number_the_user_gave_before(eng):

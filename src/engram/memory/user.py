@@ -312,8 +312,6 @@ class UserMemory(TenantHandle):
         types = set(MEMORY_TYPES if memory_types is None else check_types(memory_types))
         if not types:  # an empty list finds nothing: a caller's mistake, not a question
             raise InvalidInput(f"memory_types is empty; name at least one of {MEMORY_TYPES}")
-        if not include_catalog and not types - {"catalog"}:  # as an empty list: nothing left to search
-            raise InvalidInput("memory_types names only the catalog, which include_catalog=false leaves out")
         if not include_catalog:
             types.discard("catalog")
         now = utcnow()
