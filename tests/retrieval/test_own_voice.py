@@ -3,7 +3,13 @@ and what it does to the confidence of one question asked in the first and the th
 
 import pytest
 
-from engram.retrieval.own_voice import in_own_words, names_nobody, names_user_uncapitalised, own_voice
+from engram.retrieval.own_voice import (
+    in_own_words,
+    names_nobody,
+    names_user_uncapitalised,
+    of_user,
+    own_voice,
+)
 
 
 @pytest.mark.parametrize(
@@ -123,3 +129,18 @@ def test_a_fact_in_the_users_own_words_takes_its_first_word_for_the_user() -> No
     assert in_own_words("Sam lives in Leeds") == "I live in Leeds"
     for unchanged in ("The cat is old", "March was busy", "my surname is Smith"):
         assert in_own_words(unchanged) == unchanged
+
+
+@pytest.mark.parametrize(
+    ("fact", "user_id", "about_user"),
+    [
+        ("Jo lives in Bristol", "jo", True),
+        ("User drives a Tesla", "u1", True),
+        ("Jo's sister is called Aoife", "jo", True),
+        ("Maeve's parents live in Belfast", "ines", False),
+        ("Jo lives in Bristol", "sam", False),
+        ("Jo lives in Bristol", "", False),
+    ],
+)
+def test_a_fact_about_the_user_is_told_from_one_about_someone_else(fact, user_id, about_user):
+    assert of_user(fact, user_id) is about_user

@@ -364,7 +364,7 @@ class UserMemory(TenantHandle):
         if is_well_formed_id(playbook_id) and not playbook_id.startswith("pro_"):
             raise InvalidInput(f"{playbook_id} is not a playbook: outcomes are recorded for playbooks only")
         store = self._engram.store
-        old = next(iter(store.fetch(self.user_id, [playbook_id], False)), None)
+        old = next(iter(store.fetch(self.user_id, [playbook_id], include_catalog=False)), None)
         if isinstance(old, ProceduralMemory) and old.superseded_by:  # recall shows the current one only
             raise Conflict(f"playbook {playbook_id} was superseded by {old.superseded_by}: record it there")
         store.apply_consolidation(self.user_id, playbook_outcome(playbook_id, success, utcnow()))
