@@ -277,7 +277,9 @@ def test_admin_reads_a_chosen_user_read_only(service):
     sarah_before = service.engram.for_user("sarah").get(rows["edinburgh"]["id"]).use_count
 
     assert "12 Harbour Road" in admin.get("/inspector/semantic", params={"user": "bob"}).text
-    assert "Bob&#39;s reset" in admin.get("/inspector/procedural", params={"user": "bob"}).text
+    playbooks = admin.get("/inspector/procedural", params={"user": "bob"}).text
+    # the name opens the playbook, as a row's text does on the other tabs (a newcomer's walk)
+    assert f'href="/inspector/memory/{rows["bob_playbook"]["id"]}?user=bob">Bob&#39;s reset</a>' in playbooks
     detail = admin.get(f"/inspector/memory/{rows['bob_fact']['id']}", params={"user": "bob"})
     assert detail.status_code == 200 and "12 Harbour Road" in detail.text
     hits = admin.post("/inspector/recall?user=bob", data={"query": "where does Bob live", "k": "5"})
