@@ -60,6 +60,9 @@ def test_import_recall_forget_round_trip(tmp_path):
     nobody = run("recall", "fritzbox", "--user", "bob", "--json", env_home=tmp_path)
     assert json.loads(nobody.stdout) == [] and "user 'bob' has no memories in this store" in nobody.stderr
     assert "has no memories" not in run("recall", "x", "--user", "sarah", env_home=tmp_path).stderr
+    listed = run("list", "--user", "bob", env_home=tmp_path)  # as recall says it (an outside review)
+    assert "no semantic memories" in listed.stdout and "user 'bob' has no memories" in listed.stderr
+    assert "has no memories" not in run("list", "--user", "sarah", "-t", "episodic", env_home=tmp_path).stderr
     memory_id = hits[0]["memory"]["id"]
     denied = run("forget", memory_id, "--user", "bob", env_home=tmp_path, check=False)
     assert denied.returncode == 1 and "not found" in denied.stdout

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from engram.errors import ConfigError, EngramError
 from engram.memory import Engram, sqlite_path
-from engram.models import Hit, no_confident_match, search_text_of
+from engram.models import Hit, MemoryType, no_confident_match, search_text_of
 from engram.settings import EngramSettings, load_settings
 from engram.text import printable
 
@@ -163,6 +163,16 @@ def format_explain(explain: dict[str, Any]) -> str:
 
 keys_app = command_group("Manage API keys (one per user; only hashes are stored).")
 app.add_typer(keys_app, name="keys")
+
+
+OWN_TYPES: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural")  # a user's rows (no catalog)
+
+
+def note_unknown_user(eng: Engram, user: str) -> None:
+    """A dim note on stderr when ``user`` has no memories at all: a typo answered with nothing found."""
+    if not any(eng.store.count_memories(user, t, include_superseded=True, limit=1) for t in OWN_TYPES):
+        note = f"note: user {user!r} has no memories in this store (a typo?)"
+        err_console.print(note, style="dim", highlight=False, markup=False, soft_wrap=True)
 
 
 @contextmanager

@@ -23,6 +23,7 @@ from engram.interfaces.cli.common import (
     catalog_app,
     console,
     err_console,
+    note_unknown_user,
     print_hits,
     written_whole,
 )
@@ -216,10 +217,7 @@ def recall(
             time_to=_when(time_to, "--to"),
             metadata=_pairs(meta),
         )
-        kinds: tuple[MemoryType, ...] = ("episodic", "semantic", "procedural")
-        if not any(eng.store.count_memories(user, t, include_superseded=True, limit=1) for t in kinds):
-            note = f"note: user {user!r} has no memories in this store (a typo?)"
-            err_console.print(note, style="dim", highlight=False, markup=False, soft_wrap=True)
+        note_unknown_user(eng, user)
     if as_json:
         _print_json([h.model_dump(mode="json") for h in hits])
     else:
@@ -392,6 +390,8 @@ def list_(
             for t in ("episodic", "procedural")
             if memory_type is None and (n := eng.reader(user).count(t, include_superseded=False, limit=1000))
         }
+        if not rows and not others:
+            note_unknown_user(eng, user)
     print_memories(rows, as_json, none=f"no {listed} memories")
     if others:  # a newcomer's `engram list --user marco` showed his facts and not that he had turns
         also = ", ".join(f"{'1000+' if n >= 1000 else n} {t}" for t, n in others.items())
