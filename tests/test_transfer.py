@@ -336,6 +336,16 @@ def test_an_export_replaces_the_file_only_once_complete(tmp_path):
     assert backup.read_text() == "a new one\n" and os.listdir(tmp_path) == ["backup.jsonl"]
     with pytest.raises(typer.Exit), written_whole(str(tmp_path)) as out:
         out.write("x")
+    with pytest.raises(typer.Exit), written_whole(str(tmp_path / "newdir") + "/") as out:
+        out.write("x")  # a folder meant, not a file named newdir
+    # a link is written through (a "latest" link stays one), and a file named like ours is not touched
+    (tmp_path / "latest.jsonl").symlink_to(backup)
+    (tmp_path / "latest.jsonl.partial").write_text("someone's")
+    with written_whole(str(tmp_path / "latest.jsonl")) as out:
+        out.write("the newest\n")
+    assert (tmp_path / "latest.jsonl").is_symlink() and backup.read_text() == "the newest\n"
+    assert (tmp_path / "latest.jsonl.partial").read_text() == "someone's"
+    assert sorted(os.listdir(tmp_path)) == ["backup.jsonl", "latest.jsonl", "latest.jsonl.partial"]
     env = dict(os.environ, ENGRAM_HOME=str(tmp_path))
     store = f"sqlite:///{tmp_path}/a.db"
     subprocess.run(

@@ -145,6 +145,10 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
                 ("we're registered at Hyndland Vets now", "What is the name of the vet practice?"),
                 ("I play bass in a covers band, The Lowlights", "what's my band called?"),
                 ("Nurse at the QE: Dr Okafor", "what's my doctor called?"),
+                ("my son AJ starts school on monday", "what's my son called?"),
+                ("she has a huge crush on Priya", "what's my daughter's friend called?"),
+                ("the dog sleeps on Luna's blanket", "what's my cat called?"),
+                ("my friend in Mia's car", "what's my friend called?"),
             )
         ],
         (AskedValue.NUMBER, "we're down to two now", "how many chickens have I got?", True),

@@ -803,6 +803,25 @@ def test_a_move_told_after_an_agent_wrote_the_old_city_as_a_fact_goes_first(eng)
     moved = mem.remember_turn("we moved to Edinburgh last week! new flat in Leith")
     bristol = mem.write("Sam lives in Bristol", fact_type="identity")
     assert mem.recall("where do I live?", record_use=False)[0].memory.id == bristol.id
+    # an outside review's false replacements: a relative's fact, and a question taken for a denial
+    for user, fact, said, query in (
+        (
+            "fay",
+            "Fay's sister Maeve lives in Belfast",
+            "we moved to Edinburgh last week!",
+            "where does my sister live?",
+        ),
+        (
+            "hal",
+            "Hal drives a Toyota Corolla",
+            "should I sell the old corolla or keep it?",
+            "what car do I drive?",
+        ),
+    ):
+        mem = eng.for_user(user)
+        written = mem.write(fact, fact_type="identity")
+        mem.remember_turn(said)
+        assert mem.recall(query, record_use=False)[0].memory.id == written.id, (user, query)
     # a turn that a fact written since stands on: that fact says what it says (the TypeScript quickstart)
     mem = eng.for_user("kim")
     mem.write("Kim lives in Edinburgh", fact_type="identity")

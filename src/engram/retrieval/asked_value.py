@@ -106,9 +106,10 @@ _SOMEONE_ASKED = re.compile(
     r"(?!\s+(?:practice|clinic|surgery|school|team|band|club|shop|company|firm|agency|group)\b)",
     _I,
 )
-# ... which the place after "at", "in", "near", "on" (a determiner between) is not, nor after "to" or
-# "from" moved along ("goes to Gowrie Street kinder", "over from Belfast"; "a card to Magda" names her)
-_AT_PLACE = _words("at in near on into outside inside around opposite behind")
+# ... which the place after "at", "in", "near" (a determiner between) is not, nor after "to" or "from"
+# moved along ("goes to Gowrie Street kinder", "over from Belfast"; "a card to Magda", "a crush on Priya",
+# "in Mia's car" name someone)
+_AT_PLACE = _words("at in near into outside inside around opposite behind")
 _ALONG = _words(
     """
     go goes going went gone come comes coming came move moves moving moved over back fly flew flying drive
@@ -311,10 +312,13 @@ def _names_a_place(
 ) -> bool:
     """Whether the capitalised ``i``-th word of a row answering a person's or an animal's name is no
     one's: a place ("at the Brass Hare in Pontcanna", "goes to Gowrie Street kinder", with the rest of
-    its name) or an acronym ("my VHI renewal")."""
+    its name, never a possessive) or an acronym of three letters or more ("my VHI renewal"; "my son AJ"
+    is a name)."""
     word = matches[i].group()
-    if len(word) > 1 and word.isupper() and not text.isupper():  # a shouted row is no acronym's
+    if len(word) > 2 and word.isupper() and not text.isupper():  # a shouted row is no acronym's
         return True
+    if word.lower().endswith(("'s", "’s")):
+        return False
     if i - 1 in places and text[matches[i - 1].end() : matches[i].start()].isspace():
         return True  # the rest of a place's name
     before = i - 2 if i > 1 and bares[i - 1] in ("the", "a") else i - 1

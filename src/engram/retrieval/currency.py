@@ -165,7 +165,7 @@ def announced_successor(
     if old is None or old.memory.id in replaced:
         return None
     turn_led, fact = isinstance(old.memory, EpisodicMemory), old.memory
-    stated = () if turn_led else _live_facts_by_episode(order)
+    stated = () if turn_led else _live_facts_by_episode(order)  # a fact says it: supersession judges
     if isinstance(fact, EpisodicMemory):
         at, speaker = fact.timestamp, speaker_of(fact)
     elif isinstance(fact, SemanticMemory) and not fact.superseded_by and of_user(fact.text, user_id):
@@ -182,7 +182,7 @@ def announced_successor(
         and speaker_of(c.memory) == speaker  # people update what they said themselves
         and c.memory.id not in askers  # "sorry, what car do I drive again?" announces nothing
         and not tells_of_another(c.memory.text, old.memory.text)  # "my husband switched jobs"
-        and (turn_led or c.memory.id not in stated)  # a fact says what it said: the rules above judge
+        and (turn_led or not (c.memory.id in stated or c.memory.text.rstrip().endswith("?")))
     ]
     announced = [
         c

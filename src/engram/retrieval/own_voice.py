@@ -47,7 +47,7 @@ _USER_SUBJECT = re.compile(
     r"(?:^|(?<=[.!?;]\s))(?:The\s+user|User)"
     r"(?P<after>['’]s\b|\s+(?:is|was|has|does|isn't|wasn't|hasn't|doesn't)\b|\s+[a-z]+s\b(?!\s+(?:are|were)\b))"
 )
-_FIRST_PERSON = re.compile(r"\b(?:I|[Mm]y|[Mm]e|[Mm]ine|[Ww]e|[Oo]ur|[Uu]s)\b")
+_FIRST_PERSON = re.compile(r"\b(?:I|[Ww]e)\b")  # as a subject: "my sister lives in Belfast" is hers
 _TITLE = re.compile(r"(?:Mr|Mrs|Ms|Miss|Dr|Prof|Sir|Dame)\.?\s+$")
 _WORD_BEFORE = re.compile(r"([\w'’-]+)\W*$")
 
@@ -78,9 +78,9 @@ def _user_as_subject(m: re.Match[str]) -> str:
 
 
 def of_user(fact: str, user_id: str | None) -> bool:
-    """Whether a fact says something of the user themself, read in their voice (``own_voice``):
-    ``("Jo lives in Bristol", "jo")`` and ``("User drives a Tesla", "u1")`` -> True; ``("Maeve's parents
-    live in Belfast", "ines")`` -> False."""
+    """Whether a fact says something of the user themself, read in their voice (``own_voice``) with
+    "I" or "we": ``("Jo lives in Bristol", "jo")`` and ``("User drives a Tesla", "u1")`` -> True;
+    ``("Jo's sister lives in Belfast", "jo")``, ``("Maeve's parents live in Belfast", "ines")`` -> False."""
     return bool(user_id) and bool(_FIRST_PERSON.search(own_voice(fact, user_id or "", fact=True)))
 
 

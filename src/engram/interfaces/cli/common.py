@@ -9,6 +9,7 @@ import json
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -177,27 +178,34 @@ def note_unknown_user(eng: Engram, user: str) -> None:
 
 @contextmanager
 def written_whole(path: str) -> Iterator[TextIO]:
-    """``path`` written whole or not at all: into ``<path>.partial`` beside it, renamed over it once
+    """``path`` written whole or not at all: into a temporary file beside it, renamed over it once
     complete and on disk, so a failure or a kill midway leaves an earlier export as it was (an outside
-    review: a killed nightly export emptied the last good one). A device or a pipe (/dev/null) is
-    written in place. A path that cannot be written is a one-line error."""
-    target = Path(path)
+    review: a killed nightly export emptied the last good one). A symlink is written through (its
+    target replaced); a device, a pipe, or a file in a folder this user cannot create files in, in
+    place. A path that cannot be written is a one-line error."""
     try:
-        if target.is_dir():
+        if path.endswith(os.sep) or Path(path).is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-        partial = target.with_name(target.name + ".partial")
-        if target.exists() and not target.is_file():
+        target = Path(os.path.realpath(path))
+        try:
+            fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+        except PermissionError:
+            fd, partial = -1, ""
+        if fd < 0 or (target.exists() and not target.is_file()):
+            if fd >= 0:
+                os.close(fd)
+                os.unlink(partial)
             with _private_file(path) as out:
                 yield out
             return
         try:
-            with _private_file(str(partial)) as out:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:  # mkstemp: 0600, as the store is
                 yield out
                 out.flush()
                 os.fsync(out.fileno())
-            partial.replace(target)
+            os.replace(partial, target)
         finally:
-            partial.unlink(missing_ok=True)
+            Path(partial).unlink(missing_ok=True)
     except OSError as exc:
         raise _fail(f"cannot write {path}: {exc.strerror or exc}") from None
 

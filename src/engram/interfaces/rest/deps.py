@@ -43,7 +43,7 @@ def known_query(request: Request) -> None:
         accepted = ", ".join(takes) or "no query parameters"
         why = f"unknown; this route takes {accepted}"
         raise RequestValidationError(
-            [{"type": "unknown_query", "loc": ("query", name), "msg": why} for name in unknown]
+            [{"type": "unknown_query", "loc": ("query", name[:100]), "msg": why} for name in unknown[:5]]
         )
 
 
