@@ -164,9 +164,8 @@ def announced_successor(
     old = order[0] if order else None  # a memory is checked for a newer turn only when it leads
     if old is None or old.memory.id in replaced:
         return None
-    turn_led, fact = isinstance(old.memory, EpisodicMemory), old.memory
-    stated = () if turn_led else _live_facts_by_episode(order)  # a fact says it: supersession judges
-    if isinstance(fact, EpisodicMemory):
+    fact = old.memory
+    if turn_led := isinstance(fact, EpisodicMemory):
         at, speaker = fact.timestamp, speaker_of(fact)
     elif isinstance(fact, SemanticMemory) and not fact.superseded_by and of_user(fact.text, user_id):
         # a fact about the user (an agent's "Jo lives in Bristol", not "Maeve's parents live in Belfast"),
@@ -174,6 +173,7 @@ def announced_successor(
         at, speaker = max(event_time(fact), fact.created_at), None
     else:
         return None
+    stated = () if turn_led else _live_facts_by_episode(order)  # a fact says it: supersession judges
     later = [
         (place, c)
         for place, c in enumerate(order)

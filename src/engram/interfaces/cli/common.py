@@ -3,6 +3,7 @@ one line and exit code 1, and printing hits."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import inspect
 import json
@@ -187,14 +188,13 @@ def written_whole(path: str) -> Iterator[TextIO]:
         if path.endswith(os.sep) or Path(path).is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
         target = Path(os.path.realpath(path))
-        try:
-            fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-        except PermissionError:
-            fd, partial = -1, ""
-        if fd < 0 or (target.exists() and not target.is_file()):
-            if fd >= 0:
-                os.close(fd)
-                os.unlink(partial)
+        fd, partial = -1, ""
+        if not target.exists() or target.is_file():  # a device or a pipe is written in place
+            with contextlib.suppress(PermissionError):  # so is a file in a folder we cannot add to
+                fd, partial = tempfile.mkstemp(
+                    prefix=f".{target.name}.", suffix=".partial", dir=target.parent
+                )
+        if fd < 0:
             with _private_file(path) as out:
                 yield out
             return
