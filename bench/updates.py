@@ -1,12 +1,12 @@
 """Knowledge updates and abstention: does recall find what is true *now*, and know when nothing is there?
 
-Data: bench/data/updates.json, 18 users chatting with an assistant over 9-16 months while facts about them
+Data: bench/data/updates.json, 23 users chatting with an assistant over 9-16 months while facts about them
 change (a move, a new job, a new car, a correction...), with four kinds of questions asked after the last
 turn: "current" (the present value of a changed fact; its outdated statements are "stale"), "past" (an
 earlier value), "unchanged" and "never" (something the user never said: gold is empty). The set was
-written blind to the retrieval code; 11 users are "dev", 7 "check" (held back to see over-fitting): the
+written blind to the retrieval code; 16 users are "dev", 7 "check" (held back to see over-fitting): the
 first five dev users and the first three check users by one writer, dev users 6-11 later by another,
-check users 4-7 (added 2026-12-03) by a third.
+check users 4-7 (added 2026-12-03) by a third, dev users 12-16 (added the same day, later) by a fourth.
 
 Each user's turns go in through the public API only (remember_turn with the turn's time and session), then
 each question is recalled with as_of = its asked_at and record_use=False. With --with-facts the
@@ -220,6 +220,7 @@ def main():
     default_min = getattr(engram.settings, "DEFAULT_MIN_CONFIDENCE", 0.5)
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--split", choices=("dev", "check", "all"), default="dev")
+    p.add_argument("--data", type=Path, default=DATA, help="a set in the same format (default: %(default)s)")
     p.add_argument("--store", help="URL of an empty store (default: a fresh SQLite file in a temp directory)")
     p.add_argument("--with-facts", action="store_true", help="also write the consolidated facts")
     p.add_argument("--k", type=int, default=10)
@@ -230,7 +231,7 @@ def main():
 
     users = [
         u
-        for u in json.loads(DATA.read_text(encoding="utf-8"))["users"]
+        for u in json.loads(args.data.read_text(encoding="utf-8"))["users"]
         if args.split == "all" or u["split"] == args.split
     ]
     with tempfile.TemporaryDirectory() as tmp:

@@ -387,6 +387,7 @@ def test_recall_filters_by_session_event_time_and_metadata(side: Side) -> None:
         {"metadata": {"ch": ["app"]}},
         {"metadata": {"ch": None}},
         {"metadata": {f"k{i}": 1 for i in range(17)}},
+        {"metadata": {"n": 2**63}},  # past 2**53: REST read it as the float nearest it, which matched others
         {"time_from": "2025-03-01"},
         {"time_from": t0 + timedelta(days=2), "time_to": t0},  # inverted: a mistake, not an empty range
         {"memory_types": []},  # finds nothing by construction
@@ -462,6 +463,12 @@ def test_invalid_input_is_refused_and_changes_nothing(side: Side) -> None:
         lambda: mem.write(
             "", memory_type="procedural", name="p", steps=[{"order": 1, "instruction": "x" * 2_001}]
         ),
+        # an outside review: a bare ValueError / TypeError from the handle and the Client, a tuple stored
+        lambda: mem.write("", memory_type="procedural", name="p", steps=["hold reset"]),  # type: ignore[list-item]
+        lambda: mem.write("", memory_type="procedural", name="p", steps=[1]),  # type: ignore[list-item]
+        lambda: mem.write("f", metadata={"a": (1, 2)}),
+        lambda: mem.remember_turn("hi", metadata={"a": (1, 2)}),
+        lambda: mem.write("f", created_at=datetime(2999, 1, 1, tzinfo=UTC)),
         lambda: mem.recall(""),
         lambda: mem.recall("q", k=0),
         lambda: mem.recall("q", k=5.0),  # type: ignore[arg-type]  # the Client sent it, and it was taken

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from engram import ImportFileError, InvalidInput
+from engram import Conflict, ImportFileError, InvalidInput
 
 
 def counts(eng, user):
@@ -283,6 +283,35 @@ def test_an_import_run_again_writes_only_what_is_missing(make_engram):
     # another user importing the same file gets rows of their own
     bob = eng.import_json({**DOC, "user_id": "bob"})
     assert bob["skipped"] == 0 and set(bob["ids"].values()).isdisjoint(first["ids"].values())
+
+
+def test_a_link_to_a_fact_forgotten_or_replaced_since_is_refused_before_anything_is_written(make_engram):
+    """An outside review: a grown document whose new fact supersedes one forgotten since the first
+    import wrote its first chunk, then stopped at the link with a StorageError on every retry."""
+    eng = make_engram(import_chunk=2)
+    first = eng.import_json({"user_id": "u", "semantic": [{"key": "a", "text": "U lives in Bristol"}]})
+    mem = eng.for_user("u")
+    mem.forget(first["ids"]["a"])
+    grown = {
+        "user_id": "u",
+        "episodic": [{"text": f"turn {i}", "days_ago": 1} for i in range(5)],
+        "semantic": [
+            {"key": "a", "text": "U lives in Bristol"},
+            {"text": "U lives in Leeds", "supersedes": "a", "contradiction": "natural"},
+        ],
+    }
+    with pytest.raises(ImportFileError, match=r"semantic\[1\]\.supersedes \('a'\): .*forgotten"):
+        eng.import_json(grown)
+    assert counts(eng, "u") == {"episodic": 0, "semantic": 0, "procedural": 0}
+    # replaced by another write since: a Conflict naming the record, nothing written
+    second = eng.import_json({"user_id": "v", "semantic": [{"key": "a", "text": "V lives in Bristol"}]})
+    eng.for_user("v").write("V lives in Paris", supersedes_id=second["ids"]["a"])
+    with pytest.raises(Conflict, match=r"semantic\[1\]\.supersedes \('a'\): .*superseded since"):
+        eng.import_json({**grown, "user_id": "v"})
+    assert counts(eng, "v") == {"episodic": 0, "semantic": 2, "procedural": 0}
+    # the same document run to the end once, then again: its link is its own, nothing to refuse
+    done = eng.import_json({**grown, "user_id": "w"})
+    assert eng.import_json({**grown, "user_id": "w"})["skipped"] == done["written"] == 7
 
 
 def test_a_growing_document_imported_three_times_stores_each_record_once(make_engram):

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from engram import InvalidInput
+from engram import InvalidInput, NotFound
 
 INVISIBLE = ["\u0000", "\u200b\u200b", "\ufeff", " \u2060\u00ad ", "\ufe0f", "\u3164", "\u202e\u200d"]
 
@@ -163,3 +163,42 @@ def test_a_turn_said_in_the_future_is_refused(eng):
     assert written(eng) == []
     soon = datetime.now(UTC) + timedelta(hours=3)
     assert mem.remember_turn("we live in Bristol btw", at=soon).timestamp == soon
+    # a fact or playbook's created_at too: the fact dated 2999 was never replaced by any later turn
+    with pytest.raises(InvalidInput, match=r"created_at .* is in the future"):
+        mem.write("Sarah lives in Bristol", created_at=far)
+    with pytest.raises(InvalidInput, match=r"created_at .* is in the future"):
+        mem.write("", memory_type="procedural", name="p", created_at=far)
+    assert [m.text for m in mem.list("semantic")] == []
+    assert mem.write("Sarah lives in Bristol", created_at=soon).created_at == soon
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"steps": ["hold reset"]}, r"steps\.0: Input should be a valid dictionary"),
+        ({"steps": [None]}, r"steps\.0: Input should be a valid dictionary"),
+        ({"steps": [1]}, r"steps\.0: Input should be a valid dictionary"),
+        ({"steps": "hold reset"}, "steps must be a list, not str"),
+        ({"steps": {"order": 1, "instruction": "a"}}, "steps must be a list, not dict"),
+    ],
+)
+def test_a_playbooks_steps_of_the_wrong_shape_are_invalid_input(eng, fields, message):
+    """An outside review: these raised a bare ValueError or TypeError from the Python API and the Client,
+    where REST and MCP answer invalid_input."""
+    with pytest.raises(InvalidInput, match=message):
+        eng.for_user("sarah").write("", memory_type="procedural", name="p", **fields)
+    assert written(eng) == []
+
+
+def test_one_supporting_id_given_as_a_string_is_one_id(eng):
+    """Iterated, "epi_x" was looked up as "e" and answered NotFound("e") (an outside review); the Client
+    sends one string as one id."""
+    mem = eng.for_user("sarah")
+    with pytest.raises(NotFound, match="epi_x"):
+        mem.write("Sarah lives in Leith", supporting_episode_ids="epi_x")
+    turn = mem.remember_turn("we moved to Leith")
+    assert mem.write("Sarah lives in Leith", supporting_episode_ids=turn.id).supporting_episode_ids == [
+        turn.id
+    ]
+    with pytest.raises(InvalidInput, match="supporting_episode_ids must be a list, not dict"):
+        mem.write("Sarah lives in Leith", supporting_episode_ids={turn.id: 1})

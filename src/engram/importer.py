@@ -137,6 +137,7 @@ def import_document(
     rows: list[Memory] = []
     keys: dict[str, str] = {}
     supersede: dict[str, Supersession] = {}
+    linked_at: dict[str, str] = {}  # a superseding fact's row id -> where it is in the file, for errors
 
     def checked(text: str, where: str) -> str:
         try:
@@ -212,6 +213,7 @@ def import_document(
             said = fact.at(now) or now
             at = max(said, fact_times.get(supersedes, said))
             supersede[row_id] = Supersession(old_id=supersedes, retract=harsh, at=at)
+            linked_at[row_id] = f"{where}.supersedes ({fact.supersedes!r})"
             if harsh:
                 confidence = max(0.0, confidence - engram.settings.supersede_penalty)
         elif fact.contradiction is not None:
@@ -257,7 +259,7 @@ def import_document(
             raise ImportFileError(f"invalid import file: {where}.{exc}") from None
         remember_key(pb.key, playbook.id, where)
         rows.append(playbook)
-    report = _embed_and_insert(engram, owner, rows, supersede, progress, on_progress)
+    report = _embed_and_insert(engram, owner, rows, supersede, progress, on_progress, linked_at)
     return {**report, "user_id": owner, "ids": keys}
 
 
@@ -319,9 +321,11 @@ def _embed_and_insert(
     supersede: dict[str, Supersession],
     progress: bool,
     on_progress: ProgressCallback | None,
+    linked_at: Mapping[str, str] | None = None,
 ) -> dict[str, int]:
     """Write the rows not in the store yet, chunk by chunk; returns the rows written per type and how
-    many were skipped (there already, or forgotten since an earlier run: forgotten stays forgotten)."""
+    many were skipped (there already, or forgotten since an earlier run: forgotten stays forgotten).
+    ``linked_at``: where each superseding fact is in the file (``_check_links``)."""
     for row in rows:  # bounded like one write's (Engine._store_row), before any is written
         try:
             check_metadata_size(row.metadata, engram.settings.max_metadata_chars)
@@ -330,6 +334,7 @@ def _embed_and_insert(
     chunk, skipped = engram.settings.import_chunk, 0
     written = dict.fromkeys(("episodic", "semantic", "procedural", "catalog"), 0)
     forgotten = {t.id for t in engram.store.tombstones(tenant)}
+    _check_links(engram, tenant, [r.id for r in rows if r.id not in forgotten], supersede, linked_at or {})
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("importing", total=len(rows))
         for start in range(0, len(rows), chunk):
@@ -350,6 +355,43 @@ def _embed_and_insert(
             if on_progress is not None:
                 on_progress(start + looked, len(rows))
     return {**written, "written": sum(written.values()), "skipped": skipped}
+
+
+_FETCH_PAGE = 500  # ids per fetch: well under any backend's bound on one statement
+
+
+def _check_links(
+    engram: ImportTarget,
+    tenant: Tenant,
+    to_write: Sequence[str],
+    supersede: Mapping[str, Supersession],
+    linked_at: Mapping[str, str],
+) -> None:
+    """Before anything is written, each superseding fact not stored yet must find the fact it replaces
+    among the rows to write or live in the store: else ImportFileError (forgotten) or Conflict (replaced
+    by another write), naming the record. Without this, such a document stopped at the chunk holding
+    the link, the chunks before it written, on every retry (an outside review's repro)."""
+    linked = [row_id for row_id in to_write if row_id in supersede]
+    wanted = [*linked, *(supersede[row_id].old_id for row_id in linked)]
+    pages = (wanted[start : start + _FETCH_PAGE] for start in range(0, len(wanted), _FETCH_PAGE))
+    there = {m.id: m for page in pages for m in engram.store.fetch(tenant, page, include_catalog=False)}
+    writing = set(to_write)
+    for row_id in linked:
+        if row_id in there:  # written by an earlier run: skipped
+            continue
+        old_id, where = supersede[row_id].old_id, linked_at.get(row_id, "a fact's supersedes")
+        old = there.get(old_id)
+        if old is None and old_id not in writing:
+            raise ImportFileError(
+                f"invalid import file: {where}: the fact it replaces was forgotten since an earlier import, "
+                "so there is nothing to supersede; drop the link (or the record) and import again"
+            )
+        replaced_by = getattr(old, "superseded_by", None)
+        if replaced_by not in (None, row_id):
+            raise Conflict(
+                f"{where}: the fact it replaces ({old_id}) was superseded since by {replaced_by}; "
+                "supersede that one instead, or drop the link"
+            )
 
 
 def _insert_missing(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from engram.errors import InvalidInput
 from engram.limits import (
@@ -33,10 +33,20 @@ from engram.limits import (
 MetadataValue = str | bool | int | float
 MetadataKey = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 # The same as the service's request schemas take it (REST, MCP): strict, a boolean before the numbers.
+
+
+def _no_integer(value: object) -> object:
+    """An integer that the integer branch refused (past ±2**53) is not read as the float nearest it,
+    which then matched another stored integer (an outside review: ...891 found the row of ...890)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise ValueError("integers in a filter are within ±2**53")
+    return value
+
+
 MetadataScalar = (
     Annotated[bool, Field(strict=True)]
     | Annotated[int, Field(strict=True, ge=-(2**53), le=2**53)]
-    | Annotated[float, Field(strict=True, allow_inf_nan=False)]
+    | Annotated[float, BeforeValidator(_no_integer), Field(strict=True, allow_inf_nan=False)]
     | Annotated[str, Field(strict=True, max_length=MAX_METADATA_FILTER_VALUE_CHARS)]
 )
 _SAFE_INT = 2**53  # past this a JSON number is not an exact integer in every engine (nor in JavaScript)

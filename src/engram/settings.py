@@ -64,7 +64,7 @@ DEFAULT_SPEAKER_MATCH_BOOST = 1.1  # a turn said by the person the query names r
 DEFAULT_OUTDATED_FACTOR = 0.5  # a replaced memory's share of its score: just below what replaced it
 DEFAULT_RECENCY_HALF_LIFE_DAYS = 2000.0  # "...now?": a turn a year older keeps 0.88 of its score; 0: off
 DEFAULT_ASKED_FACTOR = 0.1  # a turn asking what the query asks tells no answer (contenders.py); 1: off
-DEFAULT_MISSING_VALUE_FACTOR = 0.2  # confidence of a hit lacking the value asked (asked_value; fit 0.1-0.3)
+DEFAULT_MISSING_VALUE_FACTOR = 0.1  # confidence of a hit lacking the value asked (asked_value; fitted 0.097)
 DEFAULT_MISSING_VALUE_RANK = 0.7  # ... and its score: an answer with the value, close behind, goes first
 # A successor must match the query by late interaction's raw MaxSim at least as well as what it replaces,
 # less this: a live fact replaces the turn it supersedes for the question about it, not for every one.

@@ -44,15 +44,27 @@ def aware(at: datetime | None) -> datetime | None:
         raise InvalidInput(f"{at.isoformat()} is out of the representable range") from None
 
 
-def check_turn_time(at: datetime | None, what: str = "at") -> datetime | None:
-    """A turn's time (``aware``), refused when it is more than MAX_AHEAD_S after the server's clock."""
+def check_turn_time(
+    at: datetime | None, what: str = "at", rule: str = "a turn is said now or before"
+) -> datetime | None:
+    """A turn's time (``aware``), refused when it is more than MAX_AHEAD_S after the server's clock; so
+    is a row's ``created_at`` (``rule`` says why), which would lead "newest first" lists for ever and
+    outrank every later turn that replaces it."""
     at = aware(at)
     if at is not None and at > datetime.now(UTC) + timedelta(seconds=MAX_AHEAD_S):
-        raise InvalidInput(
-            f"{what} {at.isoformat()} is in the future: a turn is said now or before (a clock or time "
-            "zone off?)"
-        )
+        raise InvalidInput(f"{what} {at.isoformat()} is in the future: {rule} (a clock or time zone off?)")
     return at
+
+
+def items_of(value: object, what: str, text_is_one: bool = False) -> list[Any]:
+    """``value`` as a list when it is a list, tuple or other iterable of items; a string is one item
+    with ``text_is_one`` (ids, as the Client sends them), else refused, as are bytes and a mapping
+    (iterated, "epi_x" was looked up as "e", "p", ...)."""
+    if text_is_one and isinstance(value, str):
+        return [value]
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise InvalidInput(f"{what} must be a list, not {type(value).__name__} {value!r:.60}")
+    return list(value)
 
 
 def check_types(memory_types: Iterable[Any]) -> list[MemoryType]:

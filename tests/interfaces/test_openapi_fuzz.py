@@ -10,9 +10,9 @@ The two import routes run without ``positive_data_acceptance``: a record's ``sup
 an earlier record's key and keys must be unique within the document, rules between records that JSON
 Schema cannot state, so the schema lets such documents through and the server refuses them (422).
 One rule of POST /v1/memories is of that kind too (``valid_from`` not after ``valid_to``, documented
-on the fields), one of POST /v1/recall (``time_from`` not after ``time_to``), and one of POST /v1/turns
-and the import (a turn's time at most a day past the server's clock): this run's fixed cases do not
-hit them, a long random run can.
+on the fields), one of POST /v1/recall (``time_from`` not after ``time_to``), and one of POST /v1/turns,
+POST /v1/memories (``created_at``) and the import (a time at most a day past the server's clock): this
+run's fixed cases do not hit them, a long random run can.
 """
 
 from __future__ import annotations

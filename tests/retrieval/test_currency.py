@@ -22,7 +22,8 @@ from engram.retrieval.change_cues import (
     tells_of_another,
 )
 from engram.retrieval.config import RetrievalConfig
-from engram.retrieval.currency import put_current_first, put_invalid_below, put_past_first, put_recent_first
+from engram.retrieval.currency import put_current_first, put_invalid_below, put_recent_first
+from engram.retrieval.past_first import put_past_first
 from engram.settings import DEFAULT_CHANGE_PLACES
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -829,6 +830,19 @@ def test_a_move_told_after_an_agent_wrote_the_old_city_as_a_fact_goes_first(eng)
     mem.write("Kim lives in Edinburgh", fact_type="identity", supporting_episode_ids=[moved.id])
     hits = mem.recall("where does Kim live?", record_use=False)
     assert hits[0].memory.memory_type == "semantic" and not any("outdated_by" in h.explain for h in hits)
+
+
+def test_a_second_move_outdates_the_fact_and_the_turn_it_stands_on(eng):
+    """A newcomer's walk: after "we moved again, now in Glasgow", the Edinburgh fact was marked
+    outdated, but the "we moved to Edinburgh!" turn behind it looked current at confidence 0.50."""
+    mem = eng.for_user("lee")
+    said = datetime.now(UTC) - timedelta(days=30)
+    edinburgh = mem.remember_turn("big news - we moved to Edinburgh last week! new flat in Leith", at=said)
+    fact = mem.write("Lee lives in Edinburgh (Leith)", supporting_episode_ids=[edinburgh.id])
+    glasgow = mem.remember_turn("actually we moved again, now in Glasgow since Monday")
+    hits = {h.memory.id: h for h in mem.recall("where do I live?", record_use=False)}
+    assert min(hits.values(), key=lambda h: h.rank).memory.id == glasgow.id
+    assert hits[fact.id].explain["outdated_by"] == hits[edinburgh.id].explain["outdated_by"] == glasgow.id
 
 
 def test_a_new_number_replaces_the_number_the_user_gave_before(eng):

@@ -49,9 +49,9 @@ from engram.models import (
     Tombstone,
     check_recall_options,
 )
-from engram.recall_filter import MetadataValue
+from engram.recall_filter import MetadataValue, recall_filter
 from engram.retrieval.config import RetrievalConfig
-from engram.validation import check_k, check_page
+from engram.validation import check_k, check_metadata, check_page, items_of
 
 MAX_PAGE = 500  # the largest page GET /v1/memories serves; longer lists are fetched page by page
 
@@ -134,7 +134,8 @@ class ClientCore:
     def _remember_turn(
         self, text: str, at: datetime | None, session_id: str | None, metadata: Mapping[str, Any] | None
     ) -> Plan[EpisodicMemory]:
-        body = {"text": text, "at": _iso(at), "session_id": session_id, "metadata": dict(metadata or {})}
+        meta = check_metadata(metadata)  # what JSON cannot hold as given is refused, as the handle does
+        body = {"text": text, "at": _iso(at), "session_id": session_id, "metadata": meta}
         return (yield from self._call("POST", "/v1/turns", body, result=_envelopes.EPISODE))
 
     def _write(
@@ -168,8 +169,8 @@ class ClientCore:
             "name": name,
             "trigger_text": trigger_text or "",  # the handle takes None for "" too
             "description": description or "",
-            "steps": [s.model_dump() if isinstance(s, Step) else dict(s) for s in steps],
-            "metadata": dict(metadata or {}),
+            "steps": [s.model_dump() if isinstance(s, Step) else s for s in items_of(steps or (), "steps")],
+            "metadata": check_metadata(metadata),
             "created_at": _iso(created_at),
         }
         return (yield from self._call("POST", "/v1/memories", body, result=_envelopes.WRITTEN))
@@ -195,6 +196,7 @@ class ClientCore:
             raise InvalidInput("config is not taken over the REST API: the service recalls with its settings")
         check_recall_options(min_confidence, view)
         check_k(k)  # k=5.0 was sent, and taken, where the embedded handle refuses it
+        recall_filter(session_id, time_from, time_to, metadata)  # a filter the handle refuses (2**63)
         body = {
             "query": query,
             "k": k,

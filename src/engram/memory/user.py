@@ -145,8 +145,9 @@ class UserMemory(TenantHandle):
             )
         if memory_type == "semantic" or text != "":  # a playbook may carry everything in its fields
             text = engram._check_text(text)
-        supporting = builtins.list(dict.fromkeys(supporting_episode_ids))
-        steps = builtins.list(steps or ())
+        cited = validation.items_of(supporting_episode_ids, "supporting_episode_ids", text_is_one=True)
+        supporting = builtins.list(dict.fromkeys(cited))
+        steps = validation.items_of(steps or (), "steps")
         of_fact = {
             "fact_type": fact_type,
             "confidence": confidence,
@@ -179,7 +180,8 @@ class UserMemory(TenantHandle):
             "id": new_id(memory_type),
             "text": text,
             "user_id": self.user_id,
-            "created_at": aware(created_at) or now,
+            "created_at": validation.check_turn_time(created_at, "created_at", "a row is written by now")
+            or now,
             "metadata": meta,
             "supersedes": supersede.old_id if supersede else None,
         }
@@ -215,7 +217,7 @@ class UserMemory(TenantHandle):
                     name=name,
                     trigger_text=trigger_text or "",
                     description=description or "",
-                    steps=[s if isinstance(s, Step) else dict(s) for s in steps],
+                    steps=[dict(s) if isinstance(s, Mapping) else s for s in steps],
                 ),
                 engram.settings.max_text_chars,
             )

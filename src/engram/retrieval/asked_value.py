@@ -27,7 +27,8 @@ class AskedValue(StrEnum):
     """What a question wants in its answer's text."""
 
     NAME = "name"
-    NUMBER = "number"  # how much / many / far, a price, a salary, a year
+    NUMBER = "number"  # how much / many / far, a year
+    AMOUNT = "amount"  # of money: a price paid, a fee, a rent, a salary
     DURATION = "duration"  # how long, how old: a number or "a decade", "in his thirties"
     TIME = "time"  # of day: "8pm", "half six", "mornings"
     DAY = "day"  # a weekday, date, month or season
@@ -59,6 +60,25 @@ _TIME_ASKED = re.compile(r"\bwhat time\b(?! zones?\b| of (?:the )?year\b)", _I)
 _DURATION_ASKED = re.compile(r"\bhow (?:long|old)\b(?! ago\b)|\bwhat age\b", _I)
 _NUMBER_ASKED = re.compile(r"\bhow (?:much|many|far)\b|\bwhat price\b|\bsalary\b", _I)
 _YEAR_ASKED = re.compile(r"\bwhat year\b", _I)
+# Money: "how much did I pay for the flat?", "what was the adoption fee?", "what's my salary?"; not "how
+# much do I weigh?", "how much sleep do I get?" (a number of anything: NUMBER)
+_AMOUNT_ASKED = re.compile(
+    r"\bhow much\b.*\b(?:pay|paid|pays|paying|cost|costs|costing|charge[ds]?|charging|spen[dt]|spending|earn"
+    r"|earns|earned|earning|make|makes|owe|owed|sell|sold|worth|rent|fee|price|salary)\b"
+    r"|\bwhat(?:['’]s| is| was| are| were)\s+(?:[\w'’]+\s+){0,3}?(?:fee|price|cost|rent|salary|wage)s?\b"
+    r"|\bwhat price\b|\bsalary\b",
+    _I,
+)
+# ... is stated by a sum: a number with a currency or a money word ("£790", "30k", "120k cedi", "two grand"),
+# or a number standing alone ("I pay 1350 a month"); not a time, date, ordinal, measure or model ("6am",
+# "the 14th", "13 dec", "18.000 km", "CX-5", "iphone 13" asked already)
+_SUM = re.compile(
+    r"[£$€¥₹]\s?\d|(?<![\w-])\d[\d,.]*+(?:\s?(?:k|m|bn|grand|quid|bucks|dollars?|pounds?|euros?|pence|cents?|kr"
+    r"|kroner|cedis?|pesos|reais|rupees|rand)\b|(?![\w-]|\s?(?:am|pm|[:.]\d|%|st|nd|rd|th|km|kg|cm|mm|mph|gb|mb"
+    r"|mins?|minutes?|hours?|hrs?|days?|weeks?|months?|years?|yrs?|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov"
+    r"|dec)\b))",
+    _I,
+)
 # "what does sean do for work?", "what did julien do for a living?", "what is her occupation?"; not "what's
 # my job now?" (answered as often without the words below: "junior sister on AMU from january"), nor
 # "where did I work as a waiter?" or "what did I say about the teaching profession?"
@@ -133,6 +153,8 @@ _DETERMINERS = _words("the a an my your his her its our their this that every ea
 _NOT_NAMES = LINE_LABELS | _words(
     """
     user users let everything everyone everybody nothing nobody somebody someone something tonight
+    mondays tuesdays wednesdays thursdays fridays saturdays sundays several many few another such maybe
+    perhaps however hopefully luckily sadly honestly thanks please yes yeah hi hello hey dear
     life mum mom mam mummy mommy dad daddy mother father nan nana gran granny grandma grandad grandpa
     """
 )
@@ -144,6 +166,13 @@ _NUMBER_WORDS = _words(
     twice once single pair twins triplets none only grand quid bucks tenner fiver
     first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth
     fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth thirtieth
+    """
+)
+# ... or in words: "fifty quid", "a hundred and twenty", "two grand", "it was free" (not "two-bedroom")
+_MONEY_WORDS = _words(
+    """
+    twenty thirty forty fifty sixty seventy eighty ninety hundred hundreds thousand thousands million
+    millions billion grand quid bucks tenner fiver free
     """
 )
 _DURATION_WORDS = _words(
@@ -197,6 +226,8 @@ def asked_value(query: str) -> AskedValue | None:
         return None
     if _NAME_ASKED.search(query) and not _CALLED_SOMEONE.search(query):
         return AskedValue.NAME
+    if _AMOUNT_ASKED.search(query):
+        return AskedValue.AMOUNT
     for pattern, kind in (
         (_COLOUR_ASKED, AskedValue.COLOUR),
         (_TIME_ASKED, AskedValue.TIME),
@@ -259,6 +290,9 @@ def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
         return any(_new(w, asked) for w in cued) or _names_someone(text, asked)
     if kind is AskedValue.OCCUPATION:
         return bool(_OCCUPATION.search(text))
+    if kind is AskedValue.AMOUNT:
+        sums = {m.group().strip("£$€¥₹ ,.") for m in _SUM.finditer(text)}
+        return bool(sums - asked.numbers) or bool({_bare(w) for w in _WORD.findall(text)} & _MONEY_WORDS)
     if kind is not AskedValue.COLOUR and set(_NUMBER.findall(text)) - asked.numbers:
         return True
     said = {_bare(w) for w in _WORD.findall(text)} - asked.words

@@ -73,3 +73,8 @@ def blended(rerank: float, late: float | None, weight: float) -> float:
     min-max-scaled MaxSim. Example: rerank 0.9, late 0.5, w 0.3 -> 0.27 + 0.35 = 0.62.
     """
     return rerank if late is None else weight * rerank + (1.0 - weight) * late
+
+
+def matches_as_well(new: Candidate, old: Candidate, margin: float) -> bool:
+    """``new.late_raw >= old.late_raw - margin``; False without both scores (late interaction off)."""
+    return new.late_raw is not None and old.late_raw is not None and new.late_raw >= old.late_raw - margin

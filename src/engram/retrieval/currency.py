@@ -33,7 +33,9 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   in Bristol btw" -> "we moved to Edinburgh last week!"), calling new what the leader called theirs
   (``calls_new``: "new number: 0131 ..."), or calling old or denying what it said (``says_otherwise``:
   "the old astra was lucky to get 45"); only these replace a leading live fact about the user, said
-  after it was written (an agent's "Jo lives in Bristol"). A turn that says a change happened goes
+  after it was written (an agent's "Jo lives in Bristol"), and with such a fact the turns it stands on
+  that were said before the newer one ("we moved to Edinburgh!" behind "Sarah lives in Edinburgh", when
+  "we moved again, now in Glasgow" replaces it). A turn that says a change happened goes
   before one only cued by the older turn's words, then the newest ("do I need to send the old hub
   back?" does not replace "had enough of virgin, switched to Hyperoptic"). Cues: ``change_cues``.
 
@@ -51,7 +53,7 @@ keeps the bottom of its min-max-scaled head above 0 for this). Measured on bench
 Only for queries about the present: a query that names a period (``temporal.time_window``) or asks about
 the past (``asks_about_past``: "before", "used to", "old", "did" ...) is left as it was, except that a
 question about an earlier state ("which phone did I have before this one?") gets the fact a leading
-live one superseded, else an older near match, first (``put_past_first``).
+live one superseded, else an older near match, first (``past_first.put_past_first``).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 
 from engram.models import EpisodicMemory, Memory, SemanticMemory, event_time
-from engram.retrieval.candidate import Candidate
+from engram.retrieval.candidate import Candidate, matches_as_well
 from engram.retrieval.change_cues import (
     announces_change,
     asks_of_the_rest,
@@ -109,7 +111,7 @@ def recorded_successors(
             continue
         # a turn that also said something still true keeps it when the query is about that
         if not all(
-            _matches_as_well(new, other, 0.0) for other in still_said.get(old_id, []) if other is not new
+            matches_as_well(new, other, 0.0) for other in still_said.get(old_id, []) if other is not new
         ):
             continue
         # "do I still live in Bristol?" asks what the chain replaced, "am I still allergic to peanuts?"
@@ -117,7 +119,7 @@ def recorded_successors(
         linking = said_before.get(old_id)
         grounds = (linking.text if linking else "") + " " + new.memory.text
         elsewhere = changed_query is not None and asks_of_the_rest(changed_query, old.memory.text, grounds)
-        if (changed_query is not None and not elsewhere) or _matches_as_well(new, old, margin):
+        if (changed_query is not None and not elsewhere) or matches_as_well(new, old, margin):
             found[old_id] = new
             continue
         # the live fact is worded unlike the query, but a turn it stands on may say it as the old one did
@@ -126,7 +128,7 @@ def recorded_successors(
         said = [
             c
             for c in stood_on
-            if event_time(old.memory) < event_time(c.memory) <= now and _matches_as_well(c, old, margin)
+            if event_time(old.memory) < event_time(c.memory) <= now and matches_as_well(c, old, margin)
         ]
         if said:
             found[old_id] = max(said, key=lambda c: event_time(c.memory))
@@ -191,16 +193,16 @@ def announced_successor(
         and announces_change(c.memory.text)
         and _at_least(subject_match(c, old), related, unknown=True)
         and (
-            _matches_as_well(c, old, 0.0)
+            matches_as_well(c, old, 0.0)
             or _embeds_as_close(c, old)
-            or (place < places and _matches_as_well(c, old, margin))
+            or (place < places and matches_as_well(c, old, margin))
         )
     ]
     cued = [
         c
         for place, c in later
         if place < places
-        and _matches_as_well(c, old, 2 * margin)  # not "how thick are my walls?" for a move
+        and matches_as_well(c, old, 2 * margin)  # not "how thick are my walls?" for a move
         and (
             (says_own_change(c.memory.text) and _at_least(subject_match(c, old), same_subject))
             or calls_new(c.memory.text, old.memory.text)
@@ -211,6 +213,15 @@ def announced_successor(
     # "had enough of virgin, switched to Hyperoptic", "do I need to send the old hub back?" says no more
     newer = [c for c in announced + cued if announces_change(c.memory.text)] or cued
     return (old.memory.id, max(newer, key=lambda c: event_time(c.memory))) if newer else None
+
+
+def _stood_on(order: Iterable[Candidate], fact_id: str, new: Candidate) -> list[Candidate]:
+    """The turns among ``order`` that the fact ``fact_id`` stands on, said before ``new`` (none when
+    ``fact_id`` is a turn): a newer move that replaced "Sarah lives in Edinburgh" replaced the
+    "we moved to Edinburgh!" behind it too (a newcomer's walk: that turn looked current at 0.50)."""
+    fact = next((c.memory for c in order if c.memory.id == fact_id), None)
+    stands_on = set(fact.supporting_episode_ids) if isinstance(fact, SemanticMemory) else set()
+    return [c for c in order if c.memory.id in stands_on and event_time(c.memory) < event_time(new.memory)]
 
 
 def _at_least(match: float | None, threshold: float, unknown: bool = False) -> bool:
@@ -271,11 +282,6 @@ def _embeds_as_close(new: Candidate, old: Candidate) -> bool:
     return new.dense_score is not None and old.dense_score is not None and new.dense_score >= old.dense_score
 
 
-def _matches_as_well(new: Candidate, old: Candidate, margin: float) -> bool:
-    """``new.late_raw >= old.late_raw - margin``; False without both scores (late interaction off)."""
-    return new.late_raw is not None and old.late_raw is not None and new.late_raw >= old.late_raw - margin
-
-
 def put_current_first(
     order: list[Candidate],
     superseded: Callable[[list[str]], list[Memory]],
@@ -311,6 +317,8 @@ def put_current_first(
     if announced and keeps_what_is_asked(announced[1].memory.text, query):  # "..., same flat though"
         announced = None
     found = recorded | dict([announced]) if announced else recorded
+    if announced:  # the turns a replaced fact stands on said what it said ("we moved to Edinburgh!")
+        found = {c.memory.id: announced[1] for c in _stood_on(order, *announced)} | found
     pairs = {old: new for old, new in found.items() if new.final > 0}
     by_id = {c.memory.id: c for c in order}
     for old_id, new in sorted(pairs.items(), key=lambda p: -by_id[p[0]].final):  # a chain: highest first
@@ -395,56 +403,3 @@ def put_recent_first(
             c.multipliers["stage_scale"] = (
                 c.multipliers.get("stage_scale", 1.0) * above.final / c.final * 0.999
             )
-
-
-def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dict[str, str]:
-    """For a question about an earlier state (``asks_about_earlier_state``), put what was true before
-    first, by ``past_lift = leader.final / its final x 1.001``; returns {leader id: its id}, or {}.
-
-    * **Recorded:** when the leader, or a live memory among the first ``places`` that matches the
-      query nearly as well (raw MaxSim within ``margin``), supersedes a candidate (a question about the
-      past sees superseded facts), that one goes first, however it matches:
-      "who was my broadband with before hyperoptic?" is answered by the superseded "Fiona's broadband
-      is Virgin Media", not by "Fiona's broadband is Hyperoptic" that the query names. A retracted
-      fact (never true) answers nothing.
-    * **Guessed:** else, when a memory older than the leader is among the first ``places`` and matches
-      the query nearly as well (raw MaxSim within ``margin``; twice that when the leader announces a
-      change or calls new what it called the speaker's: "got a new phone, my number is now ..." for
-      "what was my old phone number?"), the best ranked such one: "which phone did I have before this
-      one?" is answered by the iPhone turn, not by the newer "the night mode on the new phone is
-      unreal" that outscored it.
-    """
-    leader = order[0] if order else None
-    if leader is None:
-        return {}
-    by_id = {c.memory.id: c for c in order}
-    live = [c for c in order[:places] if getattr(c.memory, "superseded_by", None) is None]
-    recorded = [
-        by_id[before]
-        for c in live
-        if live[0] is leader  # a superseded leader already tells what was true before
-        and (c is leader or _matches_as_well(c, leader, margin))  # the leader's subject, not any chain
-        and (before := getattr(c.memory, "supersedes", None)) in by_id
-        and not getattr(by_id[before].memory, "retracted", False)
-    ]
-    # a leader that says it is new ("got a new phone, my number is now ...") tells of what it replaced
-    changed = announces_change(leader.memory.text)
-    older = [
-        c
-        for c in order[1:places]
-        if event_time(c.memory) < event_time(leader.memory)
-        and c.final > 0
-        and (
-            _matches_as_well(c, leader, margin)
-            or (
-                _matches_as_well(c, leader, 2 * margin)
-                and (changed or calls_new(leader.memory.text, c.memory.text))
-            )
-        )
-    ]
-    chosen = next((c for c in recorded + older if c.final > 0), None)
-    if chosen is None or chosen is leader:
-        return {}
-    chosen.multipliers["past_lift"] = leader.final / chosen.final * 1.001
-    order.sort(key=lambda c: -c.final)
-    return {leader.memory.id: chosen.memory.id}

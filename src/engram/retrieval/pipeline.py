@@ -29,7 +29,7 @@
    expect a change (then the two only swap places); for one that does, older turns count a little less
    (``currency.put_recent_first``, explain ``recency``). For a question about an earlier state, the fact
    a leading live one superseded, else an older near match, goes above the leader
-   (``currency.put_past_first``, explain ``past_lift``). A fact whose ``valid_from``/``valid_to`` do
+   (``past_first.put_past_first``, explain ``past_lift``). A fact whose ``valid_from``/``valid_to`` do
    not cover the present is multiplied by ``outdated`` too (``currency.put_invalid_below``, explain
    ``validity``), and a retracted fact (never true) is left out unless ``include_superseded``.
 8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
@@ -60,7 +60,7 @@ from engram.retrieval.change_cues import asks_about_earlier_state, asks_about_pa
 from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
 from engram.retrieval.contenders import contenders, is_echo, put_askers_below, set_aside_askers
-from engram.retrieval.currency import put_current_first, put_invalid_below, put_past_first, turns_behind
+from engram.retrieval.currency import put_current_first, put_invalid_below, turns_behind
 from engram.retrieval.fusion import rrf
 from engram.retrieval.late_interaction import (
     Matrix,
@@ -72,6 +72,7 @@ from engram.retrieval.late_interaction import (
     token_maxima,
 )
 from engram.retrieval.own_voice import in_own_words, names_nobody, names_user_uncapitalised, own_voice
+from engram.retrieval.past_first import put_past_first
 from engram.retrieval.rerank import apply_rerank
 from engram.retrieval.scoring import keep_scores_ordered, multipliers, named_speakers
 from engram.retrieval.temporal import time_window
@@ -110,10 +111,9 @@ def recall(
     narrow: RecallFilter = NO_FILTER,
 ) -> list[Hit]:
     """One recall through the stages of the module docstring; ``helper_nice`` is the CPU priority
-    (Linux nice) of the pool threads that run its legs and its query encoding beside it. ``telemetry``
-    times each stage (legs, fetch, late_interaction, rerank, current_first) and traces it when on;
-    ``narrow`` the rows it may return (session, event time, metadata), applied by the store inside both
-    legs."""
+    (Linux nice) of the pool threads running its legs and query encoding beside it; ``telemetry`` times
+    each stage (legs, fetch, late_interaction, rerank, current_first), traces it when on; ``narrow``:
+    the rows it may return (session, event time, metadata), applied by the store inside both legs."""
     stage = telemetry.stage if telemetry is not None else _untimed
     # a question about the past also sees what was true then: facts superseded since ("what was my old car?")
     about_past = asks_about_past(query)

@@ -216,7 +216,9 @@ class MemoryCreate(_Request):
     steps: list[StrictStep] = Field(default_factory=list, max_length=MAX_STEPS)
     metadata: dict[str, Any] = _metadata()
     created_at: IsoDatetime | None = Field(
-        default=None, description="backdates the row (e.g. when copying memories over); default: now"
+        default=None,
+        description="backdates the row (e.g. when copying memories over), at most a day past the server's "
+        "clock (the rule of a turn's time); default: now",
     )
 
 
