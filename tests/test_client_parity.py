@@ -242,6 +242,11 @@ def test_a_supersession_replaces_the_fact_and_history_shows_the_chain(side: Side
     assert leith.confidence == pytest.approx(0.9 - EngramSettings.defaults().supersede_penalty)
     assert mem.get(edinburgh.id).retracted  # type: ignore[union-attr]
     assert ids(mem.history(bristol.id)) == [bristol.id, edinburgh.id, leith.id]
+    # a model reading the compact view tells "changed" from "never true" (an outside review)
+    history = mem.recall("where does Sarah live?", include_superseded=True, view="compact", record_use=False)
+    flags = {c.id: (c.superseded_by, c.retracted) for c in history}
+    assert flags[edinburgh.id] == (leith.id, True) and flags[bristol.id] == (edinburgh.id, None)
+    assert flags[leith.id] == (None, None)
     with pytest.raises(Conflict):
         mem.write("Sarah lives in Glasgow", supersedes_id=bristol.id)  # superseded already
     playbook = mem.write("", memory_type="procedural", name="Move house")
@@ -479,6 +484,8 @@ def test_invalid_input_is_refused_and_changes_nothing(side: Side) -> None:
         lambda: mem.list("catalog"),
         lambda: mem.list("semantic", limit=0),
         lambda: mem.list("semantic", offset=-1),
+        lambda: mem.list("semantic", limit=True),  # a page of one, read as 1
+        lambda: mem.recall("q", config={"rerank": False}),  # type: ignore[arg-type]  # AttributeError
     ]
     for i, call in enumerate(calls):
         with pytest.raises(InvalidInput):

@@ -300,7 +300,7 @@ class Hit(BaseModel):
         if isinstance(m, EpisodicMemory):
             extra["speaker"] = named_speaker(m)
         elif isinstance(m, SemanticMemory | ProceduralMemory):
-            extra["superseded_by"] = m.superseded_by
+            extra.update(superseded_by=m.superseded_by, retracted=getattr(m, "retracted", False) or None)
         if isinstance(m, ProceduralMemory):  # the refined steps, when a failure brought better ones
             extra.update(
                 name=m.name,
@@ -337,6 +337,7 @@ class CompactHit(BaseModel):
         default=None, description="a newer memory that replaced what this one says (recall ranks it higher)"
     )
     superseded_by: str | None = Field(default=None, description="the fact or playbook that replaced this one")
+    retracted: bool | None = Field(default=None, description="true: a correction said it was never true")
     name: str | None = Field(default=None, description="a playbook's name")
     trigger_text: str | None = Field(default=None, description="when a playbook applies")
     description: str | None = Field(default=None, description="a playbook's notes: scope, cautions")

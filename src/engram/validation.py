@@ -85,8 +85,20 @@ def check_k(k: object) -> None:
         raise InvalidInput(f"k must be an integer in [1, {MAX_RECALL_K}]")
 
 
+def check_recall_flags(include_catalog: object, include_superseded: object, record_use: object) -> None:
+    """Booleans, as REST and MCP take them ("no" is truthy); ``record_use`` may be None (the default)."""
+    for name, flag in (("include_catalog", include_catalog), ("include_superseded", include_superseded)):
+        if not isinstance(flag, bool):
+            raise InvalidInput(f"{name} must be true or false")
+    if record_use is not None and not isinstance(record_use, bool):
+        raise InvalidInput("record_use must be true, false or None")
+
+
 def check_page(limit: int, offset: int) -> None:
-    """The paging every store enforces on a list: 1 <= limit and 0 <= offset, both <= 10^9."""
+    """The paging every store enforces on a list: 1 <= limit and 0 <= offset, both <= 10^9, integers
+    (``limit=True`` was a page of one)."""
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in (limit, offset)):
+        raise InvalidInput("limit and offset must be integers")
     if not (1 <= limit <= MAX_PAGE_BOUND and 0 <= offset <= MAX_PAGE_BOUND):
         raise InvalidInput(f"limit must be in [1, {MAX_PAGE_BOUND}] and offset in [0, {MAX_PAGE_BOUND}]")
 

@@ -193,6 +193,16 @@ def test_bad_input_gets_4xx_json_and_changes_nothing(service):
         # unknown routes, wrong methods, bodies that are not UTF-8 (item 13)
         ("get", "/v1/nothing-here", {}, 404),
         ("get", "/nothing-here", {}, 404),
+        ("get", "/v1/memories/", {}, 404),  # an empty 307 to the route without the slash (an outside review)
+        ("post", "/v1/recall/", {"json": {"query": "x"}}, 404),
+        # a big integer in a filter: read as the float nearest it, it matched another stored integer
+        (
+            "post",
+            "/v1/recall",
+            {"json": {"query": "x", "metadata": {"n": 123456789012345678901234567891}}},
+            422,
+        ),
+        ("post", "/v1/memories", {"json": {"text": "x", "created_at": "2999-01-01T00:00:00Z"}}, 422),
         ("put", "/v1/turns", {"json": {"text": "x"}}, 405),
         ("post", "/v1/turns", {"content": b'{"text": "\xff\xfe"}', "headers": JSON}, 422),
         ("post", "/v1/turns", {"content": b"[" * 100_000, "headers": JSON}, 422),
@@ -403,6 +413,7 @@ def test_recall_takes_min_confidence_and_a_compact_view(service):
         "/v1/recall", json={"query": "which router does Sarah have?", "record_use": False}
     ).json()
     assert full["abstained"] is False and 0 <= full["hits"][0]["confidence"] <= 1
+    assert full["nothing_confident"] is False
     assert full["hits"][0]["event_time"] and "explain" in full["hits"][0]
     compact = sarah.post(
         "/v1/recall", json={"query": "which router does Sarah have?", "view": "compact", "record_use": False}
@@ -418,7 +429,12 @@ def test_recall_takes_min_confidence_and_a_compact_view(service):
     none = sarah.post(
         "/v1/recall", json={"query": "which router does Sarah have?", "min_confidence": 1}
     ).json()
-    assert none == {"hits": [], "abstained": True, "shed": False}
+    assert none == {"hits": [], "abstained": True, "nothing_confident": True, "shed": False}
+    # without min_confidence the hits are listed, and the response says whether any is likely relevant
+    # (a newcomer's walk: "abstained": false beside eight hits at 0.02-0.05 for a car never mentioned)
+    unknown = sarah.post("/v1/recall", json={"query": "what colour is my car?", "view": "compact"}).json()
+    assert unknown["hits"] and unknown["abstained"] is False and unknown["nothing_confident"] is True
+    assert max(h["confidence"] for h in unknown["hits"]) < service.engram.settings.min_confidence
     for bad in ({"min_confidence": 2}, {"min_confidence": "high"}, {"view": "tiny"}):
         refused = sarah.post("/v1/recall", json={"query": "router", **bad})
         assert refused.status_code == 422 and refused.json()["error"] == "invalid_input", bad

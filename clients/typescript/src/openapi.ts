@@ -80,7 +80,8 @@ export interface paths {
         /**
          * Recall
          * @description Search all memory types and the catalog. Each hit carries its event time, a calibrated
-         *     confidence and (``view="full"``) its score breakdown in ``explain``. Under load the server may
+         *     confidence and (``view="full"``) its score breakdown in ``explain``; ``nothing_confident`` says when
+         *     none reaches the threshold (``min_confidence``, else the default one). Under load the server may
          *     skip the cross-encoder: ``shed`` is then true, and the ``Engram-Recall-Shed`` header says so. A
          *     read-only key's recall records no use (use counts rank: counting them is a write).
          */
@@ -561,6 +562,11 @@ export interface components {
              */
             superseded_by?: string | null;
             /**
+             * Retracted
+             * @description true: a correction said it was never true
+             */
+            retracted?: boolean | null;
+            /**
              * Name
              * @description a playbook's name
              */
@@ -595,6 +601,11 @@ export interface components {
              * @description min_confidence was given and no hit reached it: nothing relevant is stored
              */
             abstained: boolean;
+            /**
+             * Nothing Confident
+             * @description no hit reaches min_confidence or, without it, the service's default threshold (ENGRAM_MIN_CONFIDENCE, 0.1: the agent's and MCP's): whatever hits are listed, none is likely relevant
+             */
+            nothing_confident: boolean;
             /**
              * Shed
              * @description the server was loaded and computed this recall without the cross-encoder: the hits are in the previous stage's order (also said by the Engram-Recall-Shed header)
@@ -956,7 +967,7 @@ export interface components {
             };
             /**
              * Created At
-             * @description backdates the row (e.g. when copying memories over); default: now
+             * @description backdates the row (e.g. when copying memories over), at most a day past the server's clock (the rule of a turn's time); default: now
              */
             created_at?: string | null;
         } & (unknown & unknown);
@@ -1169,6 +1180,11 @@ export interface components {
              * @description min_confidence was given and no hit reached it: nothing relevant is stored
              */
             abstained: boolean;
+            /**
+             * Nothing Confident
+             * @description no hit reaches min_confidence or, without it, the service's default threshold (ENGRAM_MIN_CONFIDENCE, 0.1: the agent's and MCP's): whatever hits are listed, none is likely relevant
+             */
+            nothing_confident: boolean;
             /**
              * Shed
              * @description the server was loaded and computed this recall without the cross-encoder: the hits are in the previous stage's order (also said by the Engram-Recall-Shed header)

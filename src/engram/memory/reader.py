@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
+from datetime import datetime
 
 from engram.errors import InvalidInput
 from engram.memory.engine import Engine
@@ -59,6 +60,8 @@ class MemoryReader:
         memory_types: Iterable[MemoryType] | None = None,
         include_catalog: bool = True,
         include_superseded: bool = False,
+        as_of: datetime | None = None,
+        min_confidence: float | None = None,
     ) -> builtins.list[Hit]:
         return self._memory.recall(
             query,
@@ -67,4 +70,6 @@ class MemoryReader:
             include_catalog=include_catalog,
             include_superseded=include_superseded,
             record_use=False,
+            as_of=as_of,
+            min_confidence=min_confidence,
         )

@@ -305,11 +305,9 @@ class UserMemory(TenantHandle):
         query = engram._check_text(query, "query")
         validation.check_k(k)
         check_recall_options(min_confidence, view)
-        for name, flag in (("include_catalog", include_catalog), ("include_superseded", include_superseded)):
-            if not isinstance(flag, bool):  # "no" is truthy: refused here as REST and MCP refuse it
-                raise InvalidInput(f"{name} must be true or false")
-        if record_use is not None and not isinstance(record_use, bool):
-            raise InvalidInput("record_use must be true, false or None")
+        validation.check_recall_flags(include_catalog, include_superseded, record_use)
+        if config is not None and not isinstance(config, RetrievalConfig):
+            raise InvalidInput(f"config must be a RetrievalConfig, not {type(config).__name__}")
         narrow = recall_filter(session_id, time_from, time_to, metadata)
         types = set(MEMORY_TYPES if memory_types is None else check_types(memory_types))
         if not types:  # an empty list finds nothing: a caller's mistake, not a question

@@ -305,6 +305,10 @@ class UserDeleted(BaseModel):
 
 
 _ABSTAINED = Field(description="min_confidence was given and no hit reached it: nothing relevant is stored")
+_NOTHING_CONFIDENT = Field(
+    description="no hit reaches min_confidence or, without it, the service's default threshold "
+    "(ENGRAM_MIN_CONFIDENCE, 0.1: the agent's and MCP's): whatever hits are listed, none is likely relevant"
+)
 
 
 _SHED = Field(
@@ -317,12 +321,14 @@ SHED_HEADER = "Engram-Recall-Shed"
 class RecallResponse(BaseModel):
     hits: list[Hit]
     abstained: bool = _ABSTAINED
+    nothing_confident: bool = _NOTHING_CONFIDENT
     shed: bool = _SHED
 
 
 class CompactRecallResponse(BaseModel):
     hits: list[CompactHit]
     abstained: bool = _ABSTAINED
+    nothing_confident: bool = _NOTHING_CONFIDENT
     shed: bool = _SHED
 
 

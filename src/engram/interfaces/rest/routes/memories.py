@@ -88,9 +88,10 @@ def write(body: MemoryCreate, mem: WriterMemoryDep) -> SemanticMemory | Procedur
         }
     },
 )
-def recall(body: RecallRequest, mem: UserMemoryDep, principal: PrincipalDep) -> JSONResponse:
+def recall(body: RecallRequest, mem: UserMemoryDep, principal: PrincipalDep, eng: EngramDep) -> JSONResponse:
     """Search all memory types and the catalog. Each hit carries its event time, a calibrated
-    confidence and (``view="full"``) its score breakdown in ``explain``. Under load the server may
+    confidence and (``view="full"``) its score breakdown in ``explain``; ``nothing_confident`` says when
+    none reaches the threshold (``min_confidence``, else the default one). Under load the server may
     skip the cross-encoder: ``shed`` is then true, and the ``Engram-Recall-Shed`` header says so. A
     read-only key's recall records no use (use counts rank: counting them is a write)."""
     hits = mem.recall(
@@ -108,12 +109,14 @@ def recall(body: RecallRequest, mem: UserMemoryDep, principal: PrincipalDep) -> 
         metadata=body.metadata,
     )
     abstained = body.min_confidence is not None and not hits
+    threshold = eng.settings.min_confidence if body.min_confidence is None else body.min_confidence
+    said = {"abstained": abstained, "nothing_confident": not any(h.confidence >= threshold for h in hits)}
     shed = was_shed(hits)
     headers = {SHED_HEADER: "rerank"} if shed else None
     if body.view == "compact":  # sent as CompactHit.as_json: without the fields that do not apply
         compact = [h.compact().as_json() for h in hits]
-        return JSONResponse({"hits": compact, "abstained": abstained, "shed": shed}, headers=headers)
-    full = RecallResponse(hits=hits, abstained=abstained, shed=shed)
+        return JSONResponse({"hits": compact, **said, "shed": shed}, headers=headers)
+    full = RecallResponse(hits=hits, **said, shed=shed)
     return JSONResponse(full.model_dump(mode="json"), headers=headers)
 
 
