@@ -29,6 +29,7 @@ class DemoQuery:
     query: str
     include_superseded: bool = False
     note: str = ""  # printed under the question: what its hits show
+    min_confidence: float | None = None  # as the agent and MCP recall: below it, nothing is shown
 
     @property
     def options(self) -> dict[str, bool]:
@@ -45,8 +46,11 @@ QUERIES = (
     DemoQuery(
         "marco",
         "where does sarah live?",
-        # without it, marco's unrelated hits read as a recall that failed
-        note="another user's memory: only marco's own rows and the catalog can answer, never sarah's",
+        # without it, marco's unrelated hits read as a recall that failed (a newcomer's walk: the four
+        # hits at confidence 0.03 still looked like an answer)
+        note="another user's memory: only marco's own rows and the catalog are searched, never sarah's; "
+        "recalled as the agent recalls, with min_confidence 0.1",
+        min_confidence=0.1,
     ),
 )
 
@@ -75,7 +79,11 @@ def load_samples(eng: Engram) -> Iterator[tuple[str, dict[str, Any]]]:
 def ask(eng: Engram, question: DemoQuery) -> list[Hit]:
     # record_use=False: the demo shows the sample as loaded, and leaves its use counts as they were.
     return eng.for_user(question.user).recall(
-        question.query, k=HITS_SHOWN, include_superseded=question.include_superseded, record_use=False
+        question.query,
+        k=HITS_SHOWN,
+        include_superseded=question.include_superseded,
+        record_use=False,
+        min_confidence=question.min_confidence,
     )
 
 

@@ -309,6 +309,21 @@ def test_inspector_recall_by_a_user_records_no_use(service):
     assert service.engram.for_user("sarah").get(rows["edinburgh"]["id"]).use_count == before
     empty = sarah.post("/inspector/recall", data={"query": "\u200b"})
     assert empty.status_code == 422 and "visible character" in empty.text
+    # a recall has an address: the form sends a GET, a link shows its results (catalog included by
+    # default), and Back from a hit returns to them (a newcomer's walk: the page came back empty)
+    form = sarah.get("/inspector/recall").text
+    assert re.search(r'<form method="get" action="/inspector/recall"', form)
+    linked = sarah.get("/inspector/recall", params={"query": "where does Sarah live"})
+    assert linked.status_code == 200 and "Sarah lives in Edinburgh" in linked.text
+    assert 'name="include_catalog" checked' in linked.text and 'value="0.1"' in linked.text
+    sent = sarah.get("/inspector/recall", params={"query": "where does Sarah live", "k": "5", "sent": "1"})
+    assert 'name="include_catalog" checked' not in sent.text  # the form sent it unticked
+    assert service.engram.for_user("sarah").get(rows["edinburgh"]["id"]).use_count == before
+    admin = sign_in(service, service.admin_key)
+    chosen = admin.get("/inspector/recall", params={"user": "sarah"}).text
+    assert '<input type="hidden" name="user" value="sarah">' in chosen
+    as_sarah = admin.get("/inspector/recall", params={"user": "sarah", "query": "where does Sarah live"})
+    assert "Sarah lives in Edinburgh" in as_sarah.text
 
 
 def test_the_recall_form_refuses_bad_numbers_and_shows_what_an_agent_would_not_see(service):

@@ -182,6 +182,33 @@ def test_forget_and_correct_are_confirmed_and_need_the_forms_token(service):
     assert new_id not in {m.id for m in mem.list("semantic", include_superseded=True)}
     assert "Forgotten" in sarah.get(gone.headers["location"]).text
     assert "forgot" in sarah.get("/inspector/turn").text  # recorded as the API's forget is
+    # a newcomer's walk: its page said "Not found" as if the id were wrong; bob sees no such thing
+    page = sarah.get(f"/inspector/memory/{new_id}")
+    assert page.status_code == 404 and "was forgotten on" in page.text and "Glasgow" not in page.text
+    assert (
+        "was forgotten on"
+        not in sign_in(service, service.user_keys["bob"]).get(f"/inspector/memory/{new_id}").text
+    )
+    # a correction that changes nothing is refused, and nothing is written
+    unchanged = {
+        "text": " Sarah lives in  Edinburgh",
+        "contradiction": "natural",
+        "confirm": "yes",
+        "token": token,
+    }
+    live = mem.list("semantic")
+    assert (
+        sarah.post(
+            f"/inspector/memory/{rows['xss']['id']}/correct", data={**unchanged, "text": rows["xss"]["text"]}
+        ).status_code
+        == 422
+    )
+    assert mem.list("semantic") == live
+    # forgetting a turn a fact names as its source says so first
+    mem.write("Sarah moved to Leith", supporting_episode_ids=[rows["moved"]["id"]])
+    ask = sarah.get(f"/inspector/memory/{rows['moved']['id']}/forget").text
+    assert 'id="citing"' in ask and "Sarah moved to Leith" in ask.split('id="citing"')[1]
+    assert 'id="citing"' not in sarah.get(f"/inspector/memory/{rows['xss']['id']}/forget").text
 
 
 def test_query_coverage_is_not_shown_as_a_multiplier_of_the_score():

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from engram.errors import ConfigError, EngramError
 from engram.memory import Engram, sqlite_path
-from engram.models import Hit, MemoryType, no_confident_match, search_text_of
+from engram.models import Hit, MemoryType, search_text_of
 from engram.settings import EngramSettings, load_settings
 from engram.text import printable
 
@@ -124,18 +124,31 @@ def one_line_summaries(typer_app: typer.Typer) -> None:
             one_line_summaries(group.typer_instance)
 
 
+def nothing_confident(threshold: float) -> str:
+    """The CLI's words for a recall with no confident hit (a person reads them; MCP and the agent tell
+    a model, ``models.no_confident_match``)."""
+    return f"nothing reaches confidence {threshold:g}: probably nothing relevant is stored"
+
+
 def _print_json(value: Any) -> None:
     """Times as REST writes them (ISO 8601, ``2026-12-01T21:11:07.5Z``): str() gave keys' and reports'
     ``2026-12-01 21:11:07.5+00:00`` beside the memories' ISO form."""
     sys.stdout.write(json.dumps(to_jsonable_python(value, fallback=str), indent=2) + "\n")
 
 
-def print_hits(hits: list[Hit], explain: bool, min_confidence: float | None = None) -> None:
-    """Hits, one a line. Stored text is data: never read as rich markup (a "[/b]" in a turn raised
-    MarkupError, other tags restyled the output), its control characters dropped (engram.text)."""
+def print_hits(
+    hits: list[Hit], explain: bool, min_confidence: float | None = None, floor: float = 0.0
+) -> None:
+    """Hits, one a line, then a note when none reaches ``floor`` (the agent's and MCP's threshold) nor
+    ``min_confidence`` kept any. Stored text is data: never read as rich markup (a "[/b]" in a turn
+    raised MarkupError, other tags restyled the output), its control characters dropped (engram.text)."""
     if not hits:
-        why = "no hits" if min_confidence is None else no_confident_match(min_confidence)
-        console.print(f"  ({why})")
+        shown = (
+            f"{nothing_confident(min_confidence)}; --min-confidence 0 shows the closest"
+            if min_confidence
+            else ""
+        )
+        console.print(f"  ({shown or 'no hits'})")
     for hit in hits:
         m = hit.memory
         line = Text.assemble(
@@ -152,6 +165,8 @@ def print_hits(hits: list[Hit], explain: bool, min_confidence: float | None = No
         console.print(line, highlight=False)
         if explain:
             console.print(Text(f"     {printable(format_explain(hit.explain))}", "dim"), highlight=False)
+    if hits and min_confidence is None and floor and all(h.confidence < floor for h in hits):
+        console.print(f"  ({nothing_confident(floor)}; the closest are listed above)", style="dim")
 
 
 def format_explain(explain: dict[str, Any]) -> str:

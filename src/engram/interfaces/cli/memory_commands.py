@@ -221,7 +221,7 @@ def recall(
     if as_json:
         _print_json([h.model_dump(mode="json") for h in hits])
     else:
-        print_hits(hits, explain, min_confidence)
+        print_hits(hits, explain, min_confidence, floor=eng.settings.min_confidence)
 
 
 def _when(value: str | None, option: str) -> datetime | None:

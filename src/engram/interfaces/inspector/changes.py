@@ -65,7 +65,7 @@ def _own_row(request: Request, user: str | None, memory_id: str) -> tuple[Viewer
     return v, row
 
 
-def _confirm(request: Request, v: Viewer, row: Memory, action: str, **context: str) -> HTMLResponse:
+def _confirm(request: Request, v: Viewer, row: Memory, action: str, **context: object) -> HTMLResponse:
     frame = page(request, v, row.memory_type)
     frame.update(row=row, action=action, token=form_token(request), **context)
     return render("confirm.html", **frame)
@@ -75,7 +75,19 @@ def _confirm(request: Request, v: Viewer, row: Memory, action: str, **context: s
 def forget_form(request: Request, memory_id: str, user: UserQuery = None) -> HTMLResponse:
     """Ask before forgetting: what will go, and that it cannot be undone."""
     v, row = _own_row(request, user, memory_id)
-    return _confirm(request, v, row, "forget")
+    return _confirm(request, v, row, "forget", citing=_facts_citing(v, row))
+
+
+CITING_SCAN = 2_000  # a user's live facts read for the ones a turn supports (a confirm page, not a recall)
+
+
+def _facts_citing(v: Viewer, row: Memory) -> list[Memory]:
+    """The live facts that name this turn as their source, to say so before it goes (a newcomer's walk:
+    forgetting "we moved to Edinburgh" said nothing of "Sarah lives in Edinburgh", built on it)."""
+    if v.reader is None or row.memory_type != "episodic":
+        return []
+    facts = v.reader.list("semantic", limit=CITING_SCAN)
+    return [f for f in facts if isinstance(f, SemanticMemory) and row.id in f.supporting_episode_ids]
 
 
 @router.post(f"{ROOT}/memory/{{memory_id}}/forget")
@@ -120,6 +132,9 @@ def _correct(request: Request, memory_id: str, user: str | None, form: dict[str,
         return error_page(request, 422, "Not written", "Say whether it changed or was never true.")
     if not text:
         return error_page(request, 422, "Nothing to write", "Write the correct fact in the box.")
+    if " ".join(text.split()) == " ".join(row.text.split()):  # a replacement saying the same thing
+        message = "The new text is the old one: edit it first (or forget the fact if it is wrong)."
+        return error_page(request, 422, "Nothing changed", message)
     if first(form, "confirm") != "yes":
         return _confirm(request, v, row, "correct", text=text, contradiction=kind)
     assert v.user_id is not None

@@ -47,6 +47,7 @@ from engram.interfaces.inspector.web import (
     forget_cookies,
     form_token,
     page,
+    query_form,
     read_form,
     render,
     rows_by_id,
@@ -154,7 +155,14 @@ def home(request: Request, user: Annotated[str | None, Query(max_length=128)] = 
 
 
 @router.get(f"{ROOT}/recall")
-def recall_form(request: Request, user: Annotated[str | None, Query(max_length=128)] = None) -> HTMLResponse:
+def recall_form(request: Request, user: Annotated[str | None, Query(max_length=128)] = None) -> Response:
+    """The form, or with ``query`` in the URL its results: a recall has an address (a link to share,
+    and Back from a hit returns to it; an inspector recall records no use, so a GET changes nothing)."""
+    if "query" in request.query_params:
+        form = query_form(request)
+        if "sent" not in form:  # a link typed or shared, not the form: its checkboxes' defaults
+            form.setdefault("include_catalog", ["on"])
+        return _recall_page(request, user, form)
     v = viewer(request, user)
     floor = engram_of(request).settings.min_confidence  # what the agent and MCP leave out by default
     context = page(request, v, "recall", form=_recall_defaults(floor), hits=None, error=None, replaced={})
@@ -180,7 +188,8 @@ def _recall_defaults(min_confidence: float = DEFAULT_MIN_CONFIDENCE) -> dict[str
 
 def _recall_page(request: Request, user: str | None, form: Mapping[str, list[str]]) -> Response:
     v = viewer(request, user)
-    k, floor = first(form, "k").strip() or "10", first(form, "min_confidence").strip() or "0"
+    default_floor = str(engram_of(request).settings.min_confidence)
+    k, floor = first(form, "k").strip() or "10", first(form, "min_confidence", default_floor).strip() or "0"
     values: dict[str, Any] = {
         "query": first(form, "query"),
         "k": k,
@@ -261,6 +270,15 @@ def memory_page(
             row = engram.catalog.get(memory_id)
             chain = [row]
     except NotFound:
+        gone = (
+            next((t for t in engram.store.tombstones(v.user_id) if t.id == memory_id), None)
+            if v.user_id
+            else None
+        )
+        if gone is not None:  # a newcomer's walk: "Not found" for a row forgotten a minute before
+            when = gone.forgotten_at.strftime("%Y-%m-%d %H:%M UTC")
+            message = f"This {gone.memory_type} memory was forgotten on {when}: its text is gone for good."
+            return error_page(request, 404, "Forgotten", message)
         return error_page(request, 404, "Not found", "No such memory in this view.")
     episodes = rows_by_id(request, v, getattr(row, "supporting_episode_ids", []))
     context = page(request, v, row.memory_type, row=row, chain=chain, episodes=episodes)

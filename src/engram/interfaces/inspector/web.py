@@ -258,6 +258,16 @@ async def read_form(request: Request) -> dict[str, list[str]]:
         return {}
 
 
+def query_form(request: Request) -> dict[str, list[str]]:
+    """A GET form's fields, read as ``read_form`` reads a posted one (not UTF-8: 422, nothing done)."""
+    try:
+        return parse_qs(request.url.query, max_num_fields=10, encoding="utf-8", errors="strict")
+    except UnicodeDecodeError:
+        raise Stop(error_page(request, 422, "Not UTF-8", "The link held text that is not UTF-8.")) from None
+    except ValueError:
+        return {}
+
+
 def first(form: Mapping[str, list[str]], name: str, default: str = "") -> str:
     return (form.get(name) or [default])[0]
 
