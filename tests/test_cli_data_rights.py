@@ -20,7 +20,7 @@ def test_keys_carry_a_scope_and_an_expiry(tmp_path):
     listed = json.loads(run("keys", "list", "--json", env_home=tmp_path).stdout)
     assert [(k["scope"], k["expires_at"] is not None) for k in listed] == [("read", True), ("write", False)]
     lines = run("keys", "list", env_home=tmp_path).stdout.splitlines()
-    assert "live read-only expires" in lines[0] and lines[1].split()[3] == "live"
+    assert "live read-only expires" in lines[0] and "live read-write no expiry" in lines[1]
     assert len({line.rindex(" key_") for line in lines}) == 1  # columns line up, the id last
     store = SQLiteStore(tmp_path / "engram.db")
     try:

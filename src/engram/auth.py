@@ -43,7 +43,7 @@ ADMIN_KEY_MIN_CHARS = 32
 ADMIN_KEY_MIN_DISTINCT = 8  # 32 random hex digits have fewer in under 1 in a million draws
 NO_KEY = "missing, unknown or revoked API key"
 KEY_EXPIRED = "key expired"
-READ_ONLY = "this API key is read-only (scope 'read'): it may recall and read, not write or forget"
+READ_ONLY = "this API key is read-only: it may recall and read, not write, correct or forget (scope 'read')"
 
 
 @dataclass(frozen=True)

@@ -338,6 +338,8 @@ def test_the_recall_form_refuses_bad_numbers_and_shows_what_an_agent_would_not_s
             "/inspector/recall", data={"query": "where does Sarah live", "k": k, "min_confidence": floor}
         )
         assert page.status_code == 422 and "must be" in page.text and '<ol class="hits">' not in page.text
+    both = sarah.get("/inspector/recall", params={"query": "where", "k": "0", "min_confidence": "2"}).text
+    assert "k must be" in both and "min_confidence must be" in both  # every mistake at once
     page = sarah.post(
         "/inspector/recall",
         data={"query": "what is my favourite colour?", "k": "5", "min_confidence": "0.99"},

@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 import sys
 
 import anyio
@@ -144,6 +145,17 @@ def test_stdio_with_user_key(tmp_path, service):
     rows = service.engram.for_user("bob").list("semantic", include_superseded=True)
     assert [r.text for r in rows] == ["Sarah lives in Bristol"]  # the forgotten one is gone; bob's tenant
     assert json.dumps([r.user_id for r in rows]) == '["bob"]'
+    # a key and a user that disagree: refused, not the key's memory opened under the other name
+    env = {**os.environ, "ENGRAM_API_KEY": service.user_keys["bob"], "ENGRAM_USER": "sarah"}
+    mismatch = subprocess.run(
+        [sys.executable, "-m", "engram", "mcp", "--store", f"sqlite:///{db}"],
+        capture_output=True,
+        text=True,
+        env={**env, "ENGRAM_HOME": str(tmp_path)},
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert mismatch.returncode == 1 and "ENGRAM_USER says sarah" in mismatch.stderr
 
 
 def _tools_list(url: str, key: str, host: str) -> httpx2.Response:

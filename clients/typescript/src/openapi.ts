@@ -979,6 +979,11 @@ export interface components {
             limit: number;
             /** Offset */
             offset: number;
+            /**
+             * Type
+             * @description the type listed: semantic unless ?type= names another (an empty list of facts beside stored turns surprised a newcomer); absent from a history, which holds one chain
+             */
+            type?: ("episodic" | "semantic" | "procedural") | null;
         };
         /** PlaybookOutcome */
         PlaybookOutcome: {
@@ -1503,7 +1508,7 @@ export interface operations {
     list_memories_v1_memories_get: {
         parameters: {
             query?: {
-                /** @description the catalog is not a user's memory: the admin lists it at /v1/catalog */
+                /** @description episodic, semantic (the default) or procedural; the catalog is not a user's memory: the admin lists it at /v1/catalog */
                 type?: "episodic" | "semantic" | "procedural";
                 include_superseded?: boolean;
                 limit?: number;

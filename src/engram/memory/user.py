@@ -288,7 +288,7 @@ class UserMemory(TenantHandle):
         keeps only the top ``k`` hits that reach it (an empty list: nothing relevant is stored).
         ``view="compact"`` returns ``CompactHit``s, sized for a model's context (no score breakdown).
 
-        Returned semantic facts get ``use_count + 1`` and ``last_used_at = now`` (atomically); the
+        Returned live facts get ``use_count + 1`` and ``last_used_at = now`` (atomically); the
         returned rows show the values after that bump, their explain the values before it. When
         another writer holds the store (a bulk import), the bump is queued rather than waited for
         (see engram.use_counts) and the rows show the count read plus one.

@@ -103,10 +103,11 @@ def print_keys(records: Iterable[ApiKeyRecord], as_json: bool) -> None:
     rows = []
     for r in records:
         state = f"revoked {r.revoked_at:%Y-%m-%d}" if r.revoked_at else "live"
-        if r.scope == "read":
-            state += " read-only"
+        state += " read-only" if r.scope == "read" else " read-write"  # both said (a newcomer's walk)
         if r.expires_at is not None and not r.revoked_at:
             state += f" {'expired' if r.expires_at <= utcnow() else 'expires'} {r.expires_at:%Y-%m-%d}"
+        elif not r.revoked_at:
+            state += " no expiry"
         rows.append((r.user_id or "(admin)", f"created {r.created_at:%Y-%m-%d}", state, r.label, r.id))
     widths = [max((len(row[i]) for row in rows), default=0) for i in range(4)]  # columns that line up
     for row in rows:

@@ -316,6 +316,9 @@ def mcp(store: StoreOpt = None) -> None:
                 if principal.user_id is None:
                     err.print("error: ENGRAM_API_KEY is not a live user key")
                     raise typer.Exit(1)
+                if user and user != principal.user_id:  # an outside review: bob's name, alice's memory
+                    err.print(f"error: ENGRAM_API_KEY is {principal.user_id}'s key, ENGRAM_USER says {user}")
+                    raise typer.Exit(1)
                 user, may_write = principal.user_id, principal.may_write
             if not user:
                 err.print("error: set ENGRAM_API_KEY (a user key) or ENGRAM_USER")

@@ -198,7 +198,8 @@ def _recall_page(request: Request, user: str | None, form: Mapping[str, list[str
         "include_catalog": "include_catalog" in form,
     }
     hits: list[Hit] | None = None
-    error = _bad_number(k, "k", 1, MAX_FORM_K, whole=True) or _bad_number(floor, "min_confidence", 0, 1)
+    wrong = [_bad_number(k, "k", 1, MAX_FORM_K, whole=True), _bad_number(floor, "min_confidence", 0, 1)]
+    error = "; ".join(w for w in wrong if w) or None  # both at once (a newcomer's walk saw only k's)
     if v.reader is None:
         error = "Pick a user to recall as them."
     elif error is None:

@@ -336,6 +336,11 @@ class MemoryList(BaseModel):
     data: list[Memory]
     limit: int
     offset: int
+    type: Literal["episodic", "semantic", "procedural"] | None = Field(
+        default=None,
+        description="the type listed: semantic unless ?type= names another (an empty list of facts beside "
+        "stored turns surprised a newcomer); absent from a history, which holds one chain",
+    )
 
 
 class PlaybookOutcome(_Request):

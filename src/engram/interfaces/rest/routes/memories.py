@@ -126,7 +126,9 @@ def list_memories(
     memory_type: Annotated[
         Literal["episodic", "semantic", "procedural"],
         Query(
-            alias="type", description="the catalog is not a user's memory: the admin lists it at /v1/catalog"
+            alias="type",
+            description="episodic, semantic (the default) or procedural; the catalog is not a user's "
+            "memory: the admin lists it at /v1/catalog",
         ),
     ] = "semantic",
     include_superseded: bool = False,
@@ -135,7 +137,7 @@ def list_memories(
 ) -> MemoryList:
     """Your memories of one type, newest first, paged."""
     rows = mem.list(memory_type, include_superseded=include_superseded, limit=limit, offset=offset)
-    return MemoryList(data=rows, limit=limit, offset=offset)
+    return MemoryList(data=rows, limit=limit, offset=offset, type=memory_type)
 
 
 @router.get("/memories/{memory_id}", response_model=Memory, responses=error_responses(404))
