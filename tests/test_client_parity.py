@@ -258,8 +258,13 @@ def test_a_supersession_replaces_the_fact_and_history_shows_the_chain(side: Side
     assert ids(mem.list("semantic", include_superseded=True)) == [leith.id, edinburgh.id, bristol.id]
     mem.forget(edinburgh.id)  # forgetting a link mends the chain
     assert ids(mem.history(leith.id)) == [bristol.id, leith.id]
+    with pytest.raises(InvalidInput, match="revised, not retracted"):  # a playbook is never "never true"
+        mem.write(
+            "", memory_type="procedural", name="Move house", supersedes_id=playbook.id, contradiction="harsh"
+        )
     better = mem.write("", memory_type="procedural", name="Move house, v2", supersedes_id=playbook.id)
     assert mem.history(playbook.id) == [mem.get(playbook.id), better]
+    assert (mem.get(playbook.id).version, better.version) == (1, 2)  # type: ignore[union-attr]
 
 
 def test_recall_ranks_explains_and_filters(side: Side) -> None:

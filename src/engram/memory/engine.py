@@ -17,7 +17,7 @@ from engram.errors import InvalidInput
 from engram.import_records import UserDocument
 from engram.importer import import_document
 from engram.memory.reindex import reindex_tokens
-from engram.models import EpisodicMemory, Memory, Vectors, check_text, search_text_of
+from engram.models import EpisodicMemory, Memory, ProceduralMemory, Vectors, check_text, search_text_of
 from engram.observability import Telemetry, Tracing
 from engram.providers.base import Embedder, Reranker, TokenEncoder
 from engram.providers.timed import timed_embedder, timed_reranker, timed_token_encoder
@@ -177,6 +177,16 @@ class Engine:
     # -- shared by the handles ------------------------------------------------------------------
     def _check_text(self, text: object, what: str = "text") -> str:
         return check_text(text, what, self.settings.max_text_chars)
+
+    def _next_version(self, tenant: Tenant, supersede: Supersession | None) -> int:
+        """A playbook's version: one past the playbook it supersedes (an outside review: a revision stayed
+        at 1), else 1. A playbook is revised, never "never true": a harsh contradiction is refused."""
+        if supersede is None:
+            return 1
+        if supersede.retract:
+            raise InvalidInput("a playbook is revised, not retracted: supersede it without 'harsh'")
+        old = self.store.fetch(tenant, [supersede.old_id], include_catalog=False)
+        return old[0].version + 1 if old and isinstance(old[0], ProceduralMemory) else 1
 
     def _store_row(self, tenant: Tenant, row: Memory, supersede: Supersession | None = None) -> bool:
         """Store one row; False when a turn was stored without its context, the turn it quotes having

@@ -218,6 +218,7 @@ class UserMemory(TenantHandle):
                     trigger_text=trigger_text or "",
                     description=description or "",
                     steps=[dict(s) if isinstance(s, Mapping) else s for s in steps],
+                    version=engram._next_version(self.user_id, supersede),
                 ),
                 engram.settings.max_text_chars,
             )
