@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import updates  # bench/updates.py: the knowledge-update set's loader
 
 EVAL_DATA = Path(__file__).parents[1] / "src" / "engram" / "eval" / "data"
+ALONE_NOTES = ("the first only", "the leader only")
 
 
 def hit_rows(hits, gold, source):
@@ -59,7 +60,8 @@ def hit_rows(hits, gold, source):
         {
             "source": source,
             "rank": h.rank,
-            "alone": raw_turns and str(h.explain.get("rerank_contenders", "")).startswith("the leader only"),
+            # the note that says so (pipeline.py; "the leader only" before its rewording)
+            "alone": raw_turns and str(h.explain.get("rerank_contenders", "")).startswith(ALONE_NOTES),
             "rerank": rerank if isinstance(rerank := h.explain.get("rerank"), float) else None,  # or a text
             "late": h.explain.get("late_interaction_raw"),
             "coverage": h.explain.get("query_coverage"),
@@ -134,6 +136,9 @@ def main():
     }
     for name, feature in specs.items():
         kept = [(f, r["relevant"]) for r in rows if (f := feature(r)) is not None and None not in f]
+        if not kept:  # a stage no development hit reached
+            print(f"{name:<7} no hits")
+            continue
         x = np.array([f for f, _ in kept])
         y = np.array([label for _, label in kept], dtype=float)
         model, probabilities = fit(x, y)
