@@ -32,7 +32,6 @@ from engram.limits import (
 
 MetadataValue = str | bool | int | float
 MetadataKey = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
-# The same as the service's request schemas take it (REST, MCP): strict, a boolean before the numbers.
 
 
 def _no_integer(value: object) -> object:
@@ -43,6 +42,7 @@ def _no_integer(value: object) -> object:
     return value
 
 
+# The same as the service's request schemas take it (REST, MCP): strict, a boolean before the numbers.
 MetadataScalar = (
     Annotated[bool, Field(strict=True)]
     | Annotated[int, Field(strict=True, ge=-(2**53), le=2**53)]

@@ -143,12 +143,8 @@ def print_hits(
     ``min_confidence`` kept any. Stored text is data: never read as rich markup (a "[/b]" in a turn
     raised MarkupError, other tags restyled the output), its control characters dropped (engram.text)."""
     if not hits:
-        shown = (
-            f"{nothing_confident(min_confidence)}; --min-confidence 0 shows the closest"
-            if min_confidence
-            else ""
-        )
-        console.print(f"  ({shown or 'no hits'})")
+        closest = "; --min-confidence 0 shows the closest"
+        console.print(f"  ({nothing_confident(min_confidence) + closest if min_confidence else 'no hits'})")
     for hit in hits:
         m = hit.memory
         line = Text.assemble(
