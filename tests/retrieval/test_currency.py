@@ -737,6 +737,14 @@ def test_after_consolidation_the_live_fact_replaces_the_turn_it_superseded(eng):
     # the turn the live fact stands on says what it says: as confident as the outdated turn was before
     # its outdated factor, so a threshold that keeps the old turn keeps it too (the demo's repro)
     assert by_id[edinburgh.id].confidence >= 2 * by_id[bristol.id].confidence
+    # ... and as the fact itself, with or without the superseded fact among the hits (a newcomer's walk:
+    # the demo showed the move at 0.15, then 0.41 with include_superseded)
+    assert by_id[edinburgh.id].confidence >= by_id[new.id].confidence
+    also = {
+        h.memory.id: h
+        for h in mem.recall("where does Sarah live?", include_superseded=True, record_use=False)
+    }
+    assert also[edinburgh.id].confidence == pytest.approx(by_id[edinburgh.id].confidence)
     history = mem.recall("where did Sarah live before?", include_superseded=True, record_use=False)
     assert old.id in [h.memory.id for h in history[:3]]
     asked = mem.recall("where did Sarah live before?", record_use=False)  # the past: no flag needed

@@ -337,11 +337,12 @@ def put_current_first(
 
 
 def turns_behind(outdated_by: dict[str, str], order: Sequence[Candidate]) -> list[tuple[str, str]]:
-    """(old id, turn id) for each turn among ``order`` that a live fact replacing the old one stands on,
-    said after the old one: it says what that fact says, so it answers what the old one answered (the
-    demo's "big news - we moved to Edinburgh last week!" behind "Sarah lives in Edinburgh (Leith)",
-    which replaced "we live in Bristol btw": its confidence 0.06 fell below the default threshold while
-    the outdated turn's 0.25 did not)."""
+    """(old id, turn id) and (fact id, turn id) for each turn among ``order`` that a live fact replacing
+    the old one stands on, said after the old one: it says what that fact says, so it answers what the
+    old one and the fact answer (the demo's "big news - we moved to Edinburgh last week!" behind "Sarah
+    lives in Edinburgh (Leith)", which replaced "we live in Bristol btw": its confidence 0.06 fell below
+    the default threshold while the outdated turn's 0.25 did not; then 0.15, or 0.41 when the superseded
+    fact was among the hits: the fact's own 0.45 both times now)."""
     by_id = {c.memory.id: c.memory for c in order}
     pairs = []
     for old_id, new_id in outdated_by.items():
@@ -351,7 +352,7 @@ def turns_behind(outdated_by: dict[str, str], order: Sequence[Candidate]) -> lis
         for turn_id in new.supporting_episode_ids:
             turn = by_id.get(turn_id)
             if isinstance(turn, EpisodicMemory) and event_time(turn) > event_time(old):
-                pairs.append((old_id, turn_id))
+                pairs += [(old_id, turn_id), (new_id, turn_id)]
     return pairs
 
 
