@@ -477,6 +477,7 @@ def test_invalid_input_is_refused_and_changes_nothing(side: Side) -> None:
         lambda: mem.write("", memory_type="procedural", name="p", steps=["hold reset"]),  # type: ignore[list-item]
         lambda: mem.write("", memory_type="procedural", name="p", steps=[1]),  # type: ignore[list-item]
         lambda: mem.write("f", metadata={"a": (1, 2)}),
+        lambda: mem.write("f", supporting_episode_ids={"epi_x": 1}),  # type: ignore[arg-type]  # the Client sent it
         lambda: mem.remember_turn("hi", metadata={"a": (1, 2)}),
         lambda: mem.write("f", created_at=datetime(2999, 1, 1, tzinfo=UTC)),
         lambda: mem.recall(""),

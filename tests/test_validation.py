@@ -168,6 +168,9 @@ def test_a_turn_said_in_the_future_is_refused(eng):
         mem.write("Sarah lives in Bristol", created_at=far)
     with pytest.raises(InvalidInput, match=r"created_at .* is in the future"):
         mem.write("", memory_type="procedural", name="p", created_at=far)
+    for kind, record in (("semantic", {"text": "x"}), ("procedural", {"name": "p"})):  # and on import
+        with pytest.raises(InvalidInput, match=rf"{kind}\[0\]\.timestamp .* is in the future"):
+            mem.import_json({kind: [{**record, "timestamp": far.isoformat()}]})
     assert [m.text for m in mem.list("semantic")] == []
     assert mem.write("Sarah lives in Bristol", created_at=soon).created_at == soon
 

@@ -185,7 +185,7 @@ def import_document(
     said_at = {ep.id: ep.timestamp for ep in episodes}  # a fact without a time holds from its turns
     for i, fact in enumerate(doc.semantic):
         where = f"semantic[{i}]"
-        _check_metadata(fact, where)
+        _check_record(fact, where, fact.at(now))
         row_id = identity.of("semantic", fact)
         unknown = [k for k in fact.supporting_episodes if not keys.get(k, "").startswith("epi_")]
         if unknown:
@@ -239,7 +239,7 @@ def import_document(
         )
     for i, pb in enumerate(doc.procedural):
         where = f"procedural[{i}]"
-        _check_metadata(pb, where)
+        _check_record(pb, where, pb.at(now))
         playbook = ProceduralMemory(
             id=identity.of("procedural", pb),
             text=checked(pb.text, f"{where}.text") if pb.text else "",
@@ -282,7 +282,7 @@ def _import_catalog(
             title = check_title(record.title, f"catalog[{i}].title")
         except InvalidInput as exc:
             raise ImportFileError(f"invalid import file: {exc}") from None
-        _check_metadata(record, f"catalog[{i}]")
+        _check_record(record, f"catalog[{i}]")
         row = CatalogItem(
             id=identity.of("catalog", record),
             text=text,
@@ -442,8 +442,9 @@ class _Identity:
         return new_id(memory_type, digest)
 
 
-def _check_metadata(record: Record, where: str) -> None:
+def _check_record(record: Record, where: str, at: datetime | None = None) -> None:
     try:
         check_metadata(record.metadata)
+        validation.check_turn_time(at, "timestamp", "a row is written by now")  # as write's created_at
     except InvalidInput as exc:  # before anything is embedded: the store would fail or change it
         raise ImportFileError(f"invalid import file: {where}.{exc}") from None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import Field
 
 from engram.errors import InvalidInput
 from engram.limits import (
@@ -33,20 +33,13 @@ from engram.limits import (
 MetadataValue = str | bool | int | float
 MetadataKey = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 
-
-def _no_integer(value: object) -> object:
-    """An integer that the integer branch refused (past ±2**53) is not read as the float nearest it,
-    which then matched another stored integer (an outside review: ...891 found the row of ...890)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        raise ValueError("integers in a filter are within ±2**53")
-    return value
-
-
-# The same as the service's request schemas take it (REST, MCP): strict, a boolean before the numbers.
+# The same as the service's request schemas take it (REST, MCP): strict, a boolean before the numbers,
+# every number within ±2**53, the schema saying so: an integer past it was read as the float nearest it,
+# which then matched another stored integer (an outside review: ...891 found the row of ...890).
 MetadataScalar = (
     Annotated[bool, Field(strict=True)]
     | Annotated[int, Field(strict=True, ge=-(2**53), le=2**53)]
-    | Annotated[float, BeforeValidator(_no_integer), Field(strict=True, allow_inf_nan=False)]
+    | Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-(2**53), le=2**53)]
     | Annotated[str, Field(strict=True, max_length=MAX_METADATA_FILTER_VALUE_CHARS)]
 )
 _SAFE_INT = 2**53  # past this a JSON number is not an exact integer in every engine (nor in JavaScript)
@@ -120,8 +113,8 @@ def _scalar(key: str, value: object) -> MetadataValue:
             raise InvalidInput(f"metadata.{key}: integers in a filter are within ±2**53")
         return value
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidInput(f"metadata.{key}: a number in a filter is finite")
+        if not math.isfinite(value) or abs(value) > _SAFE_INT:
+            raise InvalidInput(f"metadata.{key}: a number in a filter is finite, within ±2**53")
         return value
     if isinstance(value, str):
         if len(value) > MAX_METADATA_FILTER_VALUE_CHARS or not _utf8(value):

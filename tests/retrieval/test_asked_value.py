@@ -18,6 +18,11 @@ QUESTION = "what's maeve's cat called?"
         ("how many chickens have I got?", AskedValue.NUMBER),
         ("how much do I weigh?", AskedValue.NUMBER),  # a number of anything; money has its own kind
         ("What was the adoption fee for Frøya at the shelter?", AskedValue.AMOUNT),
+        # how much of something else, or when money moves (a review of the first version)
+        ("how much time do I spend on duolingo?", AskedValue.NUMBER),
+        ("how much annual leave do I earn?", AskedValue.NUMBER),
+        ("what's my rent due date?", None),
+        ("when is my salary paid?", AskedValue.DAY),
         ("How long has Dan been teaching?", AskedValue.DURATION),
         ("what age is Leo?", AskedValue.DURATION),
         ("what time is capoeira?", AskedValue.TIME),
@@ -174,6 +179,12 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
                 ("120k cedi for a 2015 civic", True),
                 ("I pay 1350 a month", True),
                 ("$65 a month", True),
+                ("paid £70k for the 7 series", True),  # the whole number, not "£7"
+                ("it cost twelve pounds", True),
+                ("rent's 1350pcm", True),
+                ("we pay 800-900 depending on bills", True),
+                ("paid R4500 for it", True),
+                ("choir starts at 17:30 now", False),
             )
         ],
         (AskedValue.DURATION, "vegan for a decade now", "how long have I been vegan?", True),

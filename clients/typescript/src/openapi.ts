@@ -931,7 +931,7 @@ export interface components {
             supersedes_id?: string | null;
             /**
              * Contradiction
-             * @description natural: the world changed; harsh: the old fact was never true
+             * @description natural: the world changed; harsh: the old fact was never true (facts only: a playbook is revised, never retracted)
              */
             contradiction?: ("natural" | "harsh") | null;
             /**
@@ -981,7 +981,7 @@ export interface components {
             offset: number;
             /**
              * Type
-             * @description the type listed: semantic unless ?type= names another (an empty list of facts beside stored turns surprised a newcomer); absent from a history, which holds one chain
+             * @description the type listed: semantic unless ?type= names another (an empty list of facts beside stored turns surprised a newcomer); null for a history, which holds one chain
              */
             type?: ("episodic" | "semantic" | "procedural") | null;
         };

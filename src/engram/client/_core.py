@@ -161,7 +161,9 @@ class ClientCore:
             "memory_type": memory_type,
             "fact_type": fact_type,
             "confidence": confidence,
-            "supporting_episode_ids": _listed(supporting_episode_ids),
+            "supporting_episode_ids": items_of(
+                supporting_episode_ids, "supporting_episode_ids", text_is_one=True
+            ),
             "supersedes_id": supersedes_id,
             "contradiction": contradiction,
             "valid_from": _iso(valid_from),
@@ -169,7 +171,7 @@ class ClientCore:
             "name": name,
             "trigger_text": trigger_text or "",  # the handle takes None for "" too
             "description": description or "",
-            "steps": [s.model_dump() if isinstance(s, Step) else s for s in items_of(steps or (), "steps")],
+            "steps": [_step(s) for s in items_of(steps or (), "steps")],
             "metadata": check_metadata(metadata),
             "created_at": _iso(created_at),
         }
@@ -320,3 +322,8 @@ class ClientCore:
             f"{self.base_url} did not answer as an Engram service: HTTP {response.status_code} "
             f"to {response.request.method} {response.request.url.path}"
         )
+
+
+def _step(step: object) -> object:
+    """A step as JSON sends it: a Step's fields, any mapping as a dict (as the handle takes them)."""
+    return step.model_dump() if isinstance(step, Step) else dict(step) if isinstance(step, Mapping) else step

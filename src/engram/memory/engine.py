@@ -181,12 +181,13 @@ class Engine:
     def _next_version(self, tenant: Tenant, supersede: Supersession | None) -> int:
         """A playbook's version: one past the playbook it supersedes (an outside review: a revision stayed
         at 1), else 1. A playbook is revised, never "never true": a harsh contradiction is refused."""
-        if supersede is None:
+        found = self.store.fetch(tenant, [supersede.old_id], include_catalog=False) if supersede else []
+        old = found[0] if found and isinstance(found[0], ProceduralMemory) else None
+        if old is None:  # none, or not found (NotFound at the write) or not a playbook (InvalidInput there)
             return 1
-        if supersede.retract:
+        if supersede is not None and supersede.retract:
             raise InvalidInput("a playbook is revised, not retracted: supersede it without 'harsh'")
-        old = self.store.fetch(tenant, [supersede.old_id], include_catalog=False)
-        return old[0].version + 1 if old and isinstance(old[0], ProceduralMemory) else 1
+        return old.version + 1
 
     def _store_row(self, tenant: Tenant, row: Memory, supersede: Supersession | None = None) -> bool:
         """Store one row; False when a turn was stored without its context, the turn it quotes having

@@ -58,26 +58,39 @@ _CALLED_SOMEONE = re.compile(r"\b(?:i|you|he|she|we|they|who|someone|somebody|an
 _COLOUR_ASKED = re.compile(r"\b(?:what|which) colou?rs?\b|\bcolou?rs? (?:is|are|was|were)\b", _I)
 _TIME_ASKED = re.compile(r"\bwhat time\b(?! zones?\b| of (?:the )?year\b)", _I)
 _DURATION_ASKED = re.compile(r"\bhow (?:long|old)\b(?! ago\b)|\bwhat age\b", _I)
-_NUMBER_ASKED = re.compile(r"\bhow (?:much|many|far)\b|\bwhat price\b|\bsalary\b", _I)
+_NUMBER_ASKED = re.compile(r"\bhow (?:much|many|far)\b", _I)
 _YEAR_ASKED = re.compile(r"\bwhat year\b", _I)
-# Money: "how much did I pay for the flat?", "what was the adoption fee?", "what's my salary?"; not "how
-# much do I weigh?", "how much sleep do I get?" (a number of anything: NUMBER)
+# Money: "how much did I pay for the flat?", "how much is my rent?", "what was the adoption fee?", "what's
+# my salary?"; not "how much time do I spend on it?", "how much leave do I earn?" (how much of something
+# else), "what's my rent due date?", "when is my salary paid?" (a day), "how much do I weigh?" (a number).
+# Bounded gaps: a 16,000-character query is read in linear time.
 _AMOUNT_ASKED = re.compile(
-    r"\bhow much\b.*\b(?:pay|paid|pays|paying|cost|costs|costing|charge[ds]?|charging|spen[dt]|spending|earn"
-    r"|earns|earned|earning|make|makes|owe|owed|sell|sold|worth|rent|fee|price|salary)\b"
-    r"|\bwhat(?:['’]s| is| was| are| were)\s+(?:[\w'’]+\s+){0,3}?(?:fee|price|cost|rent|salary|wage)s?\b"
-    r"|\bwhat price\b|\bsalary\b",
+    r"\bhow much\s+(?:(?:money|cash|rent|tax)\s+)?(?:do|does|did|is|was|are|were|will|would|should|have|has"
+    r"|had|can|could|am|i|we|you|he|she|they|it)\b[^?.!]{0,80}?\b(?:pay|paid|pays|paying|cost|costs|costing|charged?"
+    r"|charges|charging|spen[dt]|spending|earn|earns|earned|earning|make|makes|made|owe|owed|sell|sold|worth|rent"
+    r"|fee|price|salary|wage)\b"
+    r"|\bwhat(?:['’]s| is| was| are| were)\s+(?:[\w'’]+\s+){0,3}?(?:fee|price|cost|rent|salary|wage)s?"
+    r"(?=\s*(?:[?.!,]|$)|\s+(?:now|then|for|of|in|at|on|per|with|these|this|each|every|a|again|currently|like)\b)"
+    r"|\bwhat price\b",
     _I,
 )
-# ... is stated by a sum: a number with a currency or a money word ("£790", "30k", "120k cedi", "two grand"),
-# or a number standing alone ("I pay 1350 a month"); not a time, date, ordinal, measure or model ("6am",
-# "the 14th", "13 dec", "18.000 km", "CX-5", "iphone 13" asked already)
-_SUM = re.compile(
-    r"[£$€¥₹]\s?\d|(?<![\w-])\d[\d,.]*+(?:\s?(?:k|m|bn|grand|quid|bucks|dollars?|pounds?|euros?|pence|cents?|kr"
-    r"|kroner|cedis?|pesos|reais|rupees|rand)\b|(?![\w-]|\s?(?:am|pm|[:.]\d|%|st|nd|rd|th|km|kg|cm|mm|mph|gb|mb"
-    r"|mins?|minutes?|hours?|hrs?|days?|weeks?|months?|years?|yrs?|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov"
-    r"|dec)\b))",
+# ... is stated by a sum: a number with a currency ("£70k", "R4500", "120k cedi", "twelve pounds", "two
+# grand", "free"), or a number standing alone ("I pay 1350 a month", "800-900"); not a time, date,
+# ordinal, measure or part of a model's name ("6am", "17:30", "the 14th", "13 dec", "18.000 km", "CX-5")
+_NUMBER_TOKEN = re.compile(
+    r"(?<![\w.,:-])(?P<pre>[£$€¥₹]|(?:r|rs|usd|eur|gbp|aud|sgd|nzd|chf|nok|ghs|kr)\.?\s?(?=\d))?"
+    r"(?P<num>\d[\d,.]*+)(?P<suf>[^\W\d_]*)(?:\s+(?P<next>[^\W\d_]+|%))?",
     _I,
+)
+_MONEY_SUFFIXES = frozenset(
+    "k m bn ish pcm pw pa pp p grand quid bucks rs eur usd gbp aud sgd nzd chf nok kr ghs".split()  # noqa: SIM905
+)
+_NOT_A_SUM_NEXT = frozenset(
+    """
+    am pm % percent km kg g cm mm m miles mph kmh mins min minutes hours hrs hr days weeks months years yrs
+    times people kids jan feb mar apr may jun jul aug sep sept oct nov dec january february march april june
+    july august september october november december
+    """.split()  # noqa: SIM905
 )
 # "what does sean do for work?", "what did julien do for a living?", "what is her occupation?"; not "what's
 # my job now?" (answered as often without the words below: "junior sister on AMU from january"), nor
@@ -168,11 +181,12 @@ _NUMBER_WORDS = _words(
     fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth thirtieth
     """
 )
-# ... or in words: "fifty quid", "a hundred and twenty", "two grand", "it was free" (not "two-bedroom")
+# ... or in words: "fifty quid", "a hundred and twenty", "twelve pounds", "it was free" (not "two-bedroom")
 _MONEY_WORDS = _words(
     """
     twenty thirty forty fifty sixty seventy eighty ninety hundred hundreds thousand thousands million
-    millions billion grand quid bucks tenner fiver free
+    millions billion grand quid bucks tenner fiver free nothing pounds pound dollars dollar euros euro cents
+    pence kroner krone rupees pesos cedis cedi reais rand yen francs baht ringgit dirhams half figures
     """
 )
 _DURATION_WORDS = _words(
@@ -221,7 +235,8 @@ _ACCEPTS: dict[AskedValue, frozenset[str]] = {  # the words that state a value o
 def asked_value(query: str) -> AskedValue | None:
     """The kind of value ``query`` asks for, or None (most questions: "where do I live?", "what car do I
     drive?" can be answered in any words; see the module docstring). Example: "what's my sister
-    called?" -> NAME; "how much is my rent?" -> NUMBER; "when did we move?" -> None."""
+    called?" -> NAME; "how much is my rent?" -> AMOUNT; "how many dogs?" -> NUMBER; "when did we move?"
+    -> None."""
     if _NO_VALUE.search(query) or _TWO_QUESTIONS.search(query):
         return None
     if _NAME_ASKED.search(query) and not _CALLED_SOMEONE.search(query):
@@ -291,8 +306,7 @@ def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
     if kind is AskedValue.OCCUPATION:
         return bool(_OCCUPATION.search(text))
     if kind is AskedValue.AMOUNT:
-        sums = {m.group().strip("£$€¥₹ ,.") for m in _SUM.finditer(text)}
-        return bool(sums - asked.numbers) or bool({_bare(w) for w in _WORD.findall(text)} & _MONEY_WORDS)
+        return _states_sum(text, asked)
     if kind is not AskedValue.COLOUR and set(_NUMBER.findall(text)) - asked.numbers:
         return True
     said = {_bare(w) for w in _WORD.findall(text)} - asked.words
@@ -300,6 +314,18 @@ def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
     if kind in (AskedValue.NUMBER, AskedValue.DURATION):
         said |= {"none" for m in _NO_SUCH.finditer(text) if _bare(m.group(1)) in asked.words}
     return bool(said & _ACCEPTS[kind])
+
+
+def _states_sum(text: str, asked: _Query) -> bool:
+    """Whether ``text`` states a sum of money the query does not hold (``_NUMBER_TOKEN``), or names one
+    in words (``_MONEY_WORDS``)."""
+    for found in _NUMBER_TOKEN.finditer(text):
+        number, suffix, after = found["num"].rstrip(",."), found["suf"].lower(), (found["next"] or "").lower()
+        if number in asked.numbers or text[found.end("num") : found.end("num") + 1] == ":":  # "17:30"
+            continue
+        if found["pre"] or suffix in _MONEY_SUFFIXES or (not suffix and after not in _NOT_A_SUM_NEXT):
+            return True
+    return bool({_bare(w) for w in _WORD.findall(text)} & _MONEY_WORDS)
 
 
 def _names_someone(text: str, asked: _Query) -> bool:

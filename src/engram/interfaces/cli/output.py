@@ -103,7 +103,8 @@ def print_keys(records: Iterable[ApiKeyRecord], as_json: bool) -> None:
     rows = []
     for r in records:
         state = f"revoked {r.revoked_at:%Y-%m-%d}" if r.revoked_at else "live"
-        state += " read-only" if r.scope == "read" else " read-write"  # both said (a newcomer's walk)
+        if r.scope == "read" or not r.revoked_at:  # a live key says both (a newcomer's walk)
+            state += " read-only" if r.scope == "read" else " read-write"
         if r.expires_at is not None and not r.revoked_at:
             state += f" {'expired' if r.expires_at <= utcnow() else 'expires'} {r.expires_at:%Y-%m-%d}"
         elif not r.revoked_at:

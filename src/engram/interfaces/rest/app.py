@@ -128,7 +128,6 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
         lifespan=lifespan,
         docs_url=None,  # mount_docs serves /docs from local assets instead of a CDN
         redoc_url=None,
-        redirect_slashes=False,  # "/v1/memories/" is an unknown route (JSON 404), not an empty 307
         **framework_telemetry_off(),
     )
     app.state.engram = engram

@@ -196,7 +196,9 @@ class MemoryCreate(_Request):
     supporting_episode_ids: list[str] = Field(default_factory=list, max_length=MAX_SUPPORTING_IDS)
     supersedes_id: str | None = Field(default=None, description="id of the live row this one replaces")
     contradiction: Contradiction | None = Field(
-        default=None, description="natural: the world changed; harsh: the old fact was never true"
+        default=None,
+        description="natural: the world changed; harsh: the old fact was never true (facts only: a playbook "
+        "is revised, never retracted)",
     )
     valid_from: IsoDatetime | None = Field(
         default=None, description="not after valid_to; default: when the newest supporting episode was said"
@@ -339,7 +341,7 @@ class MemoryList(BaseModel):
     type: Literal["episodic", "semantic", "procedural"] | None = Field(
         default=None,
         description="the type listed: semantic unless ?type= names another (an empty list of facts beside "
-        "stored turns surprised a newcomer); absent from a history, which holds one chain",
+        "stored turns surprised a newcomer); null for a history, which holds one chain",
     )
 
 
