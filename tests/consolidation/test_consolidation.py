@@ -527,6 +527,29 @@ def test_the_same_fact_twice_in_one_reply_is_written_once_and_reported_merged(en
     assert len(mem.list("semantic")[0].supporting_episode_ids) == 2
 
 
+def test_the_same_fact_twice_near_a_stored_one_is_judged_and_written_once(make_engram, fake_llm, embedder):
+    """A newcomer's walk: both copies were near a stored fact, so both went to the judge, which saw
+    neither as the other's neighbour; each was written (three copies in a real store)."""
+    stored, candidate = "The user's dog is called Rex", "The user's cat is called Tom"
+    vectors = embedder.embed_documents([stored, candidate])
+    cos = float(vectors[0] @ vectors[1])
+    eng = make_engram(dedup_similarity=min(1.0, cos + 0.02), dedup_judge_similarity=cos - 0.1)
+    mem = eng.for_user("u1")
+    mem.write(stored)
+    mem.remember_turn("my cat is called Tom")
+    mem.remember_turn("oh and my cat is called Tom, did I say?")
+
+    def extract(p):
+        said = [[e["id"]] for e in p["episodes"]]
+        return {"facts": [{"text": candidate, "supporting_episode_ids": ids} for ids in said]}
+
+    fake_llm.script(ok(extract), ok(lambda p: {"verdicts": [{"index": i} for i in range(len(p))]}))
+    report = eng.consolidate("u1", llm=llm_for(fake_llm))
+    assert len(report.written) == 1 and report.merged == report.written, str(report)
+    (tom,) = [f for f in mem.list("semantic") if f.text == candidate]
+    assert len(tom.supporting_episode_ids) == 2
+
+
 def test_a_crash_before_commit_repeats_the_batch_without_duplicates(tmp_path, fake_llm):
     """Kill a consolidating process while it waits for the LLM, then run again: one copy of each fact."""
     import os

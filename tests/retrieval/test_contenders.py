@@ -150,8 +150,12 @@ def test_recall_reranks_near_ties_and_says_so_and_skips_a_clear_leader(eng):
         ),
         ("what time is my pilates class on Wednesday?", "when is my pilates class on wednesday?", True),
         ("may I ask, what car do I drive?", "what car do I drive?", True),  # "may" is no month here
-        ("where do I live? the form asks", "where do I live?", False),  # one content word: not judged
-        ("is this ok? " + "word " * 20_000, "is this ok now?", False),  # long, and linear in its length
+        # one content word: the same question (a newcomer's walk: asked twice, it buried the answer)
+        ("where do I live? the form asks", "where do I live?", True),
+        ("where do I live again?", "where do I live?", True),
+        ("do I live in Leeds?", "where do I live?", False),  # it names a place: a guess that tells
+        ("what should we do?", "what's my sister called?", False),
+        ("is this ok? " + "word " * 20_000, "is this ok now?", True),  # long, and linear in its length
         # one shared word is a question on the subject, and it tells: "my sister Magda"
         ("my sister Magda is coming over in november, what should we do?", "what's my sister called?", False),
         (  # a turn that mostly tells (LoCoMo)
@@ -223,6 +227,22 @@ def test_a_question_asked_before_does_not_answer_it_again(eng):
     hits = mem.recall("what car do I drive?", record_use=False)
     assert {h.memory.id for h in hits[:2]} == {skoda.id, leeds.id}
     assert all("outdated_by" not in h.explain for h in hits) and hits[-1].memory.id in {asked.id, again.id}
+
+
+def test_a_one_word_question_asked_twice_leaves_the_answer_first_and_judged(eng):
+    """A newcomer's walk: the agent stores each user turn, so "where do I live?" asked before, then
+    again, led the recall (0.64 and 0.57) and the fact fell to 0.14 as the cross-encoder read only
+    the two questions."""
+    mem = eng.for_user("sarah")
+    fact = mem.write("Sarah lives in Bristol")
+    for asked in ("where do I live?", "where do I live again?"):
+        mem.remember_turn(asked)
+    hits = mem.recall("where do I live?", record_use=False)
+    assert hits[0].memory.id == fact.id and hits[0].explain["relevance"] == "rerank"
+    assert hits[0].confidence > 0.5 and all(h.confidence < 0.1 for h in hits[1:3])
+    assert [h.memory.id for h in mem.recall("where do I live?", min_confidence=0.1, record_use=False)] == [
+        fact.id
+    ]
 
 
 def test_a_single_turn_is_no_clear_leader(eng):

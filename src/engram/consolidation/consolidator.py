@@ -3,14 +3,13 @@
 Per batch of the user's waiting episodes (oldest first): one LLM call extracts candidates; guards
 filter them (cited episodes of this batch only, assistant words never become facts, confidence floor,
 duplicate check against the hybrid top-5 neighbours with one batched judge call for the unclear ones);
-then everything is written in ONE transaction that also marks the batch's episodes consolidated. A
-crash before the commit leaves nothing behind and the batch simply waits for the next run.
+then everything is written in ONE transaction that also marks the batch's episodes consolidated: a
+crash before the commit leaves nothing behind, and the batch waits for the next run.
 
-A batch whose LLM reply is malformed, or that the endpoint refuses as too big (HTTP 400 or 413: a
-context too long), is split in halves, each tried on its own, down to single episodes; an episode
-the LLM cannot read alone, twice, is set aside (marked skipped, reported) so it never blocks the
-user's later turns. When neither half of a split can be read, the LLM is at fault, not the episodes:
-the run stops with an error and nothing is set aside (a few calls, not one per turn).
+A batch whose LLM reply is malformed, or that the endpoint refuses as too big (HTTP 400 or 413), is
+split in halves down to single episodes; an episode the LLM cannot read alone, twice, is set aside
+(marked skipped, reported) so it never blocks later turns. When neither half of a split can be read,
+the LLM is at fault: the run stops with an error and nothing is set aside.
 """
 
 from __future__ import annotations
@@ -336,8 +335,12 @@ class Consolidator:
                     rows.append(row.model_copy(update={"supersedes": changed.id, "contradiction": "natural"}))
                     supersede[row.id] = Supersession(old_id=changed.id, retract=False, at=now)
                     replaced.add(changed.id)
-                else:
-                    rows.append(row)
+                else:  # listed twice and judged twice (near an older fact): the second copy merges
+                    sim, kept = self._closest(fact.text, [r for r in rows if isinstance(r, SemanticMemory)])
+                    if kept and sim >= duplicate and not guards.differs_in_detail(fact.text, kept.text):
+                        merge(kept, support)
+                    else:
+                        rows.append(row)
 
         for pb in extraction.playbooks:
             support = admissible(pb.name, pb.supporting_episode_ids, 1.0, facts_only=False)

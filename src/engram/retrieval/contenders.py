@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from engram.models import EpisodicMemory
 from engram.retrieval.candidate import Candidate
@@ -39,7 +39,13 @@ _MONTHS = "january february april june july september october november december"
 _CALENDAR = frozenset([*_DAYS, *(day + "s" for day in _DAYS), *_MONTHS])
 
 
-def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_gap: float = 1.0) -> int:
+def contenders(
+    window: Sequence[Candidate],
+    gap: float,
+    query: str,
+    distilled_gap: float = 1.0,
+    aside: Collection[str] = (),
+) -> int:
     """How many of the window's leading candidates the cross-encoder should score (the first ``n``).
 
     A window led by ``window[0]`` (the head's best after late interaction and the multipliers):
@@ -53,15 +59,17 @@ def contenders(window: Sequence[Candidate], gap: float, query: str, distilled_ga
     when a raw score is missing or not finite (late interaction off, failed, or skipped).
 
     Leading echoes of the query (a turn whose text is the query itself, ignoring case and surrounding
-    space) are scored with the contenders but do not lead them: an agent writes the user's turn, then
-    recalls by its words, and that turn, first by far, would otherwise leave every recall uncontested.
+    space) and turns that ask it (``aside``: ``set_aside_askers``) are scored with the contenders but do
+    not lead them: an agent writes the user's turn, then recalls by its words, and that turn, first by
+    far, would otherwise leave every recall uncontested (or, asked twice, take the places the answer
+    needed: "where do I live again?" over "Sarah lives in Bristol", a newcomer's walk).
 
     Example (turns): raw MaxSims [0.86, 0.85, 0.80, 0.855], gap 0.015 -> 3 (three within 0.015 of the
     leader); [0.86, 0.82, 0.80] -> 1 (the leader alone), or 3 when both legs rank the third first; an
     echo then [0.76, 0.755] -> 3. The same rows holding a fact, distilled gap 0.05: 3; [0.86, 0.70] -> 1.
     """
     echoes = 0
-    while echoes < len(window) and is_echo(window[echoes], query):
+    while echoes < len(window) and (is_echo(window[echoes], query) or window[echoes].memory.id in aside):
         echoes += 1
     rest = window[echoes:]
     raws = [c.late_raw for c in rest]
@@ -100,7 +108,7 @@ def asks_the_query(text: str, query: str) -> bool:
     if "?" not in text:
         return False
     asked = content_stems(query)
-    if len(asked) < 2:
+    if not asked:
         return False
     told = content_stems(text)
     if not _named(text) <= _named(query):
@@ -109,7 +117,7 @@ def asks_the_query(text: str, query: str) -> bool:
         question = content_stems(found.group(0))
         shared = len(question & asked)
         if (
-            shared >= 2
+            (shared >= 2 or question == asked)  # one word: the same question ("where do I live again?")
             and shared >= 2 / 3 * min(len(question), len(asked))
             and 3 * len(question) >= len(told)
         ):
@@ -150,7 +158,9 @@ def set_aside_askers(order: list[Candidate], query: str, factor: float, places: 
     for place, c in enumerate(order):
         if place >= end:
             break
-        if isinstance(c.memory, EpisodicMemory) and asks_the_query(c.memory.text, query):
+        if isinstance(c.memory, EpisodicMemory) and (
+            is_echo(c, query) or asks_the_query(c.memory.text, query)
+        ):
             c.multipliers["asked"] = factor
             asker_ids.add(c.memory.id)
             end += 1  # the next one rises into the first places

@@ -185,18 +185,18 @@ def recall(
     asker_ids = set_aside_askers(tier, query, config.asked_factor, max(k, config.rerank_window))
     candidates[: len(tier)] = tier
     window = candidates[: config.rerank_window] if config.rerank and reranker is not None else []
-    contested = contenders(window, config.rerank_gap, query, config.rerank_gap_distilled)
+    contested = contenders(window, config.rerank_gap, query, config.rerank_gap_distilled, asker_ids)
     uncontested: Candidate | None = None  # a leader nothing came near, left unscored: its own calibration
     reranked = False  # the cross-encoder scored the window's contested places
     if window and not contested:  # nothing but the query's own echo
         notes["rerank"] = "skipped: nothing but the query's own turn"
     elif reranker is not None and window:
-        others = [c for c in window if not is_echo(c, query)]
+        others = [c for c in window if not (is_echo(c, query) or c.memory.id in asker_ids)]
         partial, window = contested < len(window), window[:contested]
         # a raw turn leads and nothing came near it (a single row is no clear leader: nothing to lose);
         # its own calibration was fitted on such turns, not on facts
         raw_turns = all(isinstance(c.memory, EpisodicMemory) for c in others)
-        alone = raw_turns and len(others) > 1 and sum(1 for c in window if not is_echo(c, query)) == 1
+        alone = raw_turns and len(others) > 1 and sum(1 for c in window if c in others) == 1
         rerank_error = None
         with (_SHED_ALL if shed_rerank else admission or _ADMIT_ALL).slot() as admitted:
             if admitted:  # a shed recall's skipped stage is counted as shed, not timed as a rerank
