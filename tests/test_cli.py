@@ -359,6 +359,21 @@ def test_engram_mcp_with_a_key_refuses_a_missing_store(tmp_path):
     assert not (tmp_path / "engram.db").exists()
 
 
+def test_engram_chat_refuses_a_store_named_that_is_not_there(tmp_path):
+    """A newcomer's walk: a typo in --store started the agent on a new, empty store."""
+    env = dict(os.environ, ENGRAM_HOME=str(tmp_path), ENGRAM_LLM_BASE_URL="http://127.0.0.1:9/v1")
+    typo = tmp_path / "nothere.db"
+    proc = subprocess.run(
+        [*ENGRAM, "chat", "--user", "sarah", "--store", str(typo)],
+        capture_output=True,
+        text=True,
+        env={**env, "ENGRAM_LLM_MODEL": "m"},
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1 and "no store at" in proc.stderr + proc.stdout and not typo.exists()
+
+
 def test_consolidate_without_llm_says_it_is_disabled(tmp_path):
     """Issue 12 #26: no LLM configured: a clear message and exit code 1, not `[]`."""
     no_llm = {k: None for k in os.environ if k.startswith("ENGRAM_LLM_")}  # None: unset while it runs

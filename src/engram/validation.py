@@ -78,11 +78,12 @@ def check_types(memory_types: Iterable[Any]) -> list[MemoryType]:
     return result
 
 
-def check_k(k: object) -> None:
-    """A recall's ``k``: a Python int in [1, MAX_RECALL_K] (not True, not 5.0), in the embedded API
-    and the Client alike (the service reads JSON's 5.0 as 5, as JSON Schema's integer allows)."""
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_RECALL_K:
-        raise InvalidInput(f"k must be an integer in [1, {MAX_RECALL_K}]")
+def check_k(k: object, most: int = MAX_RECALL_K) -> None:
+    """A recall's ``k``: a Python int in [1, ``most``] (not True, not 5.0), in the embedded API
+    and the Client alike (the service reads JSON's 5.0 as 5, as JSON Schema's integer allows); the
+    Client passes the service's bound, so its message states the range it really has."""
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= most:
+        raise InvalidInput(f"k must be an integer in [1, {most}]")
 
 
 def check_recall_flags(include_catalog: object, include_superseded: object, record_use: object) -> None:

@@ -39,6 +39,19 @@ def test_retriever_returns_hits_as_documents(eng: Engram):
     )
     with pytest.raises(InvalidInput):
         EngramRetriever(memory=sarah, k=0).invoke("anything")
+    # a playbook reads as its name, trigger and steps, not its empty text (a newcomer's walk)
+    steps = [
+        {"order": 2, "instruction": "add it again in the app"},
+        {"order": 1, "instruction": "hold reset"},
+    ]
+    sarah.write(
+        "", memory_type="procedural", name="Re-pair a sensor", trigger_text="a sensor is offline", steps=steps
+    )
+    (doc,) = EngramRetriever(memory=sarah, memory_types=["procedural"]).invoke("my sensor is offline")
+    assert (
+        doc.page_content
+        == "Re-pair a sensor (when a sensor is offline)\n1. hold reset\n2. add it again in the app"
+    )
 
 
 def test_retriever_over_the_rest_client(eng: Engram, sarah_client: Client):

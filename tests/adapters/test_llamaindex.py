@@ -84,3 +84,10 @@ def test_retriever_returns_nodes(eng: Engram, sarah_client: Client):
     assert all("Bob" not in n.node.get_content() for n in nodes)
     again = asyncio.run(retriever.aretrieve("when does her passport expire?"))
     assert [n.node.node_id for n in again] == [n.node.node_id for n in nodes]
+    sarah_client.write(
+        "", memory_type="procedural", name="Renew a passport", steps=[{"order": 1, "instruction": "book"}]
+    )
+    playbook = EngramRetriever(sarah_client, memory_types=["procedural"]).retrieve(
+        "how do I renew my passport?"
+    )
+    assert playbook[0].node.get_content() == "Renew a passport\n1. book"  # not its empty text

@@ -838,6 +838,19 @@ def test_a_move_told_after_an_agent_wrote_the_old_city_as_a_fact_goes_first(eng)
     mem.write("Kim lives in Edinburgh", fact_type="identity", supporting_episode_ids=[moved.id])
     hits = mem.recall("where does Kim live?", record_use=False)
     assert hits[0].memory.memory_type == "semantic" and not any("outdated_by" in h.explain for h in hits)
+    # a turn that says again what a fact says, written after it, does not replace it (a newcomer's walk:
+    # the README's block run twice; the Edinburgh fact was outdated by "we moved to Edinburgh")
+    mem = eng.for_user("lou")
+    bristol = mem.write("Lou lives in Bristol")
+    edinburgh = mem.write("Lou lives in Edinburgh", supersedes_id=bristol.id)
+    mem.remember_turn("we moved to Edinburgh last week!")
+    for query in ("where do I live?", "what's my dog's name?"):
+        hits = mem.recall(query, record_use=False)
+        assert not any("outdated_by" in h.explain for h in hits), query
+    assert mem.recall("where do I live?", record_use=False)[0].memory.id == edinburgh.id
+    mem.remember_turn("we moved from Edinburgh to Glasgow on monday")  # a change that names the old value
+    moved = mem.recall("where do I live?", record_use=False)
+    assert moved[0].memory.text.endswith("to Glasgow on monday")
 
 
 def test_a_second_move_outdates_the_fact_and_the_turn_it_stands_on(eng):

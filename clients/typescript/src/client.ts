@@ -264,7 +264,15 @@ export class Client {
 
   async #send(sent: Sent): Promise<Response> {
     if (this.#closed) throw new ClientClosed(`Client(${this.baseUrl}) is closed: make a new Client`);
-    const url = new URL(this.baseUrl + sent.path);
+    let url: URL;
+    try {
+      url = new URL(this.baseUrl + sent.path);
+    } catch {
+      // "127.0.0.1:8765" without http://: an Engram error, as the Python client says it
+      throw new ServiceUnavailable(
+        `${this.baseUrl}: not a URL (missing an 'http://' or 'https://' protocol?)`,
+      );
+    }
     for (const [name, value] of Object.entries(sent.query ?? {})) url.searchParams.set(name, String(value));
     const headers = { ...this.#headers, ...sent.headers };
     if (sent.body !== undefined) headers["Content-Type"] = "application/json";

@@ -317,6 +317,9 @@ describe("the errors", () => {
     assert.ok(gone instanceof StorageError && gone.code === "service_unavailable");
     const astray = new Client(url + "/not-here", env("ENGRAM_KEY_SARAH"));
     await rejects(astray.list("semantic"), ServiceUnavailable, /baseUrl/);
+    // no protocol: a TypeError from URL before (a newcomer's walk), an Engram error now
+    const bare = new Client(`127.0.0.1:${port}`, env("ENGRAM_KEY_SARAH"));
+    await rejects(bare.recall("anything"), ServiceUnavailable, /http:\/\//);
     const proxy = createHttpServer((request, response) => {
       const gateway = request.url === "/v1/me"; // a proxy's error page, else JSON that is not Engram's
       response.writeHead(gateway ? 502 : 200, { "Content-Type": gateway ? "text/html" : "application/json" });

@@ -7,7 +7,7 @@ from engram.client import Client
 from engram.errors import PermissionDenied
 from engram.limits import MAX_PAGE
 from engram.memory import Engram, UserMemory
-from engram.models import Memory, MemoryType
+from engram.models import Memory, MemoryType, ProceduralMemory
 
 UserHandle = UserMemory | Client
 
@@ -39,3 +39,15 @@ def all_rows(handle: UserHandle, memory_type: MemoryType) -> list[Memory]:
         rows.extend(page)
         if len(page) < MAX_PAGE:
             return rows
+
+
+def readable_text(memory: Memory) -> str:
+    """What a model reads of a memory: its text, or for a playbook (whose text is often empty) its name,
+    when it applies, its notes and its steps in order, the refined ones when a failure brought them (a
+    newcomer's walk: the LangChain and LlamaIndex adapters handed a playbook over as "")."""
+    if not isinstance(memory, ProceduralMemory):
+        return memory.text
+    when = f" (when {memory.trigger_text})" if memory.trigger_text else ""
+    steps = sorted(memory.refined_steps or memory.steps, key=lambda step: step.order)
+    lines = [memory.name + when, memory.text, memory.description]
+    return "\n".join([line for line in lines if line] + [f"{s.order}. {s.instruction}" for s in steps])

@@ -29,7 +29,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
-from engram.adapters._handles import UserHandle, all_rows
+from engram.adapters._handles import UserHandle, all_rows, readable_text
 from engram.client import Client
 from engram.consolidation.prompts import ASSISTANT_CONTEXT_CHARS
 from engram.errors import InvalidInput
@@ -104,7 +104,8 @@ def hit_metadata(hit: Hit) -> dict[str, Any]:
 
 class EngramRetriever(BaseRetriever):
     """Recall over one user's memory (an embedded ``UserMemory`` or a ``Client``): each hit is a
-    ``Document`` whose ``page_content`` is the memory's text and whose metadata is ``hit_metadata``.
+    ``Document`` whose ``page_content`` is the memory's text (a playbook's name, trigger and steps:
+    ``readable_text``) and whose metadata is ``hit_metadata``.
     ``record_use`` is recall's: returned facts count as used unless it is False."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -127,7 +128,7 @@ class EngramRetriever(BaseRetriever):
             min_confidence=self.min_confidence,
             record_use=self.record_use,
         )
-        return [Document(page_content=hit.memory.text, metadata=hit_metadata(hit)) for hit in hits]
+        return [Document(page_content=readable_text(hit.memory), metadata=hit_metadata(hit)) for hit in hits]
 
 
 class EngramChatMessageHistory(BaseChatMessageHistory):

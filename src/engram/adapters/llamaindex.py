@@ -24,7 +24,7 @@ from llama_index.core.memory import BaseMemoryBlock
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from pydantic import Field, PrivateAttr
 
-from engram.adapters._handles import UserHandle
+from engram.adapters._handles import UserHandle, readable_text
 from engram.models import Hit, MemoryType
 
 __all__ = ["EngramMemoryBlock", "EngramRetriever", "format_hits"]
@@ -34,7 +34,7 @@ ASSISTANT_CONTEXT = "assistant_context"  # the metadata key a turn carries the r
 
 def format_hits(hits: list[Hit]) -> str:
     """Hits as the lines a model reads: when it happened, then what was said or is known."""
-    return "\n".join(f"- [{hit.event_time.date().isoformat()}] {hit.memory.text}" for hit in hits)
+    return "\n".join(f"- [{hit.event_time.date().isoformat()}] {readable_text(hit.memory)}" for hit in hits)
 
 
 class EngramMemoryBlock(BaseMemoryBlock[str]):
@@ -116,7 +116,7 @@ class EngramRetriever(BaseRetriever):
             NodeWithScore(
                 node=TextNode(
                     id_=hit.memory.id,
-                    text=hit.memory.text,
+                    text=readable_text(hit.memory),
                     metadata={
                         "memory_type": hit.memory.memory_type,
                         "confidence": hit.confidence,

@@ -33,6 +33,7 @@ from engram.errors import (
     StorageError,
     Unauthorized,
 )
+from engram.limits import MAX_SERVICE_RECALL_K
 from engram.models import (
     CompactHit,
     Contradiction,
@@ -197,7 +198,7 @@ class ClientCore:
         if config is not None:
             raise InvalidInput("config is not taken over the REST API: the service recalls with its settings")
         check_recall_options(min_confidence, view)
-        check_k(k)  # k=5.0 was sent, and taken, where the embedded handle refuses it
+        check_k(k, MAX_SERVICE_RECALL_K)  # k=5.0 was sent, and taken, where the embedded handle refuses it
         recall_filter(session_id, time_from, time_to, metadata)  # a filter the handle refuses (2**63)
         body = {
             "query": query,

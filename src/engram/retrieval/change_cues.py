@@ -10,6 +10,7 @@ LoCoMo dev (docs/benchmarks.md, "Current truth").
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from engram.text import content_stems, is_content_word, light_stem, query_words
 
@@ -235,6 +236,29 @@ def says_otherwise(text: str, older: str) -> bool:
         ]
         if w and (is_content_word(w) or _TIME.fullmatch(w))
     )
+
+
+def repeats(text: str, fact: str, query: str, names: Collection[str] = ()) -> bool:
+    """Whether a turn says again what a fact says: every name and number of the fact past its first word
+    (else every content word the query does not hold), the user's ``names`` aside, is in the turn (by
+    light stem), none after "from" or a negation (``_LEFT_OR_DENIED``), nothing called old or denied
+    (``says_otherwise``). "we moved to Edinburgh last week!" repeats "Sarah lives in Edinburgh" (a
+    newcomer's walk: it was taken for the fact's successor); "we moved from Bristol to Edinburgh" does
+    not repeat "Jo lives in Bristol", nor "I'm not vegetarian any more" "Eve is vegetarian"."""
+    own = {light_stem(n) for n in names}
+    words = re.findall(r"[\w'’-]+", fact)
+    named = {light_stem(w.casefold()) for w in words[1:] if w[0].isupper() or any(c.isdigit() for c in w)}
+    told = (named or content_stems(fact) - content_stems(query)) - own  # its names and numbers, if any
+    said = {light_stem(w) for w in re.findall(r"[\w'’-]+", text.casefold())}
+    left = {light_stem(w) for found in _LEFT_OR_DENIED.findall(text.casefold()) for w in found if w}
+    return bool(told) and told <= said and not told & left and not says_otherwise(text, fact)
+
+
+# what a turn moved away from or denies: "from Bristol", "left Acme", "not vegetarian", "don't eat meat"
+_LEFT_OR_DENIED = re.compile(
+    r"\b(?:from|left|leaving|leave|quit|not|never|no)\s+(?:the\s+|my\s+|our\s+|an?\s+)?([\w'’-]+)"
+    r"|n['’]t\s+(?:\w+\s+)?([\w'’-]+)"
+)
 
 
 def keeps_what_is_asked(text: str, query: str) -> bool:

@@ -69,12 +69,14 @@ from engram.retrieval.change_cues import (
     asks_of_the_rest,
     calls_new,
     keeps_what_is_asked,
+    repeats,
     says_otherwise,
     says_own_change,
     tells_of_another,
 )
 from engram.retrieval.own_voice import of_user
 from engram.retrieval.scoring import recency, speaker_of
+from engram.text import user_id_words
 
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
 
@@ -154,6 +156,7 @@ def announced_successor(
     related: float = -1.0,
     askers: Collection[str] = (),
     user_id: str | None = None,
+    query: str = "",
 ) -> tuple[str, Candidate] | None:
     """(leader id, the turn that replaces it) by the module docstring's second rule, or None: the leader
     is a turn, or a live fact of ``user_id`` (``own_voice.of_user``), which only the cued turns replace
@@ -176,6 +179,11 @@ def announced_successor(
     else:
         return None
     stated = () if turn_led else _live_facts_by_episode(order)  # a fact says it: supersession judges
+    names = user_id_words(user_id or "")
+
+    def agrees(turn: Candidate) -> bool:  # "we moved to Edinburgh!" after "Sarah lives in Edinburgh"
+        return repeats(turn.memory.text, fact.text, query, names)
+
     later = [
         (place, c)
         for place, c in enumerate(order)
@@ -184,7 +192,7 @@ def announced_successor(
         and speaker_of(c.memory) == speaker  # people update what they said themselves
         and c.memory.id not in askers  # "sorry, what car do I drive again?" announces nothing
         and not tells_of_another(c.memory.text, old.memory.text)  # "my husband switched jobs"
-        and (turn_led or not (c.memory.id in stated or c.memory.text.rstrip().endswith("?")))
+        and (turn_led or not (c.memory.id in stated or c.memory.text.rstrip().endswith("?") or agrees(c)))
     ]
     announced = [
         c
@@ -312,7 +320,7 @@ def put_current_first(
     changed_query = query if change_expected else None
     recorded = recorded_successors(order, superseded, now, margin, changed_query, stored_match)
     announced = announced_successor(
-        order, now, margin, places, recorded, subject_match, same_subject, related, askers, user_id
+        order, now, margin, places, recorded, subject_match, same_subject, related, askers, user_id, query
     )
     if announced and keeps_what_is_asked(announced[1].memory.text, query):  # "..., same flat though"
         announced = None

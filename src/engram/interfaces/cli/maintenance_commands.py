@@ -142,8 +142,9 @@ def chat(
     with logging_to(settings.home / "logs" / "chat.log") as log_path:
         if url is None:
             assert user is not None
-            with _engram(store, settings) as eng, Agent.for_engram(eng, user) as agent:
-                where = _store_url(store, settings, existing=False)
+            named = store is not None  # a store named on the command line must exist: a typo is no new store
+            with _engram(store, settings, existing=named) as eng, Agent.for_engram(eng, user) as agent:
+                where = _store_url(store, settings, existing=named)
                 run_chat(agent, console, user=user, where=where, log_path=log_path)
             return
         from engram.client import Client
