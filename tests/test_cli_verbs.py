@@ -31,3 +31,5 @@ def test_recall_filters_and_record_outcome(tmp_path, make_engram):
     assert json.loads(out.stdout)["failure_count"] == 1
     other = run("record-outcome", playbook.id, "--user", "bob", "--success", env_home=tmp_path, check=False)
     assert other.returncode == 1 and "not found" in other.stdout
+    unsaid = run("record-outcome", playbook.id, "--user", "sarah", env_home=tmp_path, check=False)
+    assert unsaid.returncode == 1 and "--success or --failure" in unsaid.stdout  # click named --success only

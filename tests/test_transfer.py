@@ -401,6 +401,7 @@ def test_engram_export_and_import_all_on_the_command_line(tmp_path):
     assert body(again.stdout) == body((tmp_path / "all.jsonl").read_text())
     refused = engram("import", "--all", str(doc), "--store", b)  # a user document is no export
     assert refused.returncode == 1 and "not an Engram export" in refused.stdout
+    assert "import it without --all" in refused.stdout  # which command it wants (a newcomer's walk)
     missed = engram("import", str(tmp_path / "all.jsonl"), "--store", b)  # an export without --all
     assert missed.returncode == 1 and "it is an export" in missed.stdout and "add --all" in missed.stdout
     # a cut export writes nothing and says why; resumed or complete, it goes in once

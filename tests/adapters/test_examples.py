@@ -65,6 +65,7 @@ def test_the_docs_quickstarts_run(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Dr. Alvarez" in done.stdout  # LangGraph's graph answered from Engram
+    assert "\nI don't know\n" in done.stdout  # ... and, asked what was never said, nothing (a newcomer)
     assert "window, always" in done.stdout  # LangChain's retriever found the turn
     # LlamaIndex: the flushed turn reached Engram, its block recalled it, and so did the retriever
     # (a turn that never left Memory's buffer would show only the other pages' memories here)

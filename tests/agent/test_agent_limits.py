@@ -37,7 +37,7 @@ def test_deeply_nested_json_from_the_llm_is_malformed_output(make_agent, fake_ch
     llm = LLMClient(fake_chat.url, "test-model", max_retries=0)  # consolidation's JSON mode
     fake_chat.script(say(NESTED))
     try:
-        with pytest.raises(LLMOutputError, match="not valid SemanticMemory JSON"):
+        with pytest.raises(LLMOutputError, match=r"not valid JSON \(for the semantic memory\)"):
             llm.complete_json("system", "user", SemanticMemory)
     finally:
         llm.close()

@@ -315,7 +315,7 @@ def test_a_reply_of_the_wrong_shape_is_named_where_it_is_wrong(eng, fake_llm):
     eng.for_user("sarah").remember_turn("I drive a red Volvo")
     fake_llm.script(*[raw(200, json.dumps({"facts": "none"}))] * 4)
     report = eng.consolidate("sarah", llm=llm_for(fake_llm, max_retries=0))
-    assert "does not fit Extraction: facts: Input should be a valid list" in report.status
+    assert "does not fit the extraction asked for: facts: Input should be a valid list" in report.status
     assert "pydantic.dev" not in report.status
 
 

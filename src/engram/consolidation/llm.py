@@ -105,9 +105,13 @@ class LLMClient:
             wrong = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()[:3]
             )
-            raise LLMOutputError(f"the LLM's reply does not fit {schema.__name__}: {wrong}") from exc
+            raise LLMOutputError(
+                f"the LLM's reply does not fit the {_shape(schema)} asked for: {wrong}"
+            ) from exc
         except (json.JSONDecodeError, RecursionError) as exc:
-            raise LLMOutputError(f"the LLM's reply is not valid {schema.__name__} JSON: {exc}") from exc
+            raise LLMOutputError(
+                f"the LLM's reply is not valid JSON (for the {_shape(schema)}): {exc}"
+            ) from exc
 
     def chat(
         self,
@@ -250,3 +254,9 @@ def _hint(exc: httpx.TransportError | httpx.HTTPStatusError, attempt: int, late:
     if exc.response.status_code == 429:
         return f" ({tries}): rate limited: wait, or raise ENGRAM_LLM_MAX_RETRIES"
     return f" ({tries}): the LLM server is failing: its own log has the cause"
+
+
+def _shape(schema: type[BaseModel]) -> str:
+    """A reply's schema in words, not its class name ("Extraction" puzzled a newcomer): "extraction",
+    "judge verdicts", "semantic memory"."""
+    return re.sub(r"(?<!^)(?=[A-Z])", " ", schema.__name__).lower()

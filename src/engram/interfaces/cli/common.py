@@ -11,7 +11,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TextIO
@@ -128,6 +128,30 @@ def nothing_confident(threshold: float) -> str:
     """The CLI's words for a recall with no confident hit (a person reads them; MCP and the agent tell
     a model, ``models.no_confident_match``)."""
     return f"nothing reaches confidence {threshold:g}: probably nothing relevant is stored"
+
+
+def counted(counts: Mapping[str, int]) -> str:
+    """ "3 semantic, 1 key": a kind's count, its plural "s" cut for one ("1 keys" read oddly)."""
+    return ", ".join(
+        f"{n} {kind[:-1] if n == 1 and kind.endswith('s') else kind}" for kind, n in counts.items()
+    )
+
+
+def file_kind(file: Path) -> str:
+    """ "export" when the file opens as an export does (its first line an object with ``engram_export``),
+    "document" when it is one JSON object or array (what `engram import` takes without --all), else ""
+    (unreadable, or neither): how a wrong `import` or `import --all` says which one the file wants."""
+    try:
+        with file.open(encoding="utf-8") as lines:
+            first = json.loads(lines.readline(1 << 16))
+        if isinstance(first, dict) and "engram_export" in first:
+            return "export"
+    except (ValueError, OSError):
+        pass
+    try:
+        return "document" if isinstance(json.loads(file.read_text(encoding="utf-8")), dict | list) else ""
+    except (ValueError, OSError):
+        return ""
 
 
 def _print_json(value: Any) -> None:

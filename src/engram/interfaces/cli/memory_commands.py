@@ -22,7 +22,9 @@ from engram.interfaces.cli.common import (
     app,
     catalog_app,
     console,
+    counted,
     err_console,
+    file_kind,
     note_unknown_user,
     print_hits,
     written_whole,
@@ -79,7 +81,9 @@ def import_(
         document = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         export = " (it is an export, of `engram export` or `engram users export`: add --all)"
-        raise _fail(f"{file} is not valid JSON: {exc}{export if _is_export(file) else ''}") from None
+        raise _fail(
+            f"{file} is not valid JSON: {exc}{export if file_kind(file) == 'export' else ''}"
+        ) from None
     with _engram(store) as eng:
         if isinstance(document, list) and user:
             raise ImportFileError("a JSON array is a catalog file; it takes no --user")
@@ -91,16 +95,6 @@ def import_(
     counts = ", ".join(f"{result[k]} {k}" for k in kinds if result.get(k))
     skipped = f"; skipped {result['skipped']} already there" if result.get("skipped") else ""
     console.print(f"imported {counts or 'nothing'}{skipped}", highlight=False)
-
-
-def _is_export(file: Path) -> bool:
-    """Whether the file opens as an export does: its first line an object with ``engram_export``."""
-    try:
-        with file.open(encoding="utf-8") as lines:
-            first = json.loads(lines.readline(1 << 16))
-    except (ValueError, OSError):
-        return False
-    return isinstance(first, dict) and "engram_export" in first
 
 
 def _import_all(
@@ -118,8 +112,10 @@ def _import_all(
             admins = [k.id for k in eng.store.list_keys(None) if k.user_id is None and k.revoked_at is None]
     except UnicodeDecodeError as exc:
         raise _fail(f"{file} is not UTF-8 text: {exc}") from None
-    except EngramError as exc:
-        raise _fail(exc) from None
+    except EngramError as exc:  # a user document given --all: say so (a newcomer's walk got "not JSON")
+        document = file_kind(file) == "document"
+        why = f"{exc} (a user document or a catalog file: import it without --all)" if document else exc
+        raise _fail(why) from None
     if len(admins) > 1:  # the export's admin key beside the one this store had (its `engram serve`)
         err_console.print(
             f"warning: this store now has {len(admins)} live admin keys ({', '.join(admins)}): revoke "
@@ -156,7 +152,7 @@ def export(
         else:
             with written_whole(file) as out:
                 counts = export_store(eng, out, keys=keys)
-    summary = f"exported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'}"
+    summary = f"exported {counted(counts) or 'nothing'}"
     err_console.print(summary, highlight=False)
 
 
@@ -253,13 +249,15 @@ def record_outcome(
     playbook_id: Annotated[str, typer.Argument(help="the playbook's id")],
     user: UserOpt,
     success: Annotated[
-        bool, typer.Option("--success/--failure", help="whether following the playbook worked")
-    ],
+        bool | None, typer.Option("--success/--failure", help="whether following the playbook worked")
+    ] = None,
     as_json: JsonOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Record one outcome of a playbook (no LLM): its success or failure count goes up by one, and
     recall ranks it by them."""
+    if success is None:  # click's own words named --success only
+        raise _fail("say how it went: --success or --failure")
     with _engram(store, existing=True) as eng:
         row = eng.for_user(user).record_outcome(playbook_id, success)
     print_record(row, as_json)

@@ -19,6 +19,7 @@ from engram.interfaces.cli.common import (
     app,
     command_group,
     console,
+    counted,
     err_console,
     written_whole,
 )
@@ -45,7 +46,7 @@ def users_export(
         else:
             with written_whole(file) as out:  # a user the store does not hold leaves FILE as it was
                 counts = export_user(eng, user, out)
-    summary = f"exported {', '.join(f'{v} {k}' for k, v in counts.items()) or 'nothing'} of user {user}"
+    summary = f"exported {counted(counts) or 'nothing'} of user {user}"
     err_console.print(summary, highlight=False, markup=False)
 
 
