@@ -74,7 +74,7 @@ def check_types(memory_types: Iterable[Any]) -> list[MemoryType]:
     result = list(memory_types)
     for t in result:
         if t not in MEMORY_TYPES:
-            raise InvalidInput(f"unknown memory_type {t!r}; expected one of {MEMORY_TYPES}")
+            raise InvalidInput(f"unknown memory_type {t!r}; expected one of {', '.join(MEMORY_TYPES)}")
     return result
 
 

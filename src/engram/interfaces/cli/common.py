@@ -31,7 +31,7 @@ from engram.text import printable
 def command_group(help: str) -> typer.Typer:
     """A command group with click's plain help: rich's option table cut option names at 80 columns
     ("--include-supe…" in a newcomer's `engram list --help`), and at any width when piped."""
-    return typer.Typer(rich_markup_mode=None, help=help, no_args_is_help=True)
+    return typer.Typer(rich_markup_mode=None, help=help, short_help=help, no_args_is_help=True)  # uncut
 
 
 app = command_group("Engram: persistent, multi-tenant memory for LLM agents.")
