@@ -95,7 +95,8 @@ def test_engram_chat_survives_a_hostile_llm(tmp_path, fake_chat):
     assert "Done.[2J]0;pwned31m [bold]not markup[/bold] [/x] ok" in out  # text, not markup
     assert out.count("unexpected chat-completions response") == 1  # one message per failure
     assert "the LLM failed: unexpected chat-completions response" in out
-    assert proc.stderr == ""  # the log records went to the chat's log file
+    # the log records went to the chat's log file; only the note that --store named a new store
+    assert [line for line in proc.stderr.splitlines() if not line.startswith("note: no store was at")] == []
     assert (
         "agent turn failed: unexpected chat-completions response"
         in (tmp_path / "logs" / "chat.log").read_text()

@@ -851,6 +851,27 @@ def test_a_move_told_after_an_agent_wrote_the_old_city_as_a_fact_goes_first(eng)
     mem.remember_turn("we moved from Edinburgh to Glasgow on monday")  # a change that names the old value
     moved = mem.recall("where do I live?", record_use=False)
     assert moved[0].memory.text.endswith("to Glasgow on monday")
+    # ... as does one that names a new value beside the old (an outside review of the first version)
+    for user, fact, said, query in (
+        (
+            "amy",
+            "Amy works at Acme",
+            "I don't work at Acme anymore, I switched to Initech",
+            "where do I work?",
+        ),
+        (
+            "ann",
+            "Ann drives a Ford Focus",
+            "sold the Ford Focus, we switched to a Tesla Model 3",
+            "what car do I drive?",
+        ),
+    ):
+        mem = eng.for_user(user)
+        old = mem.write(fact)
+        turn = mem.remember_turn(said)
+        hits = {h.memory.id: h for h in mem.recall(query, record_use=False)}
+        assert min(hits.values(), key=lambda h: h.rank).memory.id == turn.id, user
+        assert hits[old.id].explain["outdated_by"] == turn.id, user
 
 
 def test_a_second_move_outdates_the_fact_and_the_turn_it_stands_on(eng):

@@ -50,4 +50,5 @@ def readable_text(memory: Memory) -> str:
     when = f" (when {memory.trigger_text})" if memory.trigger_text else ""
     steps = sorted(memory.refined_steps or memory.steps, key=lambda step: step.order)
     lines = [memory.name + when, memory.text, memory.description]
-    return "\n".join([line for line in lines if line] + [f"{s.order}. {s.instruction}" for s in steps])
+    said = [line for line in dict.fromkeys(lines) if line]  # a text that repeats the name: once
+    return "\n".join(said + [f"{s.order}. {s.instruction}" for s in steps])

@@ -34,7 +34,11 @@ ASSISTANT_CONTEXT = "assistant_context"  # the metadata key a turn carries the r
 
 def format_hits(hits: list[Hit]) -> str:
     """Hits as the lines a model reads: when it happened, then what was said or is known."""
-    return "\n".join(f"- [{hit.event_time.date().isoformat()}] {readable_text(hit.memory)}" for hit in hits)
+    return "\n".join(
+        f"- [{hit.event_time.date().isoformat()}] "
+        + readable_text(hit.memory).replace("\n", "\n  ")  # a playbook's steps
+        for hit in hits
+    )
 
 
 class EngramMemoryBlock(BaseMemoryBlock[str]):

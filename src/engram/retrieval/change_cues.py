@@ -241,23 +241,39 @@ def says_otherwise(text: str, older: str) -> bool:
 def repeats(text: str, fact: str, query: str, names: Collection[str] = ()) -> bool:
     """Whether a turn says again what a fact says: every name and number of the fact past its first word
     (else every content word the query does not hold), the user's ``names`` aside, is in the turn (by
-    light stem), none after "from" or a negation (``_LEFT_OR_DENIED``), nothing called old or denied
-    (``says_otherwise``). "we moved to Edinburgh last week!" repeats "Sarah lives in Edinburgh" (a
-    newcomer's walk: it was taken for the fact's successor); "we moved from Bristol to Edinburgh" does
-    not repeat "Jo lives in Bristol", nor "I'm not vegetarian any more" "Eve is vegetarian"."""
+    light stem), none within a few words after "from", "out of" or a negation (``_LEFT_OR_DENIED``),
+    nothing called old or denied (``says_otherwise``), and no name or number the fact lacks ("switched
+    to Initech", "Tesla Model 3": a new value). "we moved to Edinburgh last week!" repeats "Sarah lives
+    in Edinburgh" (a newcomer's walk: it was taken for the fact's successor); "we moved from Bristol to
+    Edinburgh" does not repeat "Jo lives in Bristol", nor "I'm not vegetarian any more" "Eve is
+    vegetarian", nor "sold the Ford Focus, got a Tesla" "Sam drives a Ford Focus"."""
     own = {light_stem(n) for n in names}
-    words = re.findall(r"[\w'’-]+", fact)
-    named = {light_stem(w.casefold()) for w in words[1:] if w[0].isupper() or any(c.isdigit() for c in w)}
+    named = _names_and_numbers(fact)
     told = (named or content_stems(fact) - content_stems(query)) - own  # its names and numbers, if any
     said = {light_stem(w) for w in re.findall(r"[\w'’-]+", text.casefold())}
-    left = {light_stem(w) for found in _LEFT_OR_DENIED.findall(text.casefold()) for w in found if w}
-    return bool(told) and told <= said and not told & left and not says_otherwise(text, fact)
+    left = {light_stem(w) for found in _LEFT_OR_DENIED.findall(text.casefold()) for w in found.split()}
+    new = _names_and_numbers(text) - named - own
+    return bool(told) and told <= said and not told & left and not new and not says_otherwise(text, fact)
 
 
-# what a turn moved away from or denies: "from Bristol", "left Acme", "not vegetarian", "don't eat meat"
+def _names_and_numbers(text: str) -> set[str]:
+    """Light stems of a text's words with a digit, and of its capitalised words but a sentence's first
+    (a fact's subject, "As I said") and "I'm", "I've"...: what names a value."""
+    found = set()
+    for sentence in re.split(r"[.!?\n]+", text):
+        words = re.findall(r"[\w'’-]+", sentence)
+        found |= {
+            light_stem(w.casefold())
+            for at, w in enumerate(words)
+            if any(c.isdigit() for c in w) or (at and w[0].isupper() and not re.match(r"I(?:$|['’])", w))
+        }
+    return found
+
+
+# what a turn moved away from or denies, the next few words: "from Bristol", "moved out of Edinburgh",
+# "left Acme", "not vegetarian", "I don't work at Acme" (an outside review: "at" was taken, not "Acme")
 _LEFT_OR_DENIED = re.compile(
-    r"\b(?:from|left|leaving|leave|quit|not|never|no)\s+(?:the\s+|my\s+|our\s+|an?\s+)?([\w'’-]+)"
-    r"|n['’]t\s+(?:\w+\s+)?([\w'’-]+)"
+    r"(?:\b(?:from|left|leaving|leave|quit|not|never|no|out\s+of)|n['’]t)((?:\s+[\w'’-]+){1,4})"
 )
 
 

@@ -75,8 +75,8 @@ def contenders(
     raws = [c.late_raw for c in rest]
     if any(r is None or not math.isfinite(r) for r in raws):
         return len(window)
-    if not rest:
-        return 0
+    if not rest:  # nothing but the query's own turn, or turns that ask it: those are read (their confidence)
+        return 0 if all(is_echo(c, query) for c in window) else echoes
     distilled = any(not isinstance(c.memory, EpisodicMemory) for c in rest)
     leader = raws[0]
     assert leader is not None
@@ -117,7 +117,9 @@ def asks_the_query(text: str, query: str) -> bool:
         question = content_stems(found.group(0))
         shared = len(question & asked)
         if (
-            (shared >= 2 or question == asked)  # one word: the same question ("where do I live again?")
+            # one word: the same question and nothing else ("where do I live again?"; not "who's my gp? dr
+            # patel", which answers it: an outside review)
+            (shared >= 2 or question == asked == told)
             and shared >= 2 / 3 * min(len(question), len(asked))
             and 3 * len(question) >= len(told)
         ):
@@ -158,9 +160,7 @@ def set_aside_askers(order: list[Candidate], query: str, factor: float, places: 
     for place, c in enumerate(order):
         if place >= end:
             break
-        if isinstance(c.memory, EpisodicMemory) and (
-            is_echo(c, query) or asks_the_query(c.memory.text, query)
-        ):
+        if isinstance(c.memory, EpisodicMemory) and asks_the_query(c.memory.text, query):
             c.multipliers["asked"] = factor
             asker_ids.add(c.memory.id)
             end += 1  # the next one rises into the first places

@@ -142,9 +142,13 @@ def chat(
     with logging_to(settings.home / "logs" / "chat.log") as log_path:
         if url is None:
             assert user is not None
-            named = store is not None  # a store named on the command line must exist: a typo is no new store
-            with _engram(store, settings, existing=named) as eng, Agent.for_engram(eng, user) as agent:
-                where = _store_url(store, settings, existing=named)
+            if store is not None:  # a typo in --store starts a new store: say so (a newcomer's walk)
+                try:
+                    _store_url(store, settings, existing=True)
+                except EngramError:
+                    err_console.print(f"note: no store was at {store}: this chat starts a new, empty one")
+            with _engram(store, settings) as eng, Agent.for_engram(eng, user) as agent:
+                where = _store_url(store, settings, existing=False)
                 run_chat(agent, console, user=user, where=where, log_path=log_path)
             return
         from engram.client import Client
