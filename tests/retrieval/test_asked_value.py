@@ -58,6 +58,12 @@ QUESTION = "what's maeve's cat called?"
         # a place, or talk about a profession (an outside review of the first version)
         ("where did I work as a waiter?", None),
         ("what did I say about the teaching profession?", None),
+        # "who is" someone close or someone who serves: a name; not of something else, nor a doing
+        ("who's my dentist now?", AskedValue.NAME),
+        ("Who is Tango's vet?", AskedValue.NAME),
+        ("who was Bridget's manager before?", AskedValue.NAME),
+        ("who is my internet provider?", None),
+        ("who is Théo marrying?", None),
         # a yes/no question or a "why" holds the value already
         ("is my cat called Biscuit?", None),
         ("why is my cat called Biscuit?", None),
@@ -157,6 +163,7 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
                 ("she has a huge crush on Priya", "what's my daughter's friend called?"),
                 ("the dog sleeps on Luna's blanket", "what's my cat called?"),
                 ("my friend in Mia's car", "what's my friend called?"),
+                ("Gareth's GP is Dr Evans at the Albert Road surgery", "Who was Gareth's GP before Dr Khan?"),
             )
         ],
         (AskedValue.NUMBER, "we're down to two now", "how many chickens have I got?", True),
@@ -185,6 +192,14 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
                 ("we pay 800-900 depending on bills", True),
                 ("paid R4500 for it", True),
                 ("choir starts at 17:30 now", False),
+                # a year after a month or "in" is no sum (facts consolidation writes date their changes)
+                ("Shannon drives a Toyota RAV4 hybrid (bought September 2024)", False),
+                ("the Sylvania house was sold in April 2025", False),
+                ("we've rented here since 2019", False),
+                ("I paid 2000 for it", True),
+                ("head chef at Ffwrn, my own menu, 40 covers", False),  # things counted
+                ("paid 40 shillings, 3 chooks included", True),
+                ("since 2019 we pay 900", True),
             )
         ],
         (AskedValue.DURATION, "vegan for a decade now", "how long have I been vegan?", True),
@@ -234,6 +249,18 @@ def test_missing_value_names_the_rows_without_it() -> None:
     texts = {"a": "maeve's cat is called Biscuit", "b": "maeve's cat hates me btw"}
     assert missing_value("what's maeve's cat called?", texts) == {"b": "name"}
     assert missing_value("what does maeve's cat eat?", texts) == {}
+
+
+def test_the_users_own_name_answers_no_one_elses() -> None:
+    """A fact consolidation wrote names the user ("Yusuf is head chef at Ffwrn"): that is no sous chef's
+    name, unless the question asks the user's own."""
+    texts = {"fact": "Yusuf is head chef at Ffwrn", "named": "my sous chef Gethin is great"}
+    assert missing_value("what's my sous chef at ffwrn called?", texts, "yusuf") == {"fact": "name"}
+    assert missing_value("what's my sous chef at ffwrn called?", texts, "u-4411") == {}
+    joan = {"a": "Walter is seeing Joan"}
+    assert missing_value("What is Joan's last name?", joan, "walter") == {"a": "name"}
+    for own in ("what's my surname?", "what's my nickname?"):
+        assert missing_value(own, {"a": "Yusuf is head chef"}, "yusuf.ali@example.com") == {}, own
 
 
 OFF = {"missing_value_factor": 1.0, "missing_value_rank": 1.0}

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from engram.text import LINE_LABELS, STOPWORDS
+from engram.text import LINE_LABELS, NAME_TITLES, STOPWORDS, user_id_words
 
 
 class AskedValue(StrEnum):
@@ -54,6 +54,10 @@ _NO_VALUE = re.compile(
 # not a relative "where" or "who" ("the name of the church where she sings").
 _TWO_QUESTIONS = re.compile(r"(?:\band|[,;?])\s+(?:what|what's|whats|who|whose|where|when|which|how)\b", _I)
 _NAME_ASKED = re.compile(r"\b(?:names?|named|nicknames?|surnames?|called)\b", _I)
+# "who's my dentist?", "who was Bridget's manager?": a person's name (with _SOMEONE_ASKED)
+_WHO_IS = re.compile(
+    r"^\s*who(?:['’]s| is| was| are| were)\s+(?:my|our|your|his|her|their|the|[\w'’]+['’]s)\s", _I
+)
 _CALLED_SOMEONE = re.compile(r"\b(?:i|you|he|she|we|they|who|someone|somebody|anyone)\s+called\b", _I)
 _COLOUR_ASKED = re.compile(r"\b(?:what|which) colou?rs?\b|\bcolou?rs? (?:is|are|was|were)\b", _I)
 _TIME_ASKED = re.compile(r"\bwhat time\b(?! zones?\b| of (?:the )?year\b)", _I)
@@ -91,6 +95,12 @@ _NOT_A_SUM_NEXT = frozenset(
     times people kids jan feb mar apr may jun jul aug sep sept oct nov dec january february march april june
     july august september october november december
     """.split()  # noqa: SIM905
+)
+# ... a year is not: "(bought September 2024)", "since 2019" ("paid 2000 for it" is a sum)
+_A_YEAR = re.compile(
+    r"\b(?:in|since|from|until|till|before|after|jan|feb|mar|apr|may|jun|jul|aug|sept?|oct|nov|dec|january"
+    r"|february|march|april|june|july|august|september|october|november|december)\.?,?\s+(?:19|20)\d\d$",
+    _I,
 )
 # "what does sean do for work?", "what did julien do for a living?", "what is her occupation?"; not "what's
 # my job now?" (answered as often without the words below: "junior sister on AMU from january"), nor
@@ -133,7 +143,7 @@ _SOMEONE_ASKED = re.compile(
     r"|baby|niece|nephew|cousin|aunt|auntie|uncle|grand(?:son|daughter|child|kid|ma|mother|pa|father|dad)"
     r"|nan|gran|wife|husband|partner|spouse|girlfriend|boyfriend|ex|fianc[eé]e?|friend|flatmate|roommate"
     r"|housemate|neighbou?r|boss|manager|supervisor|colleague|co-?worker|teacher|tutor|coach|trainer"
-    r"|instructor|chef|owner|landlord|landlady|doctor|gp|dentist|physio|therapist|midwife|nurse|agent"
+    r"|instructor|chef|owner|landlord|landlady|doctor|gp|vet|dentist|physio|therapist|midwife|nurse|agent"
     r"|lawyer|solicitor|accountant|mechanic|cat|dog|puppy|kitten|rabbit|bunny|hamster|horse|pony|pet"
     r"|chook|hen|chicken|bird|parrot|budgie|tortoise|labrador|retriever)s?(?:['’]s)?\b"
     r"(?!\s+(?:practice|clinic|surgery|school|team|band|club|shop|company|firm|agency|group)\b)",
@@ -186,7 +196,8 @@ _MONEY_WORDS = _words(
     """
     twenty thirty forty fifty sixty seventy eighty ninety hundred hundreds thousand thousands million
     millions billion grand quid bucks tenner fiver free nothing pounds pound dollars dollar euros euro cents
-    pence kroner krone rupees pesos cedis cedi reais rand yen francs baht ringgit dirhams half figures
+    pence kroner krone rupees pesos cedis cedi reais rand yen francs baht ringgit dirhams shillings rubles
+    roubles dinars riyals zlotys lira half figures
     """
 )
 _DURATION_WORDS = _words(
@@ -239,7 +250,9 @@ def asked_value(query: str) -> AskedValue | None:
     -> None."""
     if _NO_VALUE.search(query) or _TWO_QUESTIONS.search(query):
         return None
-    if _NAME_ASKED.search(query) and not _CALLED_SOMEONE.search(query):
+    if (_NAME_ASKED.search(query) and not _CALLED_SOMEONE.search(query)) or (
+        _WHO_IS.search(query) and _SOMEONE_ASKED.search(query)
+    ):
         return AskedValue.NAME
     if _AMOUNT_ASKED.search(query):
         return AskedValue.AMOUNT
@@ -262,15 +275,25 @@ def asked_value(query: str) -> AskedValue | None:
     return AskedValue.DAY if _DAY_ASKED.search(query) else None
 
 
+# The user's own name is asked: "what's my surname?", "my nickname at work?"
+_OWN_NAME_ASKED = re.compile(
+    r"\bmy\s+(?:(?:first|last|full|middle|maiden|given|family|user|screen|pet)\s+)?(?:nick|sur)?names?\b", _I
+)
+
+
 @dataclass(frozen=True)
 class _Query:
-    words: frozenset[str]  # lower case, possessives stripped: "maeve's" asks of maeve
+    words: frozenset[str]  # lower case, possessives stripped: "maeve's" asks of maeve; the user's name
     numbers: frozenset[str]
     someone: bool = False  # a person's or an animal's name is asked (_SOMEONE_ASKED)
 
     @classmethod
-    def of(cls, query: str) -> _Query:
+    def of(cls, query: str, user: frozenset[str] = frozenset()) -> _Query:
+        """``user``: the words of the user's own name, which answer no name question but one asking
+        theirs: a fact consolidation wrote, "Yusuf is head chef at Ffwrn", names no sous chef."""
         words = frozenset(_bare(w) for w in _WORD.findall(query))
+        if not _OWN_NAME_ASKED.search(query):
+            words |= user
         return cls(words, frozenset(_NUMBER.findall(query)), bool(_SOMEONE_ASKED.search(query)))
 
 
@@ -284,13 +307,14 @@ def states_value(kind: AskedValue, text: str, query: str) -> bool:
     return _states(kind, text, _Query.of(query))
 
 
-def missing_value(query: str, texts: dict[str, str]) -> dict[str, str]:
+def missing_value(query: str, texts: dict[str, str], user_id: str = "") -> dict[str, str]:
     """Id -> the kind of value ``query`` asks for, for each row of ``texts`` (id -> text) that does not
-    state one (``states_value``); empty when the question asks for no particular kind."""
+    state one (``states_value``); empty when the question asks for no particular kind. The user's own
+    name (the words of ``user_id``, ``text.user_id_words``) answers no one else's name."""
     kind = asked_value(query)
     if kind is None:
         return {}
-    asked = _Query.of(query)
+    asked = _Query.of(query, user_id_words(user_id))
     return {row_id: kind.value for row_id, text in texts.items() if not _states(kind, text, asked)}
 
 
@@ -318,14 +342,22 @@ def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
 
 def _states_sum(text: str, asked: _Query) -> bool:
     """Whether ``text`` states a sum of money the query does not hold (``_NUMBER_TOKEN``), or names one
-    in words (``_MONEY_WORDS``)."""
+    in words (``_MONEY_WORDS``); a year is none ("bought September 2024", "in 2019": ``_A_YEAR``)."""
     for found in _NUMBER_TOKEN.finditer(text):
         number, suffix, after = found["num"].rstrip(",."), found["suf"].lower(), (found["next"] or "").lower()
         if number in asked.numbers or text[found.end("num") : found.end("num") + 1] == ":":  # "17:30"
             continue
-        if found["pre"] or suffix in _MONEY_SUFFIXES or (not suffix and after not in _NOT_A_SUM_NEXT):
+        if not found["pre"] and not suffix and _A_YEAR.search(text, 0, found.end("num")):
+            continue
+        if found["pre"] or suffix in _MONEY_SUFFIXES or (not suffix and not _counts_things(after)):
             return True
     return bool({_bare(w) for w in _WORD.findall(text)} & _MONEY_WORDS)
+
+
+def _counts_things(after: str) -> bool:
+    """Whether the word after a bare number makes it no sum: a measure or a time ("6 am", "18 km"), or
+    things counted ("40 covers", "3 chooks"; a plural that is no currency, ``_MONEY_WORDS``)."""
+    return after in _NOT_A_SUM_NEXT or (len(after) > 3 and after.endswith("s") and after not in _MONEY_WORDS)
 
 
 def _names_someone(text: str, asked: _Query) -> bool:
@@ -350,6 +382,7 @@ def _names_someone(text: str, asked: _Query) -> bool:
             if (
                 held
                 and bares[before] not in STOPWORDS
+                and bares[before] not in NAME_TITLES  # "Dr Evans" is not "Dr Khan"
                 and text[matches[before].end() : matches[i].start()].isspace()
             ):
                 continue  # the rest of a name the query holds

@@ -159,7 +159,7 @@ def recall(
         (c.memory for c in candidates if isinstance(c.memory, EpisodicMemory)), query_words(query)
     )
     # a hit without the name, number, time, day, colour or occupation asked for cannot answer (asked_value)
-    lacking = missing_value(query, {c.memory.id: search_text_of(c.memory) for c in candidates})
+    lacking = missing_value(query, {c.memory.id: search_text_of(c.memory) for c in candidates}, tenant or "")
     for c in candidates:
         c.multipliers = multipliers(c.memory, now, config, period, speakers)
         if c.memory.id in lacking:
