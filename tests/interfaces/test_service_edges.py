@@ -145,6 +145,8 @@ def test_the_rest_and_mcp_schemas_state_the_limits_the_server_enforces(make_serv
         assert client.post("/v1/turns", json={"text": "hi", "session_id": long_id}).status_code == 422
         imported = client.post("/v1/import", json={"episodic": [{"text": "hi", "session_id": long_id}]})
         assert imported.status_code == 422 and "session_id" in imported.json()["message"]
+        nul = client.post("/v1/turns", json={"text": "hi", "session_id": "a\u0000b"})  # not the regex
+        assert nul.status_code == 422 and nul.json()["message"] == "session_id: contains a control character"
         with pytest.raises(InvalidInput, match="session_id"):
             svc.engram.for_user("sarah").remember_turn("hi", session_id=long_id)
 

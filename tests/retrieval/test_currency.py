@@ -15,6 +15,8 @@ from engram.retrieval.change_cues import (
     asks_about_past,
     asks_of_the_rest,
     calls_new,
+    corrects,
+    ends_value,
     expects_change,
     keeps_what_is_asked,
     says_otherwise,
@@ -1025,6 +1027,73 @@ def test_a_correction_that_names_the_old_value_after_not_replaces_it(eng):
     hits = mem.recall("when is my flight to Lisbon?", record_use=False)
     assert [h.memory.id for h in hits[:2]] == [fixed.id, old.id]
     assert hits[1].explain["outdated_by"] == fixed.id
+
+
+@pytest.mark.parametrize(
+    ("text", "older", "corrected"),
+    [
+        ("sorry, I got that wrong, it's the 16th of March not the 14th", "her birthday is the 14th", True),
+        ("correction: the flight leaves at 6:50, not 8:30", "my flight to Rome leaves at 8:30", True),
+        ("oops, wrong password earlier, it's bluefalcon23", "our wifi password is bluefalcon22", True),
+        ("Leo loves football, but not rugby", "Leo plays rugby on Saturdays", False),  # a liking
+        ("it's the 16th, not the 15th", "her birthday is the 14th", False),  # not the value said
+        ("wrong turn on the way home lol", "our wifi password is bluefalcon22", False),
+    ],
+)
+def test_a_turn_that_corrects_a_value_an_older_one_said_is_recognised(text, older, corrected):
+    assert corrects(text, older) is corrected
+
+
+@pytest.mark.parametrize(
+    ("text", "older", "ended"),
+    [
+        ("sold the Fiesta and bought a Toyota Yaris hybrid", "I drive a blue Ford Fiesta", True),
+        ("traded in the corolla for a civic", "my car's a 2015 Toyota Corolla", True),
+        ("left work early today", "I work at Acme", False),  # no name or number of it ended
+        ("the client doesn't want it left in portuguese", "I translate from Portuguese", False),
+        ("sold my old guitar", "I drive a blue Ford Fiesta", False),
+    ],
+)
+def test_a_turn_that_ends_a_value_an_older_one_named_is_recognised(text, older, ended):
+    assert ends_value(text, older) is ended
+
+
+def test_a_correction_that_leaves_out_what_it_corrects_still_replaces_it(eng):
+    """An outside review: "sorry, I got that wrong, it's the 16th of March not the 14th" matched "when is
+    my sister's birthday?" too little to replace the 14th (0.889 against 0.049), and a threshold of 0.1
+    left the agent the wrong date alone. A correction naming the old value now replaces it and answers
+    with its confidence; so does a turn ending the old value within twice the margin (``ends_value``:
+    the Fiesta sold)."""
+    mem = eng.for_user("jo")
+    now = utcnow()
+    for said, fixed, asked in (
+        (
+            "my sister's birthday is on the 14th of March",
+            "sorry, I got that wrong, it's the 16th of March not the 14th",
+            "when is my sister's birthday?",
+        ),
+        (
+            "my flight to Rome leaves at 8:30",
+            "correction: the flight leaves at 6:50, not 8:30",
+            "what time does my flight to Rome leave?",
+        ),
+        (
+            "our wifi password is bluefalcon22",
+            "oops, wrong password earlier, it's bluefalcon23",
+            "what's the wifi password?",
+        ),
+        (
+            "I drive a blue Ford Fiesta",
+            "sold the Fiesta and bought a Toyota Yaris hybrid",
+            "what car do I drive?",
+        ),
+    ):
+        old = mem.remember_turn(said, at=now - timedelta(days=5))
+        new = mem.remember_turn(fixed, at=now - timedelta(days=4))
+        hits = mem.recall(asked, min_confidence=0.1, record_use=False)
+        assert [h.memory.id for h in hits[:2]] == [new.id, old.id], asked
+        assert hits[1].explain["outdated_by"] == new.id
+        mem.forget(old.id), mem.forget(new.id)
 
 
 def test_a_question_about_before_the_current_value_gets_the_fact_it_superseded_first(eng):

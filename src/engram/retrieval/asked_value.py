@@ -364,7 +364,8 @@ def _names_someone(text: str, asked: _Query) -> bool:
     """A word new to the query that reads as a name: capitalised (not "I'm", not the rest of a name the
     query holds, as "Logistics" in "Arrowline Logistics" asked as "arrowline"), in a script without
     letter case, or, as chat is often typed in lower case, a possessive without a determiner ("hana's
-    piano", not "my mum's") or the other in "me and maeve" / "maeve and I"."""
+    piano", not "my mum's"), a word after a title ("dr patel") or the other in "me and maeve" / "maeve
+    and I"."""
     matches = list(_WORD.finditer(text))
     words = [m.group() for m in matches]
     bares = [_bare(w) for w in words]  # once per word: this runs on every candidate of a recall
@@ -393,6 +394,7 @@ def _names_someone(text: str, asked: _Query) -> bool:
         possessive = word.lower().endswith(("'s", "’s"))
         if (
             (possessive and previous not in _DETERMINERS)
+            or previous.rstrip(".") in NAME_TITLES  # "dr patel"
             or (previous == "and" and i > 1 and bares[i - 2] == "me")
             or bares[i + 1 : i + 3] in (["and", "i"], ["and", "me"])
         ):

@@ -114,7 +114,7 @@ _SAID_OTHERWISE = re.compile(
 # A correction that sets a value against the old one: "the 16th, not the 14th", "a Honda Accord - not a
 # Civic", "it's the 16th. Not the 14th": a number or a capitalised name on both sides (not "loving the
 # new job, but not the commute", "Leo loves football, but not rugby", which say what is liked).
-_VALUE = r"(?:[A-Z][\w-]*|\w*\d\w*)"
+_VALUE = r"(?:\d{1,2}[:.]\d\d\b|[A-Z][\w-]*|\w*\d\w*)"
 _CONTRAST = re.compile(rf"\b{_VALUE}\s*[,;.–—-]?\s+(?:but\s+)?[Nn]ot\s+(?:(?:the|a|an)\s+)?({_VALUE})\b")
 # "same flat though", "still the same job", "still my gp": what a partial update says it kept
 _KEPT = re.compile(
@@ -236,6 +236,38 @@ def says_otherwise(text: str, older: str) -> bool:
         ]
         if w and (is_content_word(w) or _TIME.fullmatch(w))
     )
+
+
+# "wrong password earlier", "got the wrong date": a correction naming what it corrects
+_WRONG = re.compile(r"\bwrong\s+(\w+)")
+
+
+def corrects(text: str, older: str) -> bool:
+    """Whether a turn corrects a value the older one said: sets a value against it (``_CONTRAST``: "the
+    16th of March, not the 14th", "6:50, not 8:30") or calls wrong a thing it named ("oops, wrong
+    password earlier, it's bluefalcon23"). A correction leaves out what the value was of, so it can
+    match the question less well than the statement it corrects, yet it names that statement's value.
+    Examples: ("it's the 16th not the 14th", "her birthday is on the 14th") -> True; ("Leo loves
+    football, but not rugby", "Leo plays rugby") -> False."""
+    told = _stems(older) | set(_TIME.findall(older))
+    named = [w.casefold() for w in _CONTRAST.findall(text)]
+    named += [w for w in _WRONG.findall(text.casefold()) if is_content_word(w)]
+    return any((w if _TIME.fullmatch(w) else light_stem(w)) in told for w in named)
+
+
+# "sold the Fiesta", "traded in the corolla", "cancelled Netflix": what the speaker ended
+_ENDED = re.compile(
+    r"\b(?:sold|traded(?:\s+in)?|swapped|replaced|ditched|scrapped|quit|cancell?ed|got\s+rid\s+of"
+    r"|moved\s+out\s+of)\s+((?:[\w'’-]+\s+){0,2}[\w'’-]+)"
+)
+
+
+def ends_value(text: str, older: str) -> bool:
+    """Whether a turn ends a value the older one named (``_ENDED``, a name or a number of it): "sold the
+    Fiesta and bought a Yaris" after "I drive a blue Ford Fiesta". Example: ("left work early", "I
+    work at Acme") -> False: a name or a number must be ended."""
+    named = _names_and_numbers(older)
+    return any(light_stem(w) in named for found in _ENDED.findall(text.casefold()) for w in found.split())
 
 
 def repeats(text: str, fact: str, query: str, names: Collection[str] = ()) -> bool:

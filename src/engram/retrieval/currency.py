@@ -32,12 +32,14 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   ("we moved", ``says_own_change``) on the leader's subject (``same_subject``: the README's "we live
   in Bristol btw" -> "we moved to Edinburgh last week!"), calling new what the leader called theirs
   (``calls_new``: "new number: 0131 ..."), or calling old or denying what it said (``says_otherwise``:
-  "the old astra was lucky to get 45"); only these replace a leading live fact about the user, said
-  after it was written (an agent's "Jo lives in Bristol"), and with such a fact the turns it stands on
-  that were said before the newer one ("we moved to Edinburgh!" behind "Sarah lives in Edinburgh", when
-  "we moved again, now in Glasgow" replaces it). A turn that says a change happened goes
-  before one only cued by the older turn's words, then the newest ("do I need to send the old hub
-  back?" does not replace "had enough of virgin, switched to Hyperoptic"). Cues: ``change_cues``.
+  "the old astra was lucky to get 45"), and at any match a correction naming the leader's value
+  (``corrects``: "sorry, it's the 16th not the 14th" leaves out whose birthday); only these replace a
+  leading live fact about the user, said after it was written (an agent's "Jo lives in Bristol"), and
+  with such a fact the turns it stands on that were said before the newer one ("we moved to
+  Edinburgh!" behind "Sarah lives in Edinburgh", when "we moved again, now in Glasgow" replaces it). A
+  turn that says a change happened goes before one only cued by the older turn's words, then the
+  newest ("do I need to send the old hub back?" does not replace "had enough of virgin, switched to
+  Hyperoptic"). Cues: ``change_cues``.
 
 How far a replaced memory falls depends on the evidence (``put_current_first``): supersession is a
 recorded fact, and so is a change the query itself expects (``expects_change``: "now", "these days",
@@ -68,6 +70,8 @@ from engram.retrieval.change_cues import (
     announces_change,
     asks_of_the_rest,
     calls_new,
+    corrects,
+    ends_value,
     keeps_what_is_asked,
     repeats,
     says_otherwise,
@@ -210,11 +214,18 @@ def announced_successor(
         c
         for place, c in later
         if place < places
-        and matches_as_well(c, old, 2 * margin)  # not "how thick are my walls?" for a move
         and (
-            (says_own_change(c.memory.text) and _at_least(subject_match(c, old), same_subject))
-            or calls_new(c.memory.text, old.memory.text)
-            or says_otherwise(c.memory.text, old.memory.text)
+            (
+                matches_as_well(c, old, 2 * margin)  # not "how thick are my walls?" for a move
+                and (
+                    (says_own_change(c.memory.text) and _at_least(subject_match(c, old), same_subject))
+                    or calls_new(c.memory.text, old.memory.text)
+                    or says_otherwise(c.memory.text, old.memory.text)
+                    or ends_value(c.memory.text, old.memory.text)
+                )
+            )
+            # "sorry, it's the 16th not the 14th" names the value it corrects, not what it was of
+            or (corrects(c.memory.text, old.memory.text) and _at_least(subject_match(c, old), related, True))
         )
     ]
     # the newest of those that say a change happened, else of those cued by the old turn's words: after

@@ -161,14 +161,18 @@ def _print_json(value: Any) -> None:
 
 
 def print_hits(
-    hits: list[Hit], explain: bool, min_confidence: float | None = None, floor: float = 0.0
+    hits: list[Hit],
+    explain: bool,
+    min_confidence: float | None = None,
+    floor: float = 0.0,
+    notes: Console = err_console,
 ) -> None:
-    """Hits, one a line, then a note when none reaches ``floor`` (the agent's and MCP's threshold) nor
-    ``min_confidence`` kept any. Stored text is data: never read as rich markup (a "[/b]" in a turn
+    """Hits, one a line (the id last), then a note on ``notes`` (stderr: a script reads the ids) when
+    none reaches ``floor`` (the agent's and MCP's threshold) nor ``min_confidence`` kept any. Stored text is data: never read as rich markup (a "[/b]" in a turn
     raised MarkupError, other tags restyled the output), its control characters dropped (engram.text)."""
     if not hits:
         closest = "; --min-confidence 0 shows the closest"
-        console.print(f"  ({nothing_confident(min_confidence) + closest if min_confidence else 'no hits'})")
+        notes.print(f"  ({nothing_confident(min_confidence) + closest if min_confidence else 'no hits'})")
     for hit in hits:
         m = hit.memory
         line = Text.assemble(
@@ -186,7 +190,7 @@ def print_hits(
         if explain:
             console.print(Text(f"     {printable(format_explain(hit.explain))}", "dim"), highlight=False)
     if hits and min_confidence is None and floor and all(h.confidence < floor for h in hits):
-        console.print(f"  ({nothing_confident(floor)}; the closest are listed above)", style="dim")
+        notes.print(f"  ({nothing_confident(floor)}; the closest are listed above)", style="dim")
 
 
 def format_explain(explain: dict[str, Any]) -> str:

@@ -80,7 +80,7 @@ def run_demo(store: str | None, console: Console, explain: bool = False) -> None
             console.print(f"\n[bold]{question.user}[/bold] asks: [italic]{question.query}[/italic]{opts}")
             if question.note:
                 console.print(f"  ({question.note})", style="dim", soft_wrap=True, highlight=False)
-            print_hits(ask(eng, question), explain, question.min_confidence)
+            print_hits(ask(eng, question), explain, question.min_confidence, notes=console)
         key, _ = ApiKeys(eng.store).create(KEY_USER, label="engram demo")
     serve = command("serve")
     console.print(

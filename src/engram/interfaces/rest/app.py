@@ -44,9 +44,10 @@ from engram.interfaces.rest.imports import ImportJobs
 from engram.interfaces.rest.observe import Observe, framework_telemetry_off, mount_metrics
 from engram.interfaces.rest.routes import admin, memories, operations
 from engram.interfaces.rest.schemas import HTTP_CODES, error_responses, publish_limits
-from engram.limits import MAX_BODY_BYTES, MAX_IMPORT_BYTES
+from engram.limits import MAX_BODY_BYTES, MAX_IMPORT_BYTES, SESSION_ID_PATTERN
 from engram.memory import Engram, validate_user_id
 from engram.observability.request_log import REQUEST_ID_HEADER
+from engram.validation import USER_ID_PATTERN
 
 log = logging.getLogger(__name__)
 
@@ -372,8 +373,17 @@ def _problem(err: Any, content_type: str, takes: Sequence[str] = ()) -> str:
         return f"body: {msg} (send JSON with Content-Type: application/json; {sent})"
     if err.get("type") == "extra_forbidden" and len(loc) == 2 and takes:  # as MCP names its arguments
         return f"{_where(loc)}: unknown field; this body takes {', '.join(takes)}"
+    if err.get("type") == "string_pattern_mismatch":  # pydantic's words quote the regex
+        pattern = (err.get("ctx") or {}).get("pattern")
+        return f"{_where(loc)}: {_PATTERN_WORDS.get(pattern, 'not in the form this field takes')}"
     # A validator's ValueError comes back as "Value error, <ours>": the prefix is pydantic's (as in MCP).
     return f"{_where(loc)}: {str(msg).removeprefix('Value error, ')}"
+
+
+_PATTERN_WORDS = {
+    SESSION_ID_PATTERN: "contains a control character",  # KEY_LABEL_PATTERN too: the same regex
+    USER_ID_PATTERN: "must be 1-128 characters: letters, digits and . _ @ : + - (not first)",
+}
 
 
 def _where(loc: Sequence[str | int]) -> str:
