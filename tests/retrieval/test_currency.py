@@ -594,13 +594,13 @@ def test_for_a_question_about_before_an_older_near_match_goes_first():
     chatter = cand(turn(2, "how do I back up photos", 5), final=0.8, late=0.79)
     iphone = cand(turn(3, "my iphone 11 battery dies by 2pm", 300), final=0.6, late=0.77)
     order = [new_phone, chatter, iphone]
-    assert put_past_first(order, margin=0.05, places=5) == {new_phone.memory.id: iphone.memory.id}
+    assert put_past_first(order, "", margin=0.05, places=5) == {new_phone.memory.id: iphone.memory.id}
     assert order[0] is iphone and order[0].final == pytest.approx(1.001)
     too_far = [
         cand(turn(4, "new phone", 10), 1.0, late=0.80),
         cand(turn(5, "old phone", 300), 0.6, late=0.70),
     ]
-    assert put_past_first(too_far, margin=0.05, places=5) == {}
+    assert put_past_first(too_far, "", margin=0.05, places=5) == {}
 
 
 def test_for_a_question_about_before_a_leader_that_says_it_is_new_gives_way_within_twice_the_margin():
@@ -610,11 +610,11 @@ def test_for_a_question_about_before_a_leader_that_says_it_is_new_gives_way_with
     new_number = cand(turn(1, "got a new phone, my number is now 07700 900999", 3), final=1.0, late=0.88)
     old_number = cand(turn(2, "my phone number is 07700 900123", 90), final=0.6, late=0.81)
     order = [new_number, old_number]
-    assert put_past_first(order, margin=0.05, places=5) == {new_number.memory.id: old_number.memory.id}
+    assert put_past_first(order, "", margin=0.05, places=5) == {new_number.memory.id: old_number.memory.id}
     plain = cand(turn(3, "my number is 07700 900999", 3), final=1.0, late=0.88)  # says nothing changed
-    assert put_past_first([plain, cand(old_number.memory, 0.6, late=0.81)], margin=0.05, places=5) == {}
+    assert put_past_first([plain, cand(old_number.memory, 0.6, late=0.81)], "", margin=0.05, places=5) == {}
     far = cand(old_number.memory, 0.6, late=0.77)  # 0.11 below
-    assert put_past_first([cand(new_number.memory, 1.0, late=0.88), far], margin=0.05, places=5) == {}
+    assert put_past_first([cand(new_number.memory, 1.0, late=0.88), far], "", margin=0.05, places=5) == {}
 
 
 def test_for_a_question_about_before_the_fact_the_leader_superseded_goes_first_however_it_matches():
@@ -627,13 +627,13 @@ def test_for_a_question_about_before_the_fact_the_leader_superseded_goes_first_h
         fact(1, "Fiona's broadband is Virgin Media", 200, superseded_by=hyperoptic_id), final=0.01, late=0.7
     )
     order = [hyperoptic, switch, virgin]
-    assert put_past_first(order, margin=0.05, places=5) == {hyperoptic.memory.id: virgin.memory.id}
+    assert put_past_first(order, "", margin=0.05, places=5) == {hyperoptic.memory.id: virgin.memory.id}
     assert order[0] is virgin and "past_lift" in virgin.multipliers
     never_true = cand(virgin.memory.model_copy(update={"retracted": True}), final=0.01, late=0.7)
     order = [cand(hyperoptic.memory, 1.0, 0.86), switch, never_true]
-    assert put_past_first(order, margin=0.05, places=5) == {}
+    assert put_past_first(order, "", margin=0.05, places=5) == {}
     alone = [cand(virgin.memory, 1.0, 0.7), cand(hyperoptic.memory, 0.9, 0.86)]  # it leads already
-    assert put_past_first(alone, margin=0.05, places=5) == {}
+    assert put_past_first(alone, "", margin=0.05, places=5) == {}
 
 
 def test_for_a_question_about_before_an_unrelated_chain_near_the_top_is_not_followed():
@@ -644,10 +644,14 @@ def test_for_a_question_about_before_an_unrelated_chain_near_the_top_is_not_foll
     anytime = cand(fact(1, "Sam's gym is Anytime Fitness", 200, superseded_by=puregym_id), 0.2, 0.66)
     iphone = cand(turn(4, "my iphone 11 battery dies by 2pm", 300), final=0.4, late=0.82)
     order = [pixel, puregym, iphone, anytime]
-    assert put_past_first(order, margin=0.05, places=5) == {pixel.memory.id: iphone.memory.id}
+    assert put_past_first(order, "", margin=0.05, places=5) == {pixel.memory.id: iphone.memory.id}
     joined = cand(turn(5, "joined anytime fitness", 400), 0.6, 0.82)
     superseded_leader = [cand(anytime.memory, 1.0, 0.84), joined]  # no chain to follow: the older match
-    assert put_past_first(superseded_leader, margin=0.05, places=5) == {anytime.memory.id: joined.memory.id}
+    named = "which gym was I at before Anytime Fitness?"
+    assert put_past_first(superseded_leader, named, 0.05, 5) == {anytime.memory.id: joined.memory.id}
+    # ... when the query names it; else a superseded leader was true before: it answers (an outside
+    # review's chain Pixel -> iPhone -> Galaxy gave the Pixel for "what phone did I have before?")
+    assert put_past_first(superseded_leader, "which gym was I at before?", 0.05, 5) == {}
 
 
 def test_a_fact_whose_validity_does_not_cover_the_present_goes_below():
@@ -1116,6 +1120,23 @@ def test_a_question_about_before_the_current_value_gets_the_fact_it_superseded_f
     assert virgin.id in [h.memory.id for h in off[1:]]  # seen, not first
     assert hits[0].memory.id == virgin.id and "past_lift" in hits[0].explain
     assert hyperoptic.id in [h.memory.id for h in hits[1:3]]
+
+
+def test_before_over_a_chain_of_three_is_the_one_just_before_the_current(eng):
+    """An outside review: Pixel 6 -> iPhone 13 -> Galaxy S24, each superseding the one before; "what
+    phone did I have before?" led with the iPhone, then lifted the Pixel the iPhone had superseded."""
+    mem = eng.for_user("chain")
+    now = utcnow()
+    pixel = mem.write("User's phone is a Pixel 6", created_at=now - timedelta(days=700))
+    iphone = mem.write(
+        "User's phone is an iPhone 13", supersedes_id=pixel.id, created_at=now - timedelta(days=400)
+    )
+    mem.write(
+        "User's phone is a Samsung Galaxy S24", supersedes_id=iphone.id, created_at=now - timedelta(days=30)
+    )
+    for query in ("what phone did I have before?", "which phone did I use before the Galaxy?"):
+        assert mem.recall(query, record_use=False)[0].memory.id == iphone.id, query
+    assert mem.recall("what phone did I have before the iPhone?", record_use=False)[0].memory.id == pixel.id
 
 
 def test_a_fact_that_ended_is_not_the_present_answer_but_is_a_past_one(eng):

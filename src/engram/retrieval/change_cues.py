@@ -226,7 +226,7 @@ def says_otherwise(text: str, older: str) -> bool:
     she's Dr Brannigan", "my gp is Dr Brennan") -> True; ("6:50 now, so much better than 8:30", "our
     games are at 8:30") -> True; ("a second cat with a 5 year old cat?", "my cat is called Moss") ->
     False."""
-    told = _stems(older) | set(_TIME.findall(older))
+    told = word_stems(older) | set(_TIME.findall(older))
     contrasted = [w.casefold() for w in _CONTRAST.findall(text)]
     return any(
         (w if _TIME.fullmatch(w) else light_stem(w)) in told
@@ -249,7 +249,7 @@ def corrects(text: str, older: str) -> bool:
     match the question less well than the statement it corrects, yet it names that statement's value.
     Examples: ("it's the 16th not the 14th", "her birthday is on the 14th") -> True; ("Leo loves
     football, but not rugby", "Leo plays rugby") -> False."""
-    told = _stems(older) | set(_TIME.findall(older))
+    told = word_stems(older) | set(_TIME.findall(older))
     named = [w.casefold() for w in _CONTRAST.findall(text)]
     named += [w for w in _WRONG.findall(text.casefold()) if is_content_word(w)]
     return any((w if _TIME.fullmatch(w) else light_stem(w)) in told for w in named)
@@ -330,11 +330,11 @@ def asks_of_the_rest(query: str, said: str, facts: str) -> bool:
     allergic to peanuts?", "we live in Bristol, I'm allergic to peanuts", "Sarah lives in Bristol")
     -> True; ("do I still live in Bristol?", "we live in Bristol btw", "Sarah lives in Bristol") ->
     False; ("what's my job now?", "I'm a staff nurse in A&E", "Aisha is a staff nurse") -> False."""
-    asked, told, known = (_stems(text) for text in (query, said, facts))
+    asked, told, known = (word_stems(text) for text in (query, said, facts))
     return bool((asked & told) - known)
 
 
-def _stems(text: str) -> set[str]:
+def word_stems(text: str) -> set[str]:
     """A text's content words by a light stem (``light_stem``), and by their first five letters too."""
     words = content_stems(text)
     return words | {w[:5] + "…" for w in words if len(w) >= 5}

@@ -6,14 +6,19 @@ current truth first for the others.
 
 from __future__ import annotations
 
+import re
+
 from engram.models import event_time
 from engram.retrieval.candidate import Candidate, matches_as_well
-from engram.retrieval.change_cues import announces_change, calls_new
+from engram.retrieval.change_cues import announces_change, calls_new, word_stems
 
 
-def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dict[str, str]:
+def put_past_first(order: list[Candidate], query: str, margin: float, places: int) -> dict[str, str]:
     """For a question about an earlier state (``asks_about_earlier_state``), put what was true before
     first, by ``past_lift = leader.final / its final x 1.001``; returns {leader id: its id}, or {}.
+    A superseded leader was true before: it stays first, unless the query puts it after "before"
+    ("which phone did I have before the iPhone?"): an outside review's chain Pixel -> iPhone -> Galaxy
+    gave the Pixel for "what phone did I have before?".
 
     * **Recorded:** when the leader, or a live memory among the first ``places`` that matches the
       query nearly as well (raw MaxSim within ``margin``), supersedes a candidate (a question about the
@@ -30,6 +35,10 @@ def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dic
     """
     leader = order[0] if order else None
     if leader is None:
+        return {}
+    if getattr(leader.memory, "superseded_by", None) and not _named_after_before(query) & word_stems(
+        leader.memory.text
+    ):
         return {}
     by_id = {c.memory.id: c for c in order}
     live = [c for c in order[:places] if getattr(c.memory, "superseded_by", None) is None]
@@ -62,3 +71,13 @@ def put_past_first(order: list[Candidate], *, margin: float, places: int) -> dic
     chosen.multipliers["past_lift"] = leader.final / chosen.final * 1.001
     order.sort(key=lambda c: -c.final)
     return {leader.memory.id: chosen.memory.id}
+
+
+_BEFORE = re.compile(r"\b(?:before|prior\s+to)\s+((?:[\w'’-]+\s+){0,2}[\w'’-]+)", re.IGNORECASE)
+
+
+def _named_after_before(query: str) -> set[str]:
+    """The stems (``word_stems``) of the few words after "before": what the question counts back from
+    ("before the iPhone" -> {"iphone"}; "before the promotion" names "promoted"; "what did I have
+    before?" -> set())."""
+    return {stem for found in _BEFORE.findall(query) for stem in word_stems(found)}

@@ -254,7 +254,7 @@ def recall(
             put_askers_below(candidates, asker_ids, max(k, config.rerank_window))  # again, after recency
     answers_for: dict[str, str] = {}  # displaced id -> the id that now answers in its place
     if config.current_first and period is None and asks_about_earlier_state(query):
-        answers_for = put_past_first(candidates, margin=config.replace_margin, places=config.change_places)
+        answers_for = put_past_first(candidates, query, config.replace_margin, config.change_places)
 
     judged = reranked or uncontested is not None  # what ranks below it was left unscored on purpose
     confidences = {
