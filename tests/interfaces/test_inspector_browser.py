@@ -111,7 +111,7 @@ def test_superseded_fact_is_struck_through_with_its_chain(tab, service):
     assert chain.count() == 2
     assert "Sarah lives in Bristol" in chain.nth(0).inner_text()
     assert "Sarah lives in Edinburgh" in chain.nth(1).inner_text()
-    assert "replaced: it changed" in chain.nth(1).inner_text()
+    assert "replaces an older fact: it changed" in chain.nth(1).inner_text()
     assert (
         chain.nth(0).locator(".text").evaluate("e => getComputedStyle(e).textDecorationLine")
         == "line-through"

@@ -43,6 +43,11 @@ def test_lists_say_their_order_and_tabs_count_what_they_show(service):
     assert (count(every, "semantic"), count(live, "semantic")) == ("3", "2")  # Bristol was replaced
     assert every.count('<tr class="') == 3 and live.count('<tr class="') == 2
     assert 'href="/inspector/semantic?live=true"' in live  # the tab keeps the filter it counts with
+    # a 13,000-character turn filled the whole tab (a newcomer's walk): the list shows its start
+    long = mem.remember_turn("pasted log line. " * 800)
+    listed = sarah.get("/inspector/episodic").text
+    assert "13,600 characters: open it to read all" in listed and listed.count("pasted log line.") < 40
+    assert sarah.get(f"/inspector/memory/{long.id}").text.count("pasted log line.") >= 800
 
 
 def test_error_pages_keep_the_header_and_name_the_problem(service):
@@ -57,6 +62,10 @@ def test_error_pages_keep_the_header_and_name_the_problem(service):
         (admin.get("/inspector/semantic", params={"user": "no/such"}), 422, "user_id"),
         (sarah.post(f"/inspector/memory/{rows['edinburgh']['id']}/forget"), 403, "token is missing"),
         (sarah.get("/inspector/semantic/nonsense"), 404, "No such page in the inspector"),  # no route
+        # a page number in a person's words, not pydantic's (a newcomer's walk)
+        (sarah.get("/inspector/semantic", params={"page": -1}), 422, "page in the address must be 1 or more"),
+        (sarah.get("/inspector/semantic", params={"page": 9999}), 200, "back to the first"),
+        (admin.get(f"/inspector/memory/{rows['edinburgh']['id']}"), 404, "Pick a user above"),
     ]
     for response, status, message in cases:
         assert response.status_code == status and message in response.text, (status, response.text[-600:])

@@ -168,8 +168,9 @@ def print_hits(
     notes: Console = err_console,
 ) -> None:
     """Hits, one a line (the id last), then a note on ``notes`` (stderr: a script reads the ids) when
-    none reaches ``floor`` (the agent's and MCP's threshold) nor ``min_confidence`` kept any. Stored text is data: never read as rich markup (a "[/b]" in a turn
-    raised MarkupError, other tags restyled the output), its control characters dropped (engram.text)."""
+    none reaches ``floor`` (the agent's and MCP's threshold) nor ``min_confidence`` kept any. Stored
+    text is data: never read as rich markup (a "[/b]" in a turn raised MarkupError, other tags
+    restyled the output), its control characters dropped (engram.text)."""
     if not hits:
         closest = "; --min-confidence 0 shows the closest"
         notes.print(f"  ({nothing_confident(min_confidence) + closest if min_confidence else 'no hits'})")

@@ -280,7 +280,10 @@ def memory_page(
             when = gone.forgotten_at.strftime("%Y-%m-%d %H:%M UTC")
             message = f"This {gone.memory_type} memory was forgotten on {when}: its text is gone for good."
             return error_page(request, 404, "Forgotten", message)
-        return error_page(request, 404, "Not found", "No such memory in this view.")
+        admin = " Pick a user above to open their memories (an admin sees the catalog alone)."
+        return error_page(
+            request, 404, "Not found", "No such memory in this view." + (admin if v.reader is None else "")
+        )
     episodes = rows_by_id(request, v, getattr(row, "supporting_episode_ids", []))
     context = page(request, v, row.memory_type, row=row, chain=chain, episodes=episodes)
     return render("memory.html", **context, replaced_by=_replacement(chain, row), token=form_token(request))

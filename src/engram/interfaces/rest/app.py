@@ -182,11 +182,11 @@ def create_app(engram: Engram, keys: ApiKeys, *, host: str = "127.0.0.1") -> Fas
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
         content_type = request.headers.get("content-type", "")
-        problems = [_problem(err, content_type, _body_fields(request)) for err in exc.errors()[:5]]
+        errors = exc.errors()[:5]
+        problems = [_problem(err, content_type, _body_fields(request)) for err in errors]
         if _in_inspector(request.url.path):  # a person's browser: the inspector's own page
-            return await anyio.to_thread.run_sync(
-                error_page, request, 422, "Not a valid request", "; ".join(problems)
-            )
+            said = "; ".join(_for_a_person(e) or p for e, p in zip(errors, problems, strict=True))
+            return await anyio.to_thread.run_sync(error_page, request, 422, "Not a valid request", said)
         return _error(422, _validation_code(request.url.path, exc.errors()), "; ".join(problems))
 
     @app.exception_handler(Exception)
@@ -374,10 +374,27 @@ def _problem(err: Any, content_type: str, takes: Sequence[str] = ()) -> str:
     if err.get("type") == "extra_forbidden" and len(loc) == 2 and takes:  # as MCP names its arguments
         return f"{_where(loc)}: unknown field; this body takes {', '.join(takes)}"
     if err.get("type") == "string_pattern_mismatch":  # pydantic's words quote the regex
-        pattern = (err.get("ctx") or {}).get("pattern")
+        pattern = str((err.get("ctx") or {}).get("pattern", ""))
         return f"{_where(loc)}: {_PATTERN_WORDS.get(pattern, 'not in the form this field takes')}"
     # A validator's ValueError comes back as "Value error, <ours>": the prefix is pydantic's (as in MCP).
     return f"{_where(loc)}: {str(msg).removeprefix('Value error, ')}"
+
+
+_BOUNDS = {  # pydantic's error types for a number out of range, in a person's words
+    "greater_than_equal": "{ge} or more",
+    "less_than_equal": "{le} or less",
+    "int_parsing": "a whole number",
+}
+
+
+def _for_a_person(err: Any) -> str | None:
+    """A bad page number or count in an inspector URL as a person reads it ("page must be 1 or more",
+    not pydantic's "query.page: Input should be greater than or equal to 1"), else None."""
+    words = _BOUNDS.get(err.get("type", ""))
+    loc = tuple(err.get("loc", ()))
+    if words is None or len(loc) != 2 or loc[0] != "query":
+        return None
+    return f"{loc[1]} in the address must be {words.format(**(err.get('ctx') or {}))}"
 
 
 _PATTERN_WORDS = {
