@@ -346,6 +346,11 @@ def test_recall_gives_confidence_and_event_time_and_a_compact_view(side: Side) -
     better = playbook.model_copy(update={"refined_steps": refined, "version": 2})
     hit = Hit(memory=better, score=1.0, rank=1, confidence=0.9, event_time=better.created_at, explain={})
     assert hit.compact().steps == refined
+    # a fact that ended says until when (an outside review: an expired fact read as current)
+    ended_at = datetime(2025, 9, 1, tzinfo=UTC)
+    leave = mem.write("Sarah is on parental leave", valid_from=said, valid_to=ended_at)
+    (ended,) = mem.recall("am I on parental leave?", memory_types=["semantic"], k=1, view="compact")
+    assert ended.id == leave.id and ended.as_json()["valid_to"] == "2025-09-01T00:00:00Z"
     for bad in (-0.1, 1.5, "high", True):
         with pytest.raises(InvalidInput, match="min_confidence"):
             mem.recall("error E-4021", min_confidence=bad)  # type: ignore[arg-type]

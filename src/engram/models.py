@@ -265,9 +265,7 @@ def event_time(memory: Memory) -> datetime:
     of two conflicting statements."""
     if isinstance(memory, EpisodicMemory):
         return memory.timestamp
-    if isinstance(memory, SemanticMemory) and memory.valid_from is not None:
-        return memory.valid_from
-    return memory.created_at
+    return (memory.valid_from if isinstance(memory, SemanticMemory) else None) or memory.created_at
 
 
 def to_the_second(at: datetime) -> str:
@@ -287,8 +285,8 @@ class Hit(BaseModel):
     confidence: float = Field(
         ge=0,
         le=1,
-        description="the probability that the row is relevant to the query, by a calibration of the "
-        "strongest stage's raw score fitted on development data (engram.retrieval.confidence)",
+        description="the probability that the row is relevant to the query, by a calibration of "
+        "the strongest stage's raw score fitted on development data (engram.retrieval.confidence)",
     )
     event_time: datetime = Field(description="when what the row says happened (see engram.models.event_time)")
     explain: dict[str, Any]
@@ -300,7 +298,8 @@ class Hit(BaseModel):
         if isinstance(m, EpisodicMemory):
             extra["speaker"] = named_speaker(m)
         elif isinstance(m, SemanticMemory | ProceduralMemory):
-            extra.update(superseded_by=m.superseded_by, retracted=getattr(m, "retracted", False) or None)
+            extra.update(superseded_by=m.superseded_by, retracted=getattr(m, "retracted", 0) or None)
+            extra["valid_to"] = getattr(m, "valid_to", None)
         if isinstance(m, ProceduralMemory):  # the refined steps, when a failure brought better ones
             extra.update(
                 name=m.name,
@@ -338,13 +337,14 @@ class CompactHit(BaseModel):
     )
     superseded_by: str | None = Field(default=None, description="the fact or playbook that replaced this one")
     retracted: bool | None = Field(default=None, description="true: a correction said it was never true")
+    valid_to: datetime | None = Field(default=None, description="a fact held until then (if past, it ended)")
     name: str | None = Field(default=None, description="a playbook's name")
     trigger_text: str | None = Field(default=None, description="when a playbook applies")
     description: str | None = Field(default=None, description="a playbook's notes: scope, cautions")
     steps: list[Step] | None = Field(default=None, description="a playbook's steps (refined after a failure)")
     title: str | None = Field(default=None, description="a catalog row's title")
 
-    @field_serializer("event_time")
+    @field_serializer("event_time", "valid_to", when_used="unless-none")
     def _to_the_second(self, at: datetime) -> str:
         return to_the_second(at)
 

@@ -22,7 +22,7 @@ STOPWORDS = frozenset(
 # brother; an agent's "the user's phone model" about a phone): left out when recall checks that a hit
 # covers what the query asks (query_coverage).
 QUESTION_WORDS = frozenset("whats name named called tell remind know use using got user users".split())  # noqa: SIM905
-_WORD = re.compile(r"\w+(?:[.\-']\w+)*")  # keeps v15.3, E-214, don't together as one query term
+_WORD = re.compile(r"\w+(?:[.\-'’]\w+)*")  # keeps v15.3, E-214, don't together as one query term
 MAX_QUERY_TERMS = 32
 # C0 and C1 control characters but newline and tab: terminal escapes start with ESC (or CSI, U+009B).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -35,8 +35,9 @@ def printable(text: str) -> str:
 
 
 def fts_words(text: str) -> list[str]:
-    """The query's distinct words, lowercased, stopwords dropped (unless nothing else is left)."""
-    words = [w.lower() for w in _WORD.findall(text)]
+    """The query's distinct words, lowercased, a possessive ``'s`` cut off ("jamie's" finds "Jamie" as
+    well as "Jamie's"), stopwords dropped (unless nothing else is left)."""
+    words = [_POSSESSIVE.sub("", w.lower()) for w in _WORD.findall(text)]
     terms = [w for w in words if w not in STOPWORDS] or words
     return list(dict.fromkeys(terms))[:MAX_QUERY_TERMS]
 

@@ -567,6 +567,11 @@ export interface components {
              */
             retracted?: boolean | null;
             /**
+             * Valid To
+             * @description a fact held until then (if past, it ended)
+             */
+            valid_to?: null | string;
+            /**
              * Name
              * @description a playbook's name
              */
