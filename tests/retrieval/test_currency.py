@@ -1153,6 +1153,26 @@ def test_a_fact_that_ended_is_not_the_present_answer_but_is_a_past_one(eng):
     assert all("validity" not in h.explain for h in past)
 
 
+def test_a_fact_that_held_only_after_the_period_a_question_names_is_not_its_answer(eng):
+    """An outside review: "where was I living in March 2024?" gave "User lives in Glasgow", true from
+    2025-09 (its turn's time), above the Leeds fact it superseded."""
+    mem = eng.for_user("np")
+    leeds_turn = mem.remember_turn(
+        "we just signed the lease on a flat in Leeds", at=datetime(2024, 3, 10, tzinfo=UTC)
+    )
+    glasgow_turn = mem.remember_turn("moving day! we're in Glasgow now", at=datetime(2025, 9, 1, tzinfo=UTC))
+    leeds = mem.write("User lives in Leeds", supporting_episode_ids=[leeds_turn.id])
+    glasgow = mem.write(
+        "User lives in Glasgow", supporting_episode_ids=[glasgow_turn.id], supersedes_id=leeds.id
+    )
+    hits = mem.recall("where was I living in March 2024?", record_use=False)
+    assert hits[0].memory.id == leeds.id
+    assert next(h for h in hits if h.memory.id == glasgow.id).explain["validity"] < 1
+    assert "validity" not in hits[0].explain
+    later = mem.recall("where did I live in October 2025?", record_use=False)
+    assert later[0].memory.id == glasgow.id and "validity" not in later[0].explain
+
+
 def test_for_a_question_that_expects_a_change_the_newer_of_two_near_turns_goes_first():
     """``put_recent_first``: turns age by ``0.5 ** (age / half_life)``; a fact and a turn that asks the
     query again are left as they are."""

@@ -80,6 +80,7 @@ from engram.retrieval.change_cues import (
 )
 from engram.retrieval.own_voice import of_user
 from engram.retrieval.scoring import recency, speaker_of
+from engram.retrieval.temporal import TimeWindow
 from engram.text import user_id_words
 
 MAX_CHAIN = 16  # supersession links followed back from a live fact (a chain is a handful in practice)
@@ -375,17 +376,25 @@ def turns_behind(outdated_by: dict[str, str], order: Sequence[Candidate]) -> lis
     return pairs
 
 
-def put_invalid_below(order: list[Candidate], now: datetime, factor: float) -> None:
-    """A fact whose recorded validity does not cover ``now`` (its ``valid_to`` has passed, or its
-    ``valid_from`` is still ahead) takes the multiplier ``validity = factor``, as a replaced memory takes
+def put_invalid_below(order: list[Candidate], when: datetime | TimeWindow, factor: float) -> None:
+    """A fact whose recorded validity does not cover ``when`` (the present: its ``valid_to`` has passed,
+    or its ``valid_from`` is still ahead; or a period the query names: it ended before the period or
+    began after it) takes the multiplier ``validity = factor``, as a replaced memory takes
     ``outdated``, and ``order`` is sorted again: "Sam's office is in Canary Wharf", valid until last
-    month, is not where the office is now. For queries about the present (the caller's rule, as for
-    ``put_current_first``); a question about the past, or one naming a period, sees it as it ranks."""
+    month, is not where the office is now, and "User lives in Glasgow", valid from 2025-09, is not
+    where they lived in March 2024 (an outside review). A month of any year ("in June") moves nothing;
+    a question about the past without a period sees it as it ranks (the caller's rule)."""
+    if isinstance(when, TimeWindow):
+        if when.start is None or when.end is None:
+            return
+        start, end = when.start, when.end
+    else:
+        start = end = when
     for c in order:
         m = c.memory
         if isinstance(m, SemanticMemory) and (
-            (m.valid_to is not None and m.valid_to <= now)
-            or (m.valid_from is not None and m.valid_from > now)
+            (m.valid_to is not None and m.valid_to <= start)
+            or (m.valid_from is not None and m.valid_from > end)
         ):
             c.multipliers["validity"] = factor
     order.sort(key=lambda c: -c.final)

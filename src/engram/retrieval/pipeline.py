@@ -5,9 +5,8 @@
 2. Fuse by RRF (``fusion.rrf``).
 3. Multipliers (``scoring.multipliers``) shape the fused order.
 4. Late interaction re-orders the top ``late_window`` fused candidates by ColBERT MaxSim over their
-   stored token vectors (``late_interaction.late_score``, min-max scaled within the head): cheap
-   enough to score every fused candidate, so a relevant row deep in one leg can still reach the
-   cross-encoder's window.
+   stored token vectors (``late_interaction.late_score``, min-max scaled within the head): a row deep
+   in one leg can still reach the cross-encoder's window.
 5. The cross-encoder scores the contested places of the top ``rerank_window`` candidates
    (``contenders.contenders``: the leader's near-ties by late-interaction MaxSim, within
    ``rerank_gap`` among raw turns and ``rerank_gap_distilled`` in a window holding a distilled memory,
@@ -30,8 +29,9 @@
    (``currency.put_recent_first``, explain ``recency``). For a question about an earlier state, the fact
    a leading live one superseded, else an older near match, goes above the leader
    (``past_first.put_past_first``, explain ``past_lift``). A fact whose ``valid_from``/``valid_to`` do
-   not cover the present is multiplied by ``outdated`` too (``currency.put_invalid_below``, explain
-   ``validity``), and a retracted fact (never true) is left out unless ``include_superseded``.
+   not cover the present, or the period the query names, is multiplied by ``outdated`` too
+   (``currency.put_invalid_below``, explain ``validity``); a retracted fact (never true) is left out
+   unless ``include_superseded``.
 8. Each hit gets its event time and a calibrated ``confidence`` (``confidence.confidence``); a
    successor's is at least that of what it replaced; a hit without the name, number, time, day,
    colour or occupation the question asks for gets less (``asked_value``; explain ``asked_value``,
@@ -110,10 +110,9 @@ def recall(
     telemetry: Telemetry | None = None,
     narrow: RecallFilter = NO_FILTER,
 ) -> list[Hit]:
-    """One recall through the stages of the module docstring; ``helper_nice`` is the CPU priority
-    (Linux nice) of the pool threads running its legs and query encoding beside it; ``telemetry`` times
-    each stage (legs, fetch, late_interaction, rerank, current_first), traces it when on; ``narrow``:
-    the rows it may return (session, event time, metadata), applied by the store inside both legs."""
+    """One recall through the stages of the module docstring; ``helper_nice``: the CPU priority (nice)
+    of the pool threads running its legs and query encoding; ``telemetry`` times (and traces) each
+    stage; ``narrow``: the rows it may return (session, event time, metadata), inside both legs."""
     stage = telemetry.stage if telemetry is not None else _untimed
     # a question about the past also sees what was true then: facts superseded since ("what was my old car?")
     about_past = asks_about_past(query)
@@ -125,8 +124,7 @@ def recall(
         _in_background(helper_nice, token_encoder.encode_query, query) if late and token_encoder else None
     )
     if isinstance(store, CandidateSearch) and set(config.legs) == {"bm25", "dense"}:
-        # A networked store answers legs, rows and token vectors in one statement: fewer round trips
-        # beat running the legs side by side here.
+        # A networked store answers legs, rows and token vectors in one statement (fewer round trips).
         with stage("legs"):
             found = store.search_candidates(
                 tenant, query, embedder.embed_query(query), where, config.leg_candidates, late
@@ -252,6 +250,8 @@ def recall(
             )
             put_invalid_below(candidates, now, config.outdated_factor)
             put_askers_below(candidates, asker_ids, max(k, config.rerank_window))  # again, after recency
+    if config.current_first and period is not None:  # a fact that held before or after the period named
+        put_invalid_below(candidates, period, config.outdated_factor)
     answers_for: dict[str, str] = {}  # displaced id -> the id that now answers in its place
     if config.current_first and period is None and asks_about_earlier_state(query):
         answers_for = put_past_first(candidates, query, config.replace_margin, config.change_places)
