@@ -3,7 +3,14 @@ state one, and what recall does with a hit that does not."""
 
 import pytest
 
-from engram.retrieval.asked_value import LONG_ROW, AskedValue, asked_value, missing_value, states_value
+from engram.retrieval.asked_value import (
+    LONG_ROW,
+    AskedValue,
+    asked_value,
+    missing_value,
+    states_value,
+    unknown_name,
+)
 
 QUESTION = "what's maeve's cat called?"
 
@@ -261,6 +268,21 @@ def test_the_users_own_name_answers_no_one_elses() -> None:
     assert missing_value("What is Joan's last name?", joan, "walter") == {"a": "name"}
     for own in ("what's my surname?", "what's my nickname?"):
         assert missing_value(own, {"a": "Yusuf is head chef"}, "yusuf.ali@example.com") == {}, own
+
+
+def test_a_name_no_candidate_mentions_is_asked_about_someone_else() -> None:
+    """A newcomer's walk: "where does Sarah live?" in alex's memory gave "Alex lives in Edinburgh" 0.15."""
+    texts = {"fact": "Alex lives in Edinburgh", "turn": "I live in Edinburgh now"}
+    alex = frozenset({"alex"})
+    assert unknown_name("where does Sarah live?", texts.values(), alex) == "sarah"
+    assert missing_value("where does Sarah live?", texts, "alex") == dict.fromkeys(texts, "about sarah")
+    assert unknown_name("where does Alex live?", texts.values(), alex) is None  # the user
+    assert unknown_name("Where do I live in March?", texts.values(), alex) is None  # a month, the "I"
+    assert unknown_name("where does sarah live?", texts.values(), alex) is None  # no capital: no name
+    assert unknown_name("where does Sarah live?", texts.values(), frozenset({"u"})) is None  # no one named
+    # the user's own name may be the one their turns never say: only a memory that names them tells
+    turns = ["my brother moved to Dubai"]
+    assert unknown_name("Where does Aisha's brother live?", turns, frozenset({"aisha"})) is None
 
 
 OFF = {"missing_value_factor": 1.0, "missing_value_rank": 1.0}

@@ -17,6 +17,7 @@ hit's event time answers it; nor does a yes/no question, a "why", or a question 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -311,11 +312,34 @@ def missing_value(query: str, texts: dict[str, str], user_id: str = "") -> dict[
     """Id -> the kind of value ``query`` asks for, for each row of ``texts`` (id -> text) that does not
     state one (``states_value``); empty when the question asks for no particular kind. The user's own
     name (the words of ``user_id``, ``text.user_id_words``) answers no one else's name."""
+    if texts and (unknown := unknown_name(query, texts.values(), user_id_words(user_id))):
+        return dict.fromkeys(texts, f"about {unknown}")  # none of them can answer
     kind = asked_value(query)
     if kind is None:
         return {}
     asked = _Query.of(query, user_id_words(user_id))
     return {row_id: kind.value for row_id, text in texts.items() if not _states(kind, text, asked)}
+
+
+def unknown_name(query: str, texts: Iterable[str], user: frozenset[str] = frozenset()) -> str | None:
+    """A name the question asks about (capitalised past its first word: not "I'm", a stopword, a month
+    or a line label, an acronym, nor the user's own) that no text mentions, if any: "where does Sarah
+    live?" asked of a memory that never named Sarah (a newcomer's walk: "Alex lives in Edinburgh" came
+    back at 0.15), whatever ranks first is about someone else. Only where the texts name the user by
+    ``user`` (the words of their id): else the name may be the user's own, which their turns need not
+    say ("Where does Aisha's brother live?" of "my brother moved to Dubai", user "u-8f3a")."""
+    names = [
+        _bare(word)
+        for word in _WORD.findall(query)[1:]
+        if word[0].isupper() and not word.isupper() and word[:2] not in _I_AM
+    ]
+    names = [n for n in names if len(n) > 1 and n not in user and n not in STOPWORDS and n not in _NOT_NAMES]
+    if not names:
+        return None
+    said = " ".join(texts).casefold()
+    if not any(re.search(rf"\b{re.escape(word)}\b", said) for word in user):
+        return None
+    return next((name for name in names if name not in said), None)
 
 
 def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
