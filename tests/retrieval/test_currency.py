@@ -1153,24 +1153,6 @@ def test_a_fact_that_ended_is_not_the_present_answer_but_is_a_past_one(eng):
     assert all("validity" not in h.explain for h in past)
 
 
-def test_an_agents_unlinked_facts_outdate_the_turn_that_said_the_old_value(eng):
-    """An outside review: an agent wrote "User drives a blue Ford Fiesta", then superseded it, both
-    without supporting_episode_ids (as the README's quickstart does); the turn "I drive a blue Ford
-    Fiesta" kept leading. The turn that says the superseded fact again is now taken as its source."""
-    mem = eng.for_user("rv")
-    now = utcnow()
-    said = mem.remember_turn("I drive a blue Ford Fiesta", at=now - timedelta(days=200))
-    other = mem.remember_turn("my dad drove a Ford Escort", at=now - timedelta(days=150))
-    old = mem.write("User drives a blue Ford Fiesta", created_at=now - timedelta(days=199))
-    new = mem.write(
-        "User drives a Toyota Yaris hybrid", supersedes_id=old.id, created_at=now - timedelta(days=9)
-    )
-    hits = mem.recall("what car do I drive?", record_use=False)
-    assert hits[0].memory.id == new.id
-    assert next(h for h in hits if h.memory.id == said.id).explain["outdated_by"] == new.id
-    assert "outdated_by" not in next(h for h in hits if h.memory.id == other.id).explain  # says no Fiesta
-
-
 def test_a_fact_that_held_only_after_the_period_a_question_names_is_not_its_answer(eng):
     """An outside review: "where was I living in March 2024?" gave "User lives in Glasgow", true from
     2025-09 (its turn's time), above the Leeds fact it superseded."""

@@ -265,12 +265,8 @@ def _by_supersession(
 ) -> dict[str, Candidate]:
     """Episodes (and superseded facts) replaced by the live facts among the candidates, by following
     each live fact's chain of ``supersedes`` back and collecting the supporting episodes on it; fills
-    ``said_before`` with the superseded fact that links each to its successor. A superseded fact
-    written with no supporting episodes (an agent's write) is taken as said by the older turns among
-    the candidates that say it again (``repeats``: "I drive a blue Ford Fiesta" of "User drives a blue
-    Ford Fiesta"; an outside review found that turn leading over the fact that replaced it)."""
+    ``said_before`` with the superseded fact that links each to its successor."""
     said_before = {} if said_before is None else said_before
-    order = list(order)
     found: dict[str, Candidate] = {}
     live = [
         c
@@ -292,14 +288,7 @@ def _by_supersession(
             said_before.setdefault(fact.id, fact)
             assert isinstance(successor.memory, SemanticMemory)
             still_supported = set(successor.memory.supporting_episode_ids)  # a turn that says both
-            told = fact.supporting_episode_ids or [
-                c.memory.id
-                for c in order
-                if isinstance(c.memory, EpisodicMemory)
-                and event_time(c.memory) < event_time(successor.memory)
-                and repeats(c.memory.text, fact.text, "")
-            ]
-            for episode_id in told:
+            for episode_id in fact.supporting_episode_ids:
                 if episode_id not in still_supported:
                     found.setdefault(episode_id, successor)
                     said_before.setdefault(episode_id, fact)
