@@ -80,8 +80,7 @@ def check_text(text: object, what: str, max_chars: int) -> str:
 
 
 def iso_datetime(value: object) -> object:
-    """Accept a datetime or an ISO 8601 string only: pydantic alone would read 845 or "845" as seconds
-    since 1970."""
+    """A datetime or an ISO 8601 string only: pydantic alone reads 845 or "845" as seconds since 1970."""
     if isinstance(value, datetime) or value is None:
         return value
     if isinstance(value, str):
@@ -265,7 +264,9 @@ def event_time(memory: Memory) -> datetime:
     of two conflicting statements."""
     if isinstance(memory, EpisodicMemory):
         return memory.timestamp
-    return (memory.valid_from if isinstance(memory, SemanticMemory) else None) or memory.created_at
+    if isinstance(memory, SemanticMemory) and memory.valid_from is not None:
+        return memory.valid_from
+    return memory.created_at
 
 
 def to_the_second(at: datetime) -> str:
@@ -274,8 +275,7 @@ def to_the_second(at: datetime) -> str:
 
 
 class Hit(BaseModel):
-    """One recall result: the row, its final score, its 1-based rank, how the score was made, the
-    row's event time and a calibrated ``confidence``."""
+    """One recall result: the row, final score, 1-based rank, explain, event time and ``confidence``."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -298,7 +298,7 @@ class Hit(BaseModel):
         if isinstance(m, EpisodicMemory):
             extra["speaker"] = named_speaker(m)
         elif isinstance(m, SemanticMemory | ProceduralMemory):
-            extra.update(superseded_by=m.superseded_by, retracted=getattr(m, "retracted", 0) or None)
+            extra.update(superseded_by=m.superseded_by, retracted=getattr(m, "retracted", False) or None)
             extra["valid_to"] = getattr(m, "valid_to", None)
         if isinstance(m, ProceduralMemory):  # the refined steps, when a failure brought better ones
             extra.update(

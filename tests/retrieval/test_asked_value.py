@@ -65,12 +65,10 @@ QUESTION = "what's maeve's cat called?"
         # a place, or talk about a profession (an outside review of the first version)
         ("where did I work as a waiter?", None),
         ("what did I say about the teaching profession?", None),
-        # "who is" someone close or someone who serves: a name; not of something else, nor a doing
-        ("who's my dentist now?", AskedValue.NAME),
-        ("Who is Tango's vet?", AskedValue.NAME),
-        ("who was Bridget's manager before?", AskedValue.NAME),
-        ("who is my internet provider?", None),
-        ("who is Théo marrying?", None),
+        # "who is" is answered as often by a relation or a name typed in lower case ("my best friend is my
+        # sister", "loves adele": an outside review of a version that read it as a name)
+        ("who's my dentist now?", None),
+        ("who is my best friend?", None),
         # a yes/no question or a "why" holds the value already
         ("is my cat called Biscuit?", None),
         ("why is my cat called Biscuit?", None),
@@ -126,6 +124,12 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
             False,
         ),
         (AskedValue.NAME, "MY SISTER IS AOIFE", "what is my sister called?", True),
+        (
+            AskedValue.NAME,
+            "I really miss london, my sister still lives there",
+            "what's my sister called?",
+            False,
+        ),
         (AskedValue.NAME, "my band's called 'night owls'", "what's my band called?", True),
         (AskedValue.NAME, "we call him biscuit", "what's the dog called?", True),
         (AskedValue.NAME, "my manager is 李娜", "what's my manager called?", True),
@@ -171,6 +175,7 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
                 ("the dog sleeps on Luna's blanket", "what's my cat called?"),
                 ("my friend in Mia's car", "what's my friend called?"),
                 ("Gareth's GP is Dr Evans at the Albert Road surgery", "Who was Gareth's GP before Dr Khan?"),
+                ("my gp is dr patel at the riverside surgery", "what's my gp called?"),  # lower case
             )
         ],
         (AskedValue.NUMBER, "we're down to two now", "how many chickens have I got?", True),
@@ -205,6 +210,8 @@ def test_the_kind_of_value_a_question_asks_for(query: str, kind: AskedValue | No
                 ("we've rented here since 2019", False),
                 ("I paid 2000 for it", True),
                 ("head chef at Ffwrn, my own menu, 40 covers", False),  # things counted
+                ("paid 300 shekels for it", True),  # a plural may be a currency (an outside review)
+                ("450 crowns for the ferry", True),
                 ("paid 40 shillings, 3 chooks included", True),
                 ("since 2019 we pay 900", True),
             )
@@ -273,16 +280,25 @@ def test_the_users_own_name_answers_no_one_elses() -> None:
 def test_a_name_no_candidate_mentions_is_asked_about_someone_else() -> None:
     """A newcomer's walk: "where does Sarah live?" in alex's memory gave "Alex lives in Edinburgh" 0.15."""
     texts = {"fact": "Alex lives in Edinburgh", "turn": "I live in Edinburgh now"}
-    alex = frozenset({"alex"})
-    assert unknown_name("where does Sarah live?", texts.values(), alex) == "sarah"
+    assert unknown_name("where does Sarah live?", texts.values(), "alex") == "sarah"
+    assert unknown_name("what is Sarah's job?", texts.values(), "alex") == "sarah"
     assert missing_value("where does Sarah live?", texts, "alex") == dict.fromkeys(texts, "about sarah")
-    assert unknown_name("where does Alex live?", texts.values(), alex) is None  # the user
-    assert unknown_name("Where do I live in March?", texts.values(), alex) is None  # a month, the "I"
-    assert unknown_name("where does sarah live?", texts.values(), alex) is None  # no capital: no name
-    assert unknown_name("where does Sarah live?", texts.values(), frozenset({"u"})) is None  # no one named
+    for asked in (
+        "where does Alex live?",  # the user
+        "where does sarah live?",  # no capital: no name
+        "hey Claude, where do I live?",  # whom it is asked of, not about (an outside review)
+        "Hi! Quick question: where do I live?",
+        "what did I get Tom for Christmas?",  # not the question's subject
+        "which Google phone do I have?",
+    ):
+        assert unknown_name(asked, texts.values(), "alex") is None, asked
+    assert unknown_name("where does Sarah live?", texts.values(), "u-8f3a") is None  # no one named
+    # "user_42" names no one, though an agent's facts say "User ..." (an outside review)
+    assert unknown_name("where does Sarah live?", ["User lives in Leeds"], "user_42") is None
     # the user's own name may be the one their turns never say: only a memory that names them tells
-    turns = ["my brother moved to Dubai"]
-    assert unknown_name("Where does Aisha's brother live?", turns, frozenset({"aisha"})) is None
+    assert unknown_name("Where does Aisha's brother live?", ["my brother moved to Dubai"], "aisha") is None
+    assert unknown_name("when is Samantha's birthday?", ["Alex: Sam's party"], "alex") is None  # a short name
+    assert unknown_name("when is Auntie Jo's birthday?", ["Alex: aunt Jo's party"], "alex") is None
 
 
 OFF = {"missing_value_factor": 1.0, "missing_value_rank": 1.0}

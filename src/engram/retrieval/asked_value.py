@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from engram.retrieval.own_voice import names_nobody
 from engram.text import LINE_LABELS, NAME_TITLES, STOPWORDS, user_id_words
 
 
@@ -55,10 +56,6 @@ _NO_VALUE = re.compile(
 # not a relative "where" or "who" ("the name of the church where she sings").
 _TWO_QUESTIONS = re.compile(r"(?:\band|[,;?])\s+(?:what|what's|whats|who|whose|where|when|which|how)\b", _I)
 _NAME_ASKED = re.compile(r"\b(?:names?|named|nicknames?|surnames?|called)\b", _I)
-# "who's my dentist?", "who was Bridget's manager?": a person's name (with _SOMEONE_ASKED)
-_WHO_IS = re.compile(
-    r"^\s*who(?:['’]s| is| was| are| were)\s+(?:my|our|your|his|her|their|the|[\w'’]+['’]s)\s", _I
-)
 _CALLED_SOMEONE = re.compile(r"\b(?:i|you|he|she|we|they|who|someone|somebody|anyone)\s+called\b", _I)
 _COLOUR_ASKED = re.compile(r"\b(?:what|which) colou?rs?\b|\bcolou?rs? (?:is|are|was|were)\b", _I)
 _TIME_ASKED = re.compile(r"\bwhat time\b(?! zones?\b| of (?:the )?year\b)", _I)
@@ -95,7 +92,10 @@ _NOT_A_SUM_NEXT = frozenset(
     am pm % percent km kg g cm mm m miles mph kmh mins min minutes hours hrs hr days weeks months years yrs
     times people kids jan feb mar apr may jun jul aug sep sept oct nov dec january february march april june
     july august september october november december
-    """.split()  # noqa: SIM905
+    covers guests children dogs cats hens chooks chickens pages rooms bedrooms seats items boxes bottles
+    pieces reps sets steps students pupils members players friends followers likes calories lbs stone
+    litres metres feet inches
+    """.split()  # noqa: SIM905 - things counted: "40 covers" (a list: any plural would take "300 shekels")
 )
 # ... a year is not: "(bought September 2024)", "since 2019" ("paid 2000 for it" is a sum)
 _A_YEAR = re.compile(
@@ -167,8 +167,9 @@ _NAME_CUE = re.compile(
     _I,
 )
 _QUOTED = re.compile(r"[\"“‘]([^\"”’]{1,60})[\"”’]|(?<!\w)'([^']{1,60})'(?!\w)")
-_MAYBE_NAME = re.compile(r"[A-Z\"“‘']|call|nam|['’]s\b|\band\b|[^\x00-\x7f]")
+_MAYBE_NAME = re.compile(r"[A-Z\"“‘']|call|nam|['’]s\b|\band\b|[^\x00-\x7f]|\b(?:dr|mrs?|ms|mx|prof)\b")
 _NO_SUCH = re.compile(r"\bno\s+([^\W\d_]+)", _I)  # "no kids" answers "how many kids?"
+_TITLES = NAME_TITLES - {"miss", "sir", "madam"}  # "I really miss london": no title
 _I_AM = ("I'", "I’")  # I'm, I've, I'd, I'll: capitalised, no one's name
 _DETERMINERS = _words("the a an my your his her its our their this that every each no")
 # Capitalised or possessive, yet no one's name: the agent's word for the user, family as it is
@@ -251,9 +252,7 @@ def asked_value(query: str) -> AskedValue | None:
     -> None."""
     if _NO_VALUE.search(query) or _TWO_QUESTIONS.search(query):
         return None
-    if (_NAME_ASKED.search(query) and not _CALLED_SOMEONE.search(query)) or (
-        _WHO_IS.search(query) and _SOMEONE_ASKED.search(query)
-    ):
+    if _NAME_ASKED.search(query) and not _CALLED_SOMEONE.search(query):
         return AskedValue.NAME
     if _AMOUNT_ASKED.search(query):
         return AskedValue.AMOUNT
@@ -284,35 +283,37 @@ _OWN_NAME_ASKED = re.compile(
 
 @dataclass(frozen=True)
 class _Query:
-    words: frozenset[str]  # lower case, possessives stripped: "maeve's" asks of maeve; the user's name
+    words: frozenset[str]  # lower case, possessives stripped: "maeve's" asks of maeve
     numbers: frozenset[str]
     someone: bool = False  # a person's or an animal's name is asked (_SOMEONE_ASKED)
+    user: frozenset[str] = frozenset()  # the user's own name, unless it is what is asked
 
     @classmethod
     def of(cls, query: str, user: frozenset[str] = frozenset()) -> _Query:
         """``user``: the words of the user's own name, which answer no name question but one asking
         theirs: a fact consolidation wrote, "Yusuf is head chef at Ffwrn", names no sous chef."""
         words = frozenset(_bare(w) for w in _WORD.findall(query))
-        if not _OWN_NAME_ASKED.search(query):
-            words |= user
-        return cls(words, frozenset(_NUMBER.findall(query)), bool(_SOMEONE_ASKED.search(query)))
+        user = frozenset() if _OWN_NAME_ASKED.search(query) else user
+        return cls(words, frozenset(_NUMBER.findall(query)), bool(_SOMEONE_ASKED.search(query)), user)
 
 
-def states_value(kind: AskedValue, text: str, query: str) -> bool:
+def states_value(kind: AskedValue, text: str, query: str, user_id: str = "") -> bool:
     """Whether ``text`` could state a value of ``kind`` that ``query`` does not already hold: a name is
     a word new to the query that reads as one (``_names_someone``), a word after "called" or in quotes;
     a number a number new to the query or a number word; a duration, a time of day or a day that or a
     word of its kind ("a decade", "at lunchtime", "next tues"). Example: NAME, "my sister Aoife is
     visiting", "what's my sister called?" -> True; NAME, "maeve's cat hates me", "what's maeve's cat
-    called?" -> False."""
-    return _states(kind, text, _Query.of(query))
+    called?" -> False. The user's own name (``user_id``'s words) names no one else, as in
+    ``missing_value``."""
+    return _states(kind, text, _Query.of(query, user_id_words(user_id)))
 
 
 def missing_value(query: str, texts: dict[str, str], user_id: str = "") -> dict[str, str]:
     """Id -> the kind of value ``query`` asks for, for each row of ``texts`` (id -> text) that does not
     state one (``states_value``); empty when the question asks for no particular kind. The user's own
-    name (the words of ``user_id``, ``text.user_id_words``) answers no one else's name."""
-    if texts and (unknown := unknown_name(query, texts.values(), user_id_words(user_id))):
+    name (the words of ``user_id``, ``text.user_id_words``) answers no one else's name. Every row, as
+    ``about <name>``, when the question is about someone none of them mentions (``unknown_name``)."""
+    if texts and (unknown := unknown_name(query, texts.values(), user_id)):
         return dict.fromkeys(texts, f"about {unknown}")  # none of them can answer
     kind = asked_value(query)
     if kind is None:
@@ -321,25 +322,45 @@ def missing_value(query: str, texts: dict[str, str], user_id: str = "") -> dict[
     return {row_id: kind.value for row_id, text in texts.items() if not _states(kind, text, asked)}
 
 
-def unknown_name(query: str, texts: Iterable[str], user: frozenset[str] = frozenset()) -> str | None:
-    """A name the question asks about (capitalised past its first word: not "I'm", a stopword, a month
-    or a line label, an acronym, nor the user's own) that no text mentions, if any: "where does Sarah
-    live?" asked of a memory that never named Sarah (a newcomer's walk: "Alex lives in Edinburgh" came
-    back at 0.15), whatever ranks first is about someone else. Only where the texts name the user by
-    ``user`` (the words of their id): else the name may be the user's own, which their turns need not
-    say ("Where does Aisha's brother live?" of "my brother moved to Dubai", user "u-8f3a")."""
+# Whom a question is about: "where does Sarah live?", "what is Sarah's job?" (not "hey Claude, ...",
+# "Hi! Quick question", "what did I get Tom for Christmas?", "which Google phone?")
+_ASKED_OF = re.compile(
+    r"\b(?:does|did|do|is|was|has|had|will|would|can|could|should)\s+([A-Z][^\W\d_]+)\b(?!['’])"
+    r"|\b([A-Z][^\W\d_]+)['’]s\b"
+)
+
+
+def unknown_name(query: str, texts: Iterable[str], user_id: str = "") -> str | None:
+    """The person a question is about (``_ASKED_OF``: capitalised, the subject after an auxiliary or a
+    possessive; not the user's own name, a title, a relation ("Auntie Jo") or a line label) when no
+    text mentions them (``_mentioned``), if any: "where does Sarah live?" asked of a memory that never
+    named Sarah (a newcomer's walk: "Alex lives in Edinburgh" came back at 0.15), whatever ranks first
+    is about someone else. Only where the texts name the user by the words of ``user_id``: else the
+    name may be the user's own, which their turns need not say ("Where does Aisha's brother live?" of
+    "my brother moved to Dubai", user "u-8f3a"; "user_42" names no one, though facts say "User ...")."""
+    user = user_id_words(user_id)
+    names = [_bare(a or b) for a, b in _ASKED_OF.findall(query)]
     names = [
-        _bare(word)
-        for word in _WORD.findall(query)[1:]
-        if word[0].isupper() and not word.isupper() and word[:2] not in _I_AM
+        n
+        for n in names
+        if n not in user
+        and n not in STOPWORDS
+        and n not in _NOT_NAMES | NAME_TITLES
+        and not _SOMEONE_ASKED.match(n)
     ]
-    names = [n for n in names if len(n) > 1 and n not in user and n not in STOPWORDS and n not in _NOT_NAMES]
-    if not names:
+    if not names or names_nobody(user_id):
         return None
     said = " ".join(texts).casefold()
     if not any(re.search(rf"\b{re.escape(word)}\b", said) for word in user):
         return None
-    return next((name for name in names if name not in said), None)
+    return next((name for name in names if not _mentioned(name, said)), None)
+
+
+def _mentioned(name: str, said: str) -> bool:
+    """Whether ``said`` (casefolded) has a word that starts ``name`` or that ``name`` starts, of three
+    letters or more: "Sam from work" mentions Samantha, "Sarah's" Sarah."""
+    found = re.findall(rf"\b{re.escape(name[:3])}\w*", said)
+    return any(name.startswith(word) or word.startswith(name) for word in found)
 
 
 def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
@@ -350,6 +371,7 @@ def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
             return False
         cued = [m.group(1) for m in _NAME_CUE.finditer(text)]
         cued += [w for m in _QUOTED.finditer(text) for w in _WORD.findall(m.group(1) or m.group(2))]
+        # a name given outright ("my manager is also called Chris") may be the user's own too
         return any(_new(w, asked) for w in cued) or _names_someone(text, asked)
     if kind is AskedValue.OCCUPATION:
         return bool(_OCCUPATION.search(text))
@@ -373,15 +395,9 @@ def _states_sum(text: str, asked: _Query) -> bool:
             continue
         if not found["pre"] and not suffix and _A_YEAR.search(text, 0, found.end("num")):
             continue
-        if found["pre"] or suffix in _MONEY_SUFFIXES or (not suffix and not _counts_things(after)):
+        if found["pre"] or suffix in _MONEY_SUFFIXES or (not suffix and after not in _NOT_A_SUM_NEXT):
             return True
     return bool({_bare(w) for w in _WORD.findall(text)} & _MONEY_WORDS)
-
-
-def _counts_things(after: str) -> bool:
-    """Whether the word after a bare number makes it no sum: a measure or a time ("6 am", "18 km"), or
-    things counted ("40 covers", "3 chooks"; a plural that is no currency, ``_MONEY_WORDS``)."""
-    return after in _NOT_A_SUM_NEXT or (len(after) > 3 and after.endswith("s") and after not in _MONEY_WORDS)
 
 
 def _names_someone(text: str, asked: _Query) -> bool:
@@ -399,7 +415,7 @@ def _names_someone(text: str, asked: _Query) -> bool:
         if asked.someone and word[0].isupper() and _names_a_place(i, text, matches, bares, places):
             places.add(i)
             continue
-        if not _fresh(low, asked) or low in _NOT_NAMES or word[:2] in _I_AM:
+        if not _fresh(low, asked) or low in asked.user or low in _NOT_NAMES or word[:2] in _I_AM:
             continue
         if word[0].isupper():
             before = i - 1
@@ -418,7 +434,7 @@ def _names_someone(text: str, asked: _Query) -> bool:
         possessive = word.lower().endswith(("'s", "’s"))
         if (
             (possessive and previous not in _DETERMINERS)
-            or previous.rstrip(".") in NAME_TITLES  # "dr patel"
+            or previous in _TITLES  # "dr patel"
             or (previous == "and" and i > 1 and bares[i - 2] == "me")
             or bares[i + 1 : i + 3] in (["and", "i"], ["and", "me"])
         ):

@@ -226,48 +226,65 @@ def says_otherwise(text: str, older: str) -> bool:
     she's Dr Brannigan", "my gp is Dr Brennan") -> True; ("6:50 now, so much better than 8:30", "our
     games are at 8:30") -> True; ("a second cat with a 5 year old cat?", "my cat is called Moss") ->
     False."""
+    named = [w for found in _SAID_OTHERWISE.finditer(text.casefold()) for w in found.groups() if w]
+    named += [w.casefold() for w in _CONTRAST.findall(text)]
+    return _said_in([w for w in named if is_content_word(w) or _TIME.fullmatch(w)], older)
+
+
+def _said_in(words: Collection[str], older: str) -> bool:
+    """Whether one of ``words`` is a content word of ``older`` (by ``word_stems``) or a time it says."""
     told = word_stems(older) | set(_TIME.findall(older))
-    contrasted = [w.casefold() for w in _CONTRAST.findall(text)]
-    return any(
-        (w if _TIME.fullmatch(w) else light_stem(w)) in told
-        for w in [
-            *(w for found in _SAID_OTHERWISE.finditer(text.casefold()) for w in found.groups()),
-            *contrasted,
-        ]
-        if w and (is_content_word(w) or _TIME.fullmatch(w))
-    )
+    return any((w if _TIME.fullmatch(w) else light_stem(w)) in told for w in words)
 
 
-# "wrong password earlier", "got the wrong date": a correction naming what it corrects
-_WRONG = re.compile(r"\bwrong\s+(\w+)")
+# The speaker owning a mistake: "sorry, I got that wrong", "correction:", "I meant", "oops", "my bad"
+_OWNED_MISTAKE = re.compile(
+    r"\b(?:sorry|correction|oops|my\s+(?:bad|mistake)|i\s+meant|mixed\s+(?:it|that|them)\s+up|got\s+(?:it|that)"
+    r"\s+wrong|i\s+was\s+wrong|scratch\s+that|actually\s+no)\b"
+)
+# ... naming what was wrong: "I gave you the wrong date", "wrong password earlier"; not "they sent the
+# wrong size", "got on the wrong train"
+_WRONG = re.compile(
+    r"\b(?:gave|told)\s+you\s+(?:the\s+)?wrong\s+(\w+)|\bwrong\s+(\w+)\s+(?:earlier|before|last\s+time)\b"
+)
 
 
 def corrects(text: str, older: str) -> bool:
-    """Whether a turn corrects a value the older one said: sets a value against it (``_CONTRAST``: "the
-    16th of March, not the 14th", "6:50, not 8:30") or calls wrong a thing it named ("oops, wrong
-    password earlier, it's bluefalcon23"). A correction leaves out what the value was of, so it can
-    match the question less well than the statement it corrects, yet it names that statement's value.
-    Examples: ("it's the 16th not the 14th", "her birthday is on the 14th") -> True; ("Leo loves
-    football, but not rugby", "Leo plays rugby") -> False."""
-    told = word_stems(older) | set(_TIME.findall(older))
-    named = [w.casefold() for w in _CONTRAST.findall(text)]
-    named += [w for w in _WRONG.findall(text.casefold()) if is_content_word(w)]
-    return any((w if _TIME.fullmatch(w) else light_stem(w)) in told for w in named)
+    """Whether a turn corrects a value the older one said: the speaker owns a mistake
+    (``_OWNED_MISTAKE``) and sets a value against the older one's (``_CONTRAST``: "sorry, it's the 16th
+    of March, not the 14th"), or names the thing the older turn said as given wrong (``_WRONG``:
+    "oops, wrong password earlier, it's bluefalcon23"). A correction leaves out what the value was of,
+    so it can match the question less well than the statement it corrects, yet it names that
+    statement's value. Examples: ("sorry, it's the 16th not the 14th", "her birthday is on the 14th")
+    -> True; ("moving my dentist to Friday, not Monday", "my gym class is on Monday") -> False: no
+    mistake owned; ("they sent the wrong size again", "my shoe size is 9") -> False."""
+    folded = text.casefold()
+    contrasted = [w.casefold() for w in _CONTRAST.findall(text)] if _OWNED_MISTAKE.search(folded) else []
+    wrong = [w for found in _WRONG.findall(folded) for w in found if w and is_content_word(w)]
+    return _said_in(contrasted + wrong, older)
 
 
-# "sold the Fiesta", "traded in the corolla", "cancelled Netflix": what the speaker ended
+# "sold the Fiesta", "traded in the corolla", "cancelled Netflix": what the speaker ended, as the clause's
+# first words or after "I" / "we" ("finally sold ..."); not "still haven't sold the Fiesta", "Mum quit
+# Vodafone"
 _ENDED = re.compile(
-    r"\b(?:sold|traded(?:\s+in)?|swapped|replaced|ditched|scrapped|quit|cancell?ed|got\s+rid\s+of"
+    r"(?:^|[.!?,;:]\s*|\b(?:i|we|i've|we've|i’ve|we’ve|i'd|we'd)\s+)(?:(?:just|finally|have|had)\s+)?"
+    r"(?:sold|traded(?:\s+in)?|swapped|replaced|ditched|scrapped|quit|cancell?ed|got\s+rid\s+of"
     r"|moved\s+out\s+of)\s+((?:[\w'’-]+\s+){0,2}[\w'’-]+)"
 )
 
 
 def ends_value(text: str, older: str) -> bool:
-    """Whether a turn ends a value the older one named (``_ENDED``, a name or a number of it): "sold the
-    Fiesta and bought a Yaris" after "I drive a blue Ford Fiesta". Example: ("left work early", "I
-    work at Acme") -> False: a name or a number must be ended."""
+    """Whether the speaker ends a value the older turn named (``_ENDED``, then a name or a number of the
+    older turn): "sold the Fiesta and bought a Yaris" after "I drive a blue Ford Fiesta". Examples:
+    ("left work early", "I work at Acme") -> False: no name ended; ("still haven't sold the Fiesta",
+    "I drive a Ford Fiesta") -> False; ("Mum quit Vodafone", "I'm with Vodafone") -> False; a
+    question ("should I have sold the Fiesta?") ends nothing."""
     named = _names_and_numbers(older)
-    return any(light_stem(w) in named for found in _ENDED.findall(text.casefold()) for w in found.split())
+    told = [part for part in re.split(r"(?<=[.!?])\s+", text.casefold()) if not part.rstrip().endswith("?")]
+    return any(
+        light_stem(w) in named for part in told for found in _ENDED.findall(part) for w in found.split()
+    )
 
 
 def repeats(text: str, fact: str, query: str, names: Collection[str] = ()) -> bool:

@@ -32,8 +32,9 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   ("we moved", ``says_own_change``) on the leader's subject (``same_subject``: the README's "we live
   in Bristol btw" -> "we moved to Edinburgh last week!"), calling new what the leader called theirs
   (``calls_new``: "new number: 0131 ..."), or calling old or denying what it said (``says_otherwise``:
-  "the old astra was lucky to get 45"), and at any match a correction naming the leader's value
-  (``corrects``: "sorry, it's the 16th not the 14th" leaves out whose birthday); only these replace a
+  "the old astra was lucky to get 45"), and at any match a correction or an end naming the leader's
+  value (``corrects``: "sorry, it's the 16th not the 14th" leaves out whose birthday; ``ends_value``:
+  "finally sold the Fiesta!"); only these replace a
   leading live fact about the user, said after it was written (an agent's "Jo lives in Bristol"), and
   with such a fact the turns it stands on that were said before the newer one ("we moved to
   Edinburgh!" behind "Sarah lives in Edinburgh", when "we moved again, now in Glasgow" replaces it). A
@@ -222,11 +223,14 @@ def announced_successor(
                     (says_own_change(c.memory.text) and _at_least(subject_match(c, old), same_subject))
                     or calls_new(c.memory.text, old.memory.text)
                     or says_otherwise(c.memory.text, old.memory.text)
-                    or ends_value(c.memory.text, old.memory.text)
                 )
             )
-            # "sorry, it's the 16th not the 14th" names the value it corrects, not what it was of
-            or (corrects(c.memory.text, old.memory.text) and _at_least(subject_match(c, old), related, True))
+            # "sorry, it's the 16th not the 14th", "sold the Fiesta": they name the value they correct or
+            # end, not what it was of
+            or (
+                (corrects(c.memory.text, old.memory.text) or ends_value(c.memory.text, old.memory.text))
+                and _at_least(subject_match(c, old), related, True)
+            )
         )
     ]
     # the newest of those that say a change happened, else of those cued by the old turn's words: after
@@ -382,8 +386,10 @@ def put_invalid_below(order: list[Candidate], when: datetime | TimeWindow, facto
     began after it) takes the multiplier ``validity = factor``, as a replaced memory takes
     ``outdated``, and ``order`` is sorted again: "Sam's office is in Canary Wharf", valid until last
     month, is not where the office is now, and "User lives in Glasgow", valid from 2025-09, is not
-    where they lived in March 2024 (an outside review). A month of any year ("in June") moves nothing;
+    where they lived in March 2024 (an outside review; a start counts against a period only for a fact
+    that replaced another: ``valid_from`` is mostly when it was said). A month of any year moves nothing;
     a question about the past without a period sees it as it ranks (the caller's rule)."""
+    period = isinstance(when, TimeWindow)
     if isinstance(when, TimeWindow):
         if when.start is None or when.end is None:
             return
@@ -392,10 +398,12 @@ def put_invalid_below(order: list[Candidate], when: datetime | TimeWindow, facto
         start = end = when
     for c in order:
         m = c.memory
-        if isinstance(m, SemanticMemory) and (
-            (m.valid_to is not None and m.valid_to <= start)
-            or (m.valid_from is not None and m.valid_from > end)
-        ):
+        if not isinstance(m, SemanticMemory):
+            continue
+        # a fact's valid_from is mostly when it was said ("lived in Leeds since 2015", written from a
+        # 2025 turn): against a period, it tells when a value began only for one that replaced another
+        began = m.valid_from is not None and m.valid_from > end and (not period or m.supersedes is not None)
+        if began or (m.valid_to is not None and m.valid_to <= start):
             c.multipliers["validity"] = factor
     order.sort(key=lambda c: -c.final)
 

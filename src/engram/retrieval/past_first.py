@@ -16,9 +16,9 @@ from engram.retrieval.change_cues import announces_change, calls_new, word_stems
 def put_past_first(order: list[Candidate], query: str, margin: float, places: int) -> dict[str, str]:
     """For a question about an earlier state (``asks_about_earlier_state``), put what was true before
     first, by ``past_lift = leader.final / its final x 1.001``; returns {leader id: its id}, or {}.
-    A superseded leader was true before: it stays first, unless the query puts it after "before"
-    ("which phone did I have before the iPhone?"): an outside review's chain Pixel -> iPhone -> Galaxy
-    gave the Pixel for "what phone did I have before?".
+    A superseded leader was true before: it stays first, unless a word of it follows "before" ("which
+    phone did I have before the iPhone?"; not "before my current phone"): an outside review's chain
+    Pixel -> iPhone -> Galaxy gave the Pixel for "what phone did I have before?".
 
     * **Recorded:** when the leader, or a live memory among the first ``places`` that matches the
       query nearly as well (raw MaxSim within ``margin``), supersedes a candidate (a question about the
@@ -73,7 +73,12 @@ def put_past_first(order: list[Candidate], query: str, margin: float, places: in
     return {leader.memory.id: chosen.memory.id}
 
 
-_BEFORE = re.compile(r"\b(?:before|prior\s+to)\s+((?:[\w'’-]+\s+){0,2}[\w'’-]+)", re.IGNORECASE)
+# what a question counts back from: "before the iPhone"; not "before my current phone" (the live one)
+_BEFORE = re.compile(
+    r"\b(?:before|prior\s+to)\s+(?!(?:(?:the|my|our|this)\s+)?(?:current|new|latest|present)\b)"
+    r"((?:[\w'’-]+\s+){0,2}[\w'’-]+)",
+    re.IGNORECASE,
+)
 
 
 def _named_after_before(query: str) -> set[str]:
