@@ -765,8 +765,7 @@ export interface components {
         };
         /**
          * Hit
-         * @description One recall result: the row, its final score, its 1-based rank, how the score was made, the
-         *     row's event time and a calibrated ``confidence``.
+         * @description One recall result: the row, final score, 1-based rank, explain, event time and ``confidence``.
          */
         Hit: {
             /** Memory */

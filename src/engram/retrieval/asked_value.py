@@ -22,7 +22,18 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from engram.retrieval.own_voice import names_nobody
-from engram.text import LINE_LABELS, NAME_TITLES, STOPWORDS, user_id_words
+from engram.retrieval.value_words import (
+    COLOURS,
+    DAY_WORDS,
+    DURATION_WORDS,
+    MONEY_SUFFIXES,
+    MONEY_WORDS,
+    NOT_A_SUM_NEXT,
+    NOT_NAMES,
+    NUMBER_WORDS,
+    TIME_WORDS,
+)
+from engram.text import NAME_TITLES, STOPWORDS, user_id_words
 
 
 class AskedValue(StrEnum):
@@ -83,19 +94,6 @@ _NUMBER_TOKEN = re.compile(
     r"(?<![\w.,:-])(?P<pre>[£$€¥₹]|(?:r|rs|usd|eur|gbp|aud|sgd|nzd|chf|nok|ghs|kr)\.?\s?(?=\d))?"
     r"(?P<num>\d[\d,.]*+)(?P<suf>[^\W\d_]*)(?:\s+(?P<next>[^\W\d_]+|%))?",
     _I,
-)
-_MONEY_SUFFIXES = frozenset(
-    "k m bn ish pcm pw pa pp p grand quid bucks rs eur usd gbp aud sgd nzd chf nok kr ghs".split()  # noqa: SIM905
-)
-_NOT_A_SUM_NEXT = frozenset(
-    """
-    am pm % percent km kg g cm mm m miles mph kmh mins min minutes hours hrs hr days weeks months years yrs
-    times people kids jan feb mar apr may jun jul aug sep sept oct nov dec january february march april june
-    july august september october november december
-    covers guests children dogs cats hens chooks chickens pages rooms bedrooms seats items boxes bottles
-    pieces reps sets steps students pupils members players friends followers likes calories lbs stone
-    litres metres feet inches
-    """.split()  # noqa: SIM905 - things counted: "40 covers" (a list: any plural would take "300 shekels")
 )
 # ... a year is not: "(bought September 2024)", "since 2019" ("paid 2000 for it" is a sum)
 _A_YEAR = re.compile(
@@ -172,76 +170,12 @@ _NO_SUCH = re.compile(r"\bno\s+([^\W\d_]+)", _I)  # "no kids" answers "how many 
 _TITLES = NAME_TITLES - {"miss", "sir", "madam"}  # "I really miss london": no title
 _I_AM = ("I'", "I’")  # I'm, I've, I'd, I'll: capitalised, no one's name
 _DETERMINERS = _words("the a an my your his her its our their this that every each no")
-# Capitalised or possessive, yet no one's name: the agent's word for the user, family as it is
-# addressed ("mum's coming"), contractions ("let's", "today's"); and a line's label (text.LINE_LABELS:
-# "Update:", "Sorry", weekdays, months that are no first names).
-_NOT_NAMES = LINE_LABELS | _words(
-    """
-    user users let everything everyone everybody nothing nobody somebody someone something tonight
-    mondays tuesdays wednesdays thursdays fridays saturdays sundays several many few another such maybe
-    perhaps however hopefully luckily sadly honestly thanks please yes yeah hi hello hey dear
-    life mum mom mam mummy mommy dad daddy mother father nan nana gran granny grandma grandad grandpa
-    """
-)
-_NUMBER_WORDS = _words(
-    """
-    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen
-    seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand
-    million billion hundreds thousands millions dozens dozen half quarter couple few several both double
-    twice once single pair twins triplets none only grand quid bucks tenner fiver
-    first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth
-    fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth thirtieth
-    """
-)
-# ... or in words: "fifty quid", "a hundred and twenty", "twelve pounds", "it was free" (not "two-bedroom")
-_MONEY_WORDS = _words(
-    """
-    twenty thirty forty fifty sixty seventy eighty ninety hundred hundreds thousand thousands million
-    millions billion grand quid bucks tenner fiver free nothing pounds pound dollars dollar euros euro cents
-    pence kroner krone rupees pesos cedis cedi reais rand yen francs baht ringgit dirhams shillings rubles
-    roubles dinars riyals zlotys lira half figures
-    """
-)
-_DURATION_WORDS = _words(
-    """
-    year years month months week weeks day days decade decades hour hours minute minutes fortnight
-    ages while since teen teens teenager toddler baby newborn twenties thirties forties fifties sixties
-    seventies eighties nineties
-    """
-)
-_TIME_WORDS = _words(
-    """
-    noon midday midnight morning mornings afternoon afternoons evening evenings night nights lunchtime
-    lunch early late am pm o'clock dawn sunrise sunset dusk after teatime dinnertime breakfast dinner
-    tea supper bedtime tonight
-    """
-)
-_DAY_WORDS = _words(
-    """
-    monday tuesday wednesday thursday friday saturday sunday mondays tuesdays wednesdays thursdays
-    fridays saturdays sundays mon tue tues wed weds thu thur thurs fri sat sun weekday weekdays weekend
-    weekends today tomorrow tonight yesterday tmrw tmr tomoz week weeks fortnight fortnightly weekly
-    monthly daily yearly annually month months year next
-    january february march april may june july august september october november december
-    jan feb mar apr jun jul aug sep sept oct nov dec spring summer autumn fall winter
-    christmas easter halloween thanksgiving boxing valentine valentine's holiday holidays eid diwali
-    hanukkah ramadan passover
-    """
-)
-_COLOURS = _words(
-    """
-    red blue green yellow black white grey gray silver orange purple pink brown navy gold golden beige
-    cream maroon burgundy teal turquoise violet lilac lavender magenta cyan khaki bronze copper tan
-    ivory charcoal mint olive scarlet crimson indigo hazel blonde blond brunette redhead ginger auburn
-    aqua peach coral sage mustard emerald cobalt champagne rose ruby amber dark light pale bright reddish
-    """
-)
 _ACCEPTS: dict[AskedValue, frozenset[str]] = {  # the words that state a value of each kind, digits aside
-    AskedValue.NUMBER: _NUMBER_WORDS,
-    AskedValue.DURATION: _NUMBER_WORDS | _DURATION_WORDS,
-    AskedValue.TIME: _NUMBER_WORDS | _TIME_WORDS,
-    AskedValue.DAY: _NUMBER_WORDS | _TIME_WORDS | _DAY_WORDS,
-    AskedValue.COLOUR: _COLOURS,
+    AskedValue.NUMBER: NUMBER_WORDS,
+    AskedValue.DURATION: NUMBER_WORDS | DURATION_WORDS,
+    AskedValue.TIME: NUMBER_WORDS | TIME_WORDS,
+    AskedValue.DAY: NUMBER_WORDS | TIME_WORDS | DAY_WORDS,
+    AskedValue.COLOUR: COLOURS,
 }
 
 
@@ -345,7 +279,7 @@ def unknown_name(query: str, texts: Iterable[str], user_id: str = "") -> str | N
         for n in names
         if n not in user
         and n not in STOPWORDS
-        and n not in _NOT_NAMES | NAME_TITLES
+        and n not in NOT_NAMES | NAME_TITLES
         and not _SOMEONE_ASKED.match(n)
     ]
     if not names or names_nobody(user_id):
@@ -388,16 +322,16 @@ def _states(kind: AskedValue, text: str, asked: _Query) -> bool:
 
 def _states_sum(text: str, asked: _Query) -> bool:
     """Whether ``text`` states a sum of money the query does not hold (``_NUMBER_TOKEN``), or names one
-    in words (``_MONEY_WORDS``); a year is none ("bought September 2024", "in 2019": ``_A_YEAR``)."""
+    in words (``MONEY_WORDS``); a year is none ("bought September 2024", "in 2019": ``_A_YEAR``)."""
     for found in _NUMBER_TOKEN.finditer(text):
         number, suffix, after = found["num"].rstrip(",."), found["suf"].lower(), (found["next"] or "").lower()
         if number in asked.numbers or text[found.end("num") : found.end("num") + 1] == ":":  # "17:30"
             continue
         if not found["pre"] and not suffix and _A_YEAR.search(text, 0, found.end("num")):
             continue
-        if found["pre"] or suffix in _MONEY_SUFFIXES or (not suffix and after not in _NOT_A_SUM_NEXT):
+        if found["pre"] or suffix in MONEY_SUFFIXES or (not suffix and after not in NOT_A_SUM_NEXT):
             return True
-    return bool({_bare(w) for w in _WORD.findall(text)} & _MONEY_WORDS)
+    return bool({_bare(w) for w in _WORD.findall(text)} & MONEY_WORDS)
 
 
 def _names_someone(text: str, asked: _Query) -> bool:
@@ -415,7 +349,7 @@ def _names_someone(text: str, asked: _Query) -> bool:
         if asked.someone and word[0].isupper() and _names_a_place(i, text, matches, bares, places):
             places.add(i)
             continue
-        if not _fresh(low, asked) or low in asked.user or low in _NOT_NAMES or word[:2] in _I_AM:
+        if not _fresh(low, asked) or low in asked.user or low in NOT_NAMES or word[:2] in _I_AM:
             continue
         if word[0].isupper():
             before = i - 1
