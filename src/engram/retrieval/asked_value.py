@@ -32,6 +32,7 @@ from engram.retrieval.value_words import (
     NOT_NAMES,
     NUMBER_WORDS,
     TIME_WORDS,
+    words_of,
 )
 from engram.text import NAME_TITLES, STOPWORDS, user_id_words
 
@@ -50,10 +51,6 @@ class AskedValue(StrEnum):
 
 
 LONG_ROW = 2_000  # characters: a row this long nearly always holds a value of any kind; not worth a scan
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
 
 
 _I = re.IGNORECASE
@@ -151,8 +148,8 @@ _SOMEONE_ASKED = re.compile(
 # ... which the place after "at", "in", "near" (a determiner between) is not, nor after "to" or "from"
 # moved along ("goes to Gowrie Street kinder", "over from Belfast"; "a card to Magda", "a crush on Priya",
 # "in Mia's car" name someone)
-_AT_PLACE = _words("at in near into outside inside around opposite behind")
-_ALONG = _words(
+_AT_PLACE = words_of("at in near into outside inside around opposite behind")
+_ALONG = words_of(
     """
     go goes going went gone come comes coming came move moves moving moved over back fly flew flying drive
     drove driving trip way down up out home off travel commute walk walked train flight bus ride
@@ -169,7 +166,7 @@ _MAYBE_NAME = re.compile(r"[A-Z\"“‘']|call|nam|['’]s\b|\band\b|[^\x00-\x7f
 _NO_SUCH = re.compile(r"\bno\s+([^\W\d_]+)", _I)  # "no kids" answers "how many kids?"
 _TITLES = NAME_TITLES - {"miss", "sir", "madam"}  # "I really miss london": no title
 _I_AM = ("I'", "I’")  # I'm, I've, I'd, I'll: capitalised, no one's name
-_DETERMINERS = _words("the a an my your his her its our their this that every each no")
+_DETERMINERS = words_of("the a an my your his her its our their this that every each no")
 _ACCEPTS: dict[AskedValue, frozenset[str]] = {  # the words that state a value of each kind, digits aside
     AskedValue.NUMBER: NUMBER_WORDS,
     AskedValue.DURATION: NUMBER_WORDS | DURATION_WORDS,

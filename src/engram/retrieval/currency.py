@@ -34,13 +34,12 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   (``calls_new``: "new number: 0131 ..."), or calling old or denying what it said (``says_otherwise``:
   "the old astra was lucky to get 45"), and at any match a correction or an end naming the leader's
   value (``corrects``: "sorry, it's the 16th not the 14th" leaves out whose birthday; ``ends_value``:
-  "finally sold the Fiesta!"); only these replace a
-  leading live fact about the user, said after it was written (an agent's "Jo lives in Bristol"), and
-  with such a fact the turns it stands on that were said before the newer one ("we moved to
-  Edinburgh!" behind "Sarah lives in Edinburgh", when "we moved again, now in Glasgow" replaces it). A
-  turn that says a change happened goes before one only cued by the older turn's words, then the
-  newest ("do I need to send the old hub back?" does not replace "had enough of virgin, switched to
-  Hyperoptic"). Cues: ``change_cues``.
+  "finally sold the Fiesta!"); only these replace a leading live fact about the user, said after it
+  was written (an agent's "Jo lives in Bristol"), and with such a fact the turns it stands on that were
+  said before the newer one ("we moved to Edinburgh!" behind "Sarah lives in Edinburgh", when "we
+  moved again, now in Glasgow" replaces it). A turn that says a change happened goes before one only
+  cued by the older turn's words, then the newest ("do I need to send the old hub back?" does not
+  replace "had enough of virgin, switched to Hyperoptic"). Cues: ``change_cues``.
 
 How far a replaced memory falls depends on the evidence (``put_current_first``): supersession is a
 recorded fact, and so is a change the query itself expects (``expects_change``: "now", "these days",
@@ -389,13 +388,12 @@ def put_invalid_below(order: list[Candidate], when: datetime | TimeWindow, facto
     where they lived in March 2024 (an outside review; a start counts against a period only for a fact
     that replaced another: ``valid_from`` is mostly when it was said). A month of any year moves nothing;
     a question about the past without a period sees it as it ranks (the caller's rule)."""
-    period = isinstance(when, TimeWindow)
     if isinstance(when, TimeWindow):
         if when.start is None or when.end is None:
             return
-        start, end = when.start, when.end
+        start, end, period = when.start, when.end, True
     else:
-        start = end = when
+        start, end, period = when, when, False
     for c in order:
         m = c.memory
         if not isinstance(m, SemanticMemory):

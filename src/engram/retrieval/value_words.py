@@ -8,6 +8,7 @@ from engram.text import LINE_LABELS
 
 
 def words_of(text: str) -> frozenset[str]:
+    """A word list written as text: ``"at in near"`` -> {"at", "in", "near"}."""
     return frozenset(text.split())
 
 
