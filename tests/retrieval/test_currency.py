@@ -464,6 +464,8 @@ def test_a_change_someone_else_made_does_not_replace_what_the_speaker_said_of_th
     ("text", "older", "renewed"),
     [
         ("new number: 0131 555 9876", "my phone number is 0117 555 1234", True),
+        ("new helper from indonesia arriving 2 sep, name nining", "our helper maria asking for leave", True),
+        ("so tired. new series starts tonight", "my phone number is 0117 555 1234", False),  # not "my series"
         ("oh and the new salary is 175k", "my salary is 140k, should I negotiate?", True),
         ("I've got a new dentist now, Dr Okafor", "my dentist is Dr Patel on King Street", True),
         ("got new glasses at last", "my glasses are cracked", True),  # a plural is its singular
@@ -634,6 +636,41 @@ def test_for_a_question_about_before_the_fact_the_leader_superseded_goes_first_h
     assert put_past_first(order, "", margin=0.05, places=5) == {}
     alone = [cand(virgin.memory, 1.0, 0.7), cand(hyperoptic.memory, 0.9, 0.86)]  # it leads already
     assert put_past_first(alone, "", margin=0.05, places=5) == {}
+
+
+def test_before_a_named_value_the_best_row_said_before_it_on_the_leaders_subject_goes_second():
+    """ "where did I work before Fernway Foods?": the offer from Fernway leads (it names the query's
+    words), the old job's turn, said before any row named Fernway, comes right below it; not a row on
+    another subject, nor one said after Fernway was first named, nor anything when the question names
+    only how it changed ("before I moved") or the leader does not say the value counted from."""
+    offer = cand(turn(1, "got offered an ops manager job at Fernway Foods!", 60), final=1.0, late=0.85)
+    started = cand(turn(2, "first week at fernway done", 30), final=0.8, late=0.79)
+    nursery = cand(turn(3, "Anaya's name is down at Little Acorns", 200), final=0.7, late=0.77)
+    arrowline = cand(turn(4, "I'm a shift manager at Arrowline Logistics", 300), final=0.5, late=0.76)
+    query = "Where did Rohan work before Fernway Foods?"
+
+    def on_one_subject(new, old):  # token vectors: the old job's turn is on the offer's subject
+        return 0.75 if new is arrowline else 0.6
+
+    order = [offer, started, nursery, arrowline]
+    assert put_past_first(order, query, 0.05, 5, on_one_subject, related=0.70) == {}
+    assert [c.memory.id for c in order] == [
+        offer.memory.id,
+        arrowline.memory.id,
+        started.memory.id,
+        nursery.memory.id,
+    ]
+    assert offer.final > arrowline.final > started.final and "past_lift" in arrowline.multipliers
+    for other_query in ("Where did Rohan work before I moved?", "Where did Rohan work before Brightwell?"):
+        order = [
+            cand(m.memory, m.final / m.multipliers.get("past_lift", 1.0), m.late_raw)
+            for m in (offer, started, nursery, arrowline)
+        ]
+        assert put_past_first(order, other_query, 0.05, 5, on_one_subject, related=0.70) == {}
+        assert order[1].memory.id == started.memory.id  # nothing moved
+    unrelated = [cand(m.memory, f, m.late_raw) for m, f in ((offer, 1.0), (started, 0.8), (arrowline, 0.5))]
+    assert put_past_first(unrelated, query, 0.05, 5, lambda new, old: 0.6, related=0.70) == {}
+    assert unrelated[1].memory.id == started.memory.id
 
 
 def test_for_a_question_about_before_an_unrelated_chain_near_the_top_is_not_followed():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from engram.models import Memory
+from engram.retrieval.late_interaction import text_similarity
 from engram.retrieval.scoring import product
 
 
@@ -78,3 +80,15 @@ def blended(rerank: float, late: float | None, weight: float) -> float:
 def matches_as_well(new: Candidate, old: Candidate, margin: float) -> bool:
     """``new.late_raw >= old.late_raw - margin``; False without both scores (late interaction off)."""
     return new.late_raw is not None and old.late_raw is not None and new.late_raw >= old.late_raw - margin
+
+
+def subject_match(dim: int) -> Callable[[Candidate, Candidate], float | None]:
+    """How closely two candidates' stored token vectors match each other (``text_similarity``), or None
+    without both: how ``currency`` and ``past_first`` tell whether two rows are on one subject."""
+
+    def match(new: Candidate, old: Candidate) -> float | None:
+        return (
+            None if new.tokens is None or old.tokens is None else text_similarity(new.tokens, old.tokens, dim)
+        )
+
+    return match

@@ -86,14 +86,15 @@ _OWN_START = re.compile(
     r"\b(?:i|we)(?:'ve|’ve| have)?\s+(?:just\s+|finally\s+|now\s+)?started\b"
 )
 # The speaker's own new thing: "I've got a new dentist", "my new phone", "the new salary is 175k", "got a
-# new bike" (a sentence that drops its "I"), "new number: ..." (a label), past one of a few adjectives
+# new bike" (a sentence that drops its "I"), "new number: ..." and "new helper arriving 2 sep" (a sentence
+# that opens with it), past one of a few adjectives
 # ("we've got a new permanent manager" after "my interim manager"); not "my sister found a new dentist",
 # "happy new year", "our new neighbours moved in" after "my brother moved in".
 _CALLED_NEW = re.compile(
     rf"(?:\b(?:{_FIRST_PERSON})\b(?:\W+\w+){{0,2}}?\W+|\b(?:my|our|the)\s+"
     r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+"
     r"(?:(?:permanent|interim|temporary|regular|main|full-time|part-time|local|second-hand)\s+)?(\w+)"
-    r"|(?:^|[.!?]\s*)new\s+(\w+)\s*:"
+    r"|(?:^|[.!?]\s*)new\s+(\w+)"
 )
 # What the speaker calls theirs: up to three words after "my"/"our" ("my phone number is ...").
 _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")

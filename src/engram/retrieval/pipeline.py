@@ -55,7 +55,7 @@ from engram.providers.base import Embedder, Reranker, TokenEncoder, query_conten
 from engram.recall_filter import NO_FILTER, RecallFilter
 from engram.retrieval.admission import Admission
 from engram.retrieval.asked_value import missing_value
-from engram.retrieval.candidate import Candidate
+from engram.retrieval.candidate import Candidate, subject_match
 from engram.retrieval.change_cues import asks_about_earlier_state, asks_about_past, expects_change
 from engram.retrieval.confidence import confidence
 from engram.retrieval.config import RetrievalConfig
@@ -68,7 +68,6 @@ from engram.retrieval.late_interaction import (
     normalised,
     pack_all,
     query_coverage,
-    text_similarity,
     token_maxima,
 )
 from engram.retrieval.own_voice import in_own_words, names_nobody, names_user_uncapitalised, own_voice
@@ -220,8 +219,8 @@ def recall(
     keep_scores_ordered([candidates[a:b] for a, b in zip([0, *bounds], bounds, strict=False) if a < b])
     put_askers_below(candidates, asker_ids, max(k, config.rerank_window))
     outdated_by: dict[str, str] = {}
+    subjects = subject_match(token_encoder.dim if token_encoder is not None else 0)
     if config.current_first and period is None and not about_past:
-        dim = token_encoder.dim if token_encoder is not None else 0
         with stage("current_first"):
             outdated_by = put_current_first(
                 candidates,
@@ -233,11 +232,7 @@ def recall(
                 change_expected=expects_change(query),
                 half_life_days=config.recency_half_life_days,
                 query=query,
-                subject_match=lambda new, old: (
-                    text_similarity(new.tokens, old.tokens, dim)
-                    if new.tokens is not None and old.tokens is not None
-                    else None
-                ),
+                subject_match=subjects,
                 same_subject=config.same_subject,
                 related=config.related_subject,
                 askers=asker_ids,
@@ -254,7 +249,9 @@ def recall(
         put_invalid_below(candidates, period, config.outdated_factor)
     answers_for: dict[str, str] = {}  # displaced id -> the id that now answers in its place
     if config.current_first and period is None and asks_about_earlier_state(query):
-        answers_for = put_past_first(candidates, query, config.replace_margin, config.change_places)
+        answers_for = put_past_first(
+            candidates, query, config.replace_margin, config.change_places, subjects, config.related_subject
+        )
 
     judged = reranked or uncontested is not None  # what ranks below it was left unscored on purpose
     confidences = {
