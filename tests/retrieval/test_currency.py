@@ -466,6 +466,9 @@ def test_a_change_someone_else_made_does_not_replace_what_the_speaker_said_of_th
         ("new number: 0131 555 9876", "my phone number is 0117 555 1234", True),
         ("new helper from indonesia arriving 2 sep, name nining", "our helper maria asking for leave", True),
         ("so tired. new series starts tonight", "my phone number is 0117 555 1234", False),  # not "my series"
+        ("new phone case arrived, love the colour", "my phone is a pixel 7", False),  # a case, not a phone
+        ("new dentist appointment booked for may", "my dentist is Dr Patel", False),
+        ("new phone! pixel 9", "my phone is a pixel 7", True),
         ("oh and the new salary is 175k", "my salary is 140k, should I negotiate?", True),
         ("I've got a new dentist now, Dr Okafor", "my dentist is Dr Patel on King Street", True),
         ("got new glasses at last", "my glasses are cracked", True),  # a plural is its singular
@@ -671,6 +674,25 @@ def test_before_a_named_value_the_best_row_said_before_it_on_the_leaders_subject
     unrelated = [cand(m.memory, f, m.late_raw) for m, f in ((offer, 1.0), (started, 0.8), (arrowline, 0.5))]
     assert put_past_first(unrelated, query, 0.05, 5, lambda new, old: 0.6, related=0.70) == {}
     assert unrelated[1].memory.id == started.memory.id
+
+
+def test_before_a_named_value_counts_from_its_first_mention_in_full_on_the_leaders_subject():
+    """An outside review: an older row that shares one word of the value ("food shop done") or names
+    it on another subject ("my cousin just started at fernway foods") does not move the count back
+    past the job before Fernway (Greenleaf) to an older one (Tesco)."""
+    offer = cand(turn(1, "got offered a job at Fernway Foods!", 60), final=1.0, late=0.92)
+    food = cand(turn(2, "food shop done for the week", 700), final=0.8, late=0.80)
+    greenleaf = cand(turn(3, "I work at Greenleaf Logistics as a planner now", 690), final=0.7, late=0.79)
+    cousin = cand(turn(4, "my cousin just started at fernway foods, says it's chaos", 1200), 0.65, 0.79)
+    tesco = cand(turn(5, "I work at Tesco part time while I finish uni", 1500), final=0.6, late=0.78)
+    jobs = {greenleaf.memory.id, tesco.memory.id}
+
+    def on_work(new, old):
+        return 0.75 if new.memory.id in jobs else 0.6
+
+    order = [offer, food, greenleaf, cousin, tesco]
+    assert put_past_first(order, "where did I work before Fernway Foods?", 0.05, 5, on_work, 0.70) == {}
+    assert order[1] is greenleaf
 
 
 def test_for_a_question_about_before_an_unrelated_chain_near_the_top_is_not_followed():

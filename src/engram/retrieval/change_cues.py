@@ -86,16 +86,18 @@ _OWN_START = re.compile(
     r"\b(?:i|we)(?:'ve|’ve| have)?\s+(?:just\s+|finally\s+|now\s+)?started\b"
 )
 # The speaker's own new thing: "I've got a new dentist", "my new phone", "the new salary is 175k", "got a
-# new bike" (a sentence that drops its "I"), "new number: ..." and "new helper arriving 2 sep" (a sentence
-# that opens with it), past one of a few adjectives
+# new bike" (a sentence that drops its "I"), "new number: ..." (a label), past one of a few adjectives
 # ("we've got a new permanent manager" after "my interim manager"); not "my sister found a new dentist",
 # "happy new year", "our new neighbours moved in" after "my brother moved in".
 _CALLED_NEW = re.compile(
     rf"(?:\b(?:{_FIRST_PERSON})\b(?:\W+\w+){{0,2}}?\W+|\b(?:my|our|the)\s+"
     r"|(?:^|[.!?]\s*)(?:got|bought|found|getting)\s+)(?:an?\s+)?new\s+"
     r"(?:(?:permanent|interim|temporary|regular|main|full-time|part-time|local|second-hand)\s+)?(\w+)"
-    r"|(?:^|[.!?]\s*)new\s+(\w+)"
+    r"|(?:^|[.!?]\s*)new\s+(\w+)\s*:"
 )
+# ... or a sentence that opens with it, the noun standing alone: "new helper from indonesia arriving 2
+# sep"; not "new phone case arrived", "new dentist appointment booked" (an outside review)
+_OPENS_NEW = re.compile(r"(?:^|[.!?]\s*)new\s+(\w+)(?:\s*(?:[,.!?;:)]|$)|\s+(\w+))")
 # What the speaker calls theirs: up to three words after "my"/"our" ("my phone number is ...").
 _OWNED = re.compile(r"\b(?:my|our)\s+(\w+)(?:\s+(\w+))?(?:\s+(\w+))?")
 # A turn that calls old, denies, or compares with what an older one said: "the old astra was lucky to get
@@ -212,12 +214,10 @@ def calls_new(text: str, older: str) -> bool:
     a new trail", "found some more amazing trails in my town") -> False: one more trail, not a replaced
     one; ("my sister found a new dentist", "my dentist is Dr Patel") -> False: hers."""
     owned = {light_stem(w) for found in _OWNED.finditer(older.casefold()) for w in found.groups() if w}
-    return any(
-        light_stem(w) in owned
-        for found in _CALLED_NEW.finditer(text.casefold())
-        for w in found.groups()
-        if w and is_content_word(w)
-    )
+    folded = text.casefold()
+    called = [w for found in _CALLED_NEW.finditer(folded) for w in found.groups() if w]
+    called += [m[1] for m in _OPENS_NEW.finditer(folded) if not (m[2] and is_content_word(m[2]))]
+    return any(light_stem(w) in owned for w in called if is_content_word(w))
 
 
 def says_otherwise(text: str, older: str) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from engram.models import event_time
 from engram.retrieval.candidate import Candidate, matches_as_well
 from engram.retrieval.change_cues import CHANGE_WORDS, announces_change, calls_new, word_stems
-from engram.text import NAME_TITLES
+from engram.text import NAME_TITLES, content_stems
 
 
 def put_past_first(
@@ -111,10 +111,10 @@ def _named_after_before(query: str) -> set[str]:
 
 
 def _counted_from(query: str) -> set[str]:
-    """The stems of the value a question counts back from, without how it came: "where did I live
-    before moving in with nico?" -> {"nico"}; "before I moved" -> set()."""
+    """The stems (``content_stems``) of the value a question counts back from, without how it came:
+    "where did I live before moving in with nico?" -> {"nico"}; "before I moved" -> set()."""
     words = (w for found in _COUNTED_FROM.findall(query) for w in found.split())
-    return word_stems(
+    return content_stems(
         " ".join(w for w in words if w.lower() not in _HOW_IT_CAME | CHANGE_WORDS | NAME_TITLES)
     )
 
@@ -125,22 +125,22 @@ def _said_before(
     subject_match: Callable[[Candidate, Candidate], float | None],
     related: float,
 ) -> Candidate | None:
-    """The best ranked of ``head`` after its leader said before any of it said ``named``, on the
-    leader's subject; None unless the leader says ``named``."""
-    if not named or not named & word_stems(head[0].memory.text):
+    """The best ranked of ``head`` after its leader, on the leader's subject (``subject_match`` at least
+    ``related``), said before the first row on that subject that says every word of ``named``; None
+    unless the leader says them. Every word: "food shop done" says nothing of "Fernway Foods"; on the
+    subject: "my cousin just started at fernway" tells nothing of the user's job (an outside review)."""
+    leader = head[0]
+
+    def says(c: Candidate) -> bool:
+        return named <= content_stems(c.memory.text)
+
+    def on_subject(c: Candidate) -> bool:
+        return (match := subject_match(c, leader)) is not None and match >= related
+
+    if not named or not says(leader):
         return None
-    first = min(event_time(c.memory) for c in head if named & word_stems(c.memory.text))
-    return next(
-        (
-            c
-            for c in head[1:]
-            if event_time(c.memory) < first
-            and c.final > 0
-            and (match := subject_match(c, head[0])) is not None
-            and match >= related
-        ),
-        None,
-    )
+    first = min(event_time(c.memory) for c in head if says(c) and (c is leader or on_subject(c)))
+    return next((c for c in head[1:] if event_time(c.memory) < first and c.final > 0 and on_subject(c)), None)
 
 
 def _put_second(order: list[Candidate], found: Candidate | None) -> None:
