@@ -1,12 +1,13 @@
 """Knowledge updates and abstention: does recall find what is true *now*, and know when nothing is there?
 
-Data: bench/data/updates.json, 23 users chatting with an assistant over 9-16 months while facts about them
+Data: bench/data/updates.json, 28 users chatting with an assistant over 9-16 months while facts about them
 change (a move, a new job, a new car, a correction...), with four kinds of questions asked after the last
 turn: "current" (the present value of a changed fact; its outdated statements are "stale"), "past" (an
 earlier value), "unchanged" and "never" (something the user never said: gold is empty). The set was
-written blind to the retrieval code; 16 users are "dev", 7 "check" (held back to see over-fitting): the
+written blind to the retrieval code; 16 users are "dev", 12 "check" (held back to see over-fitting): the
 first five dev users and the first three check users by one writer, dev users 6-11 later by another,
-check users 4-7 (added 2026-12-03) by a third, dev users 12-16 (added the same day, later) by a fourth.
+check users 4-7 (added 2026-12-03) by a third, dev users 12-16 (added the same day, later) by a fourth,
+check users 8-12 (added 2026-12-04) by a fifth.
 
 Each user's turns go in through the public API only (remember_turn with the turn's time and session), then
 each question is recalled with as_of = its asked_at and record_use=False. With --with-facts the
