@@ -92,6 +92,15 @@ def test_a_turn_that_says_something_changed_is_told_from_chatter():
     assert announces_change("landlord's putting the rent up to £790 a month")
     assert announces_change("she's upped the amlodipine to 10mg") and announces_change("down to two hens now")
     assert announces_change("divya's going up to four days a week")
+    for job in (  # a job taken or left
+        "i've accepted an offer at Kestrel Labs in Manchester",
+        "handed my notice in at the brass hare today",
+        "said yes to Ffwrn!",
+        "signed the fernway contract today",
+        "I resigned on friday",
+    ):
+        assert announces_change(job), job
+    assert not announces_change("my sister signed up for the half marathon")
     assert announces_change("Leo turned 8 yesterday!") and announces_change("she just turned eleven")
     assert announces_change("mum turned 70 on sunday") and not announces_change("the milk turned sour")
     assert announces_change("my daughter turned eighteen") and announces_change("he turned forty")
@@ -656,7 +665,10 @@ def test_before_a_named_value_the_best_row_said_before_it_on_the_leaders_subject
         return 0.75 if new is arrowline else 0.6
 
     order = [offer, started, nursery, arrowline]
-    assert put_past_first(order, query, 0.05, 5, on_one_subject, related=0.70) == {}
+    # it answers as the leader does: the pipeline gives it the leader's confidence
+    assert put_past_first(order, query, 0.05, 5, on_one_subject, related=0.70) == {
+        offer.memory.id: arrowline.memory.id
+    }
     assert [c.memory.id for c in order] == [
         offer.memory.id,
         arrowline.memory.id,
@@ -691,7 +703,8 @@ def test_before_a_named_value_counts_from_its_first_mention_in_full_on_the_leade
         return 0.75 if new.memory.id in jobs else 0.6
 
     order = [offer, food, greenleaf, cousin, tesco]
-    assert put_past_first(order, "where did I work before Fernway Foods?", 0.05, 5, on_work, 0.70) == {}
+    query = "where did I work before Fernway Foods?"
+    assert put_past_first(order, query, 0.05, 5, on_work, 0.70) == {offer.memory.id: greenleaf.memory.id}
     assert order[1] is greenleaf
 
 

@@ -33,14 +33,17 @@ PRESENT_WORDS = frozenset("now current currently new these still latest today an
 CHANGE_WORDS = frozenset(
     "moved moving switched switching swapped changed replaced traded upgraded quit promoted adopted sold "  # noqa: SIM905
     "anymore longer instead actually sorry wrong dropped stopped gave broke cancelled canceled dropping "
-    "stopping relocated relocating".split()
+    "stopping relocated relocating resigned".split()
 )
 # ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24", "Biscuit passed away",
-# "down to 88 kg now!", "putting the rent up to £790", "she's upped the amlodipine to 10mg"; not "no
-# more": "works a treat, no more blinding light" tells what a change did, not what replaced it).
+# "down to 88 kg now!", "putting the rent up to £790", "she's upped the amlodipine to 10mg", a job taken or
+# left: "handed my notice in", "said yes to Ffwrn", "accepted the volta agro offer"; not "no more": "works a
+# treat, no more blinding light" tells what a change did, not what replaced it).
 # "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
 _CHANGE_PHRASE = re.compile(
     r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops|passed\s+away"
+    r"|handed\s+(?:in\s+)?(?:my\s+)?notice|said\s+yes\s+to|signed\s+(?:the|my)\s+(?:\w+\s+)?contract"
+    r"|accepted\s+(?:(?:an|the|their|a|his|her)\s+)?(?:[\w&-]+\s+){0,2}?(?:offer|job|position|role|post)\b"
     r"|(?:up|down)\s+to\s+(?:[£$€]?\d|(?:one|two|three|four|five|six|seven|eight|nine|ten)\b(?!\s+of\b))"
     r"|(?:upped|raised|increased|lowered|reduced)(?:\s+[\w'’£$€]+){0,4}?\s+to\s+[£$€]?\d)"
 )

@@ -46,8 +46,8 @@ def put_past_first(
       places`` said before any of them first said it, on the leader's subject (``subject_match``, token
       vectors, at least ``related``), goes second, below the leader: that one often tells of the change
       and may name what came before ("bought the new car!! the león went") or not ("got offered a job
-      at Fernway Foods"). Measured on bench/updates.py: first place won 10 dev questions and lost 4 of
-      another writer's, second wins 3 and loses none.
+      at Fernway Foods"), and answers with the leader's confidence. Measured on bench/updates.py: first
+      place won 10 dev questions and lost 4 of another writer's, second wins 3 and loses none.
     """
     leader = order[0] if order else None
     if leader is None:
@@ -83,7 +83,9 @@ def put_past_first(
     ]
     chosen = next((c for c in recorded + older if c.final > 0), None)
     if chosen is None and len(order) > 1:
-        _put_second(order, _said_before(order[: 2 * places], _counted_from(query), subject_match, related))
+        return _put_second(
+            order, _said_before(order[: 2 * places], _counted_from(query), subject_match, related)
+        )
     if chosen is None or chosen is leader:
         return {}
     chosen.multipliers["past_lift"] = leader.final / chosen.final * 1.001
@@ -143,9 +145,12 @@ def _said_before(
     return next((c for c in head[1:] if event_time(c.memory) < first and c.final > 0 and on_subject(c)), None)
 
 
-def _put_second(order: list[Candidate], found: Candidate | None) -> None:
-    """Scale ``found`` (``past_lift``) to rank just below the leader."""
-    if found is None or found is order[1]:
-        return
-    found.multipliers["past_lift"] = min(order[1].final * 1.001, order[0].final * 0.999) / found.final
-    order.sort(key=lambda c: -c.final)
+def _put_second(order: list[Candidate], found: Candidate | None) -> dict[str, str]:
+    """Scale ``found`` (``past_lift``) to rank just below the leader; {leader id: its id} (it answers as
+    the leader does: an agent's confidence threshold would drop it otherwise, an outside review), or {}."""
+    if found is None:
+        return {}
+    if found is not order[1]:
+        found.multipliers["past_lift"] = min(order[1].final * 1.001, order[0].final * 0.999) / found.final
+        order.sort(key=lambda c: -c.final)
+    return {order[0].memory.id: found.memory.id}
