@@ -94,14 +94,11 @@ def put_past_first(
 
 
 # what a question counts back from: "before the iPhone"; not "before my current phone" (the live one)
-_BEFORE = re.compile(
-    r"\b(?:before|prior\s+to)\s+(?!(?:(?:the|my|our|this)\s+)?(?:current|new|latest|present)\b)"
-    r"((?:[\w'’-]+\s+){0,2}[\w'’-]+)",
-    re.IGNORECASE,
-)
+_BEFORE_WORD = r"\b(?:before|prior\s+to)\s+(?!(?:(?:the|my|our|this)\s+)?(?:current|new|latest|present)\b)"
+_BEFORE = re.compile(_BEFORE_WORD + r"((?:[\w'’-]+\s+){0,2}[\w'’-]+)", re.IGNORECASE)
 # ... up to the clause's end, and what names no value: how it came ("before he moved to Manchester"),
 # a title ("before Dr Khan"), "one" ("before this one")
-_COUNTED_FROM = re.compile(_BEFORE.pattern.replace("{0,2}", "{0,5}"), re.IGNORECASE)
+_COUNTED_FROM = re.compile(_BEFORE_WORD + r"((?:[\w'’-]+\s+){0,5}[\w'’-]+)", re.IGNORECASE)
 _HOW_IT_CAME = frozenset("bought buying got getting started joined took went one".split())  # noqa: SIM905
 
 

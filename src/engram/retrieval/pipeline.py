@@ -247,7 +247,7 @@ def recall(
             put_askers_below(candidates, asker_ids, max(k, config.rerank_window))  # again, after recency
     if config.current_first and period is not None:  # a fact that held before or after the period named
         put_invalid_below(candidates, period, config.outdated_factor)
-    answers_for: dict[str, str] = {}  # displaced id -> the id that now answers in its place
+    answers_for: dict[str, str] = {}  # id -> an id that answers as it does (in its place, or below it)
     if config.current_first and period is None and asks_about_earlier_state(query):
         answers_for = put_past_first(
             candidates, query, config.replace_margin, config.change_places, subjects, config.related_subject
