@@ -121,6 +121,9 @@ def test_a_turn_that_says_something_changed_is_told_from_chatter():
     assert not announces_change("we live in Bristol btw, old stone terrace")
     assert not announces_change("can I have some more time with the form?")
     assert not announces_change("do you have any more recipes?")
+    # a bare "wrong" or "actually" owns no mistake
+    assert not announces_change("i told you our wedding is 13 dec. wrong, thats her cousin's")
+    assert not announces_change("actually the pasta was lovely")
 
 
 @pytest.mark.parametrize(("change_expected", "old_keeps"), [(True, 0.5), (False, 1.0)])
@@ -1135,6 +1138,11 @@ def test_a_correction_that_names_the_old_value_after_not_replaces_it(eng):
     ("text", "older", "corrected"),
     [
         ("sorry, I got that wrong, it's the 16th of March not the 14th", "her birthday is the 14th", True),
+        (  # a day typed in lower case
+            "sorry, I told you wrong — hana's piano is sundays at 10, not saturdays",
+            "Hana started piano lessons, saturdays at 10",
+            True,
+        ),
         ("correction: the flight leaves at 6:50, not 8:30", "my flight to Rome leaves at 8:30", True),
         ("oops, wrong password earlier, it's bluefalcon23", "our wifi password is bluefalcon22", True),
         ("Leo loves football, but not rugby", "Leo plays rugby on Saturdays", False),  # a liking
