@@ -589,32 +589,6 @@ def test_a_move_the_speaker_announces_replaces_the_leader_only_on_the_same_subje
     assert replaced_on_one_subject([walls, far]) == {}
 
 
-def test_a_query_expecting_a_change_lets_an_announced_change_trail_a_plain_leader_by_twice_the_margin():
-    """ "what night is five-a-side these days?": "footy's switched to thursdays" matches 0.065 below the
-    monday turn, past the margin; the query expects a change and the leader tells of none. A leader
-    that tells of a change itself ("I got promoted!") is a newer state: the margin stays."""
-
-    def replaced(leader_text: str, change_expected: bool) -> dict[str, str]:
-        leader = cand(turn(1, leader_text, 200), final=1.0, late=0.80, dense=0.56)
-        newer = cand(turn(2, "footy's switched to thursdays from this week", 10), 0.6, late=0.735, dense=0.52)
-        return put_current_first(
-            [leader, newer],
-            nothing_superseded,
-            NOW,
-            margin=0.05,
-            outdated=0.5,
-            places=5,
-            change_expected=change_expected,
-            subject_match=lambda n, o: 0.74,
-            related=0.70,
-        )
-
-    plain = "I play five-a-side on monday nights at the leisure centre"
-    assert replaced(plain, change_expected=True) == {turn(1, plain, 200).id: turn(2, "", 10).id}
-    assert replaced(plain, change_expected=False) == {}
-    assert replaced("I got promoted! five-a-side captain now, mondays", change_expected=True) == {}
-
-
 def test_a_change_announced_on_an_unrelated_subject_replaces_nothing():
     """ "which orchestra do I play in now?": the newer turn says something was cancelled, near the
     query, but about health insurance: its token vectors match the orchestra turn 0.66."""

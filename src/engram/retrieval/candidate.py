@@ -82,11 +82,6 @@ def matches_as_well(new: Candidate, old: Candidate, margin: float) -> bool:
     return new.late_raw is not None and old.late_raw is not None and new.late_raw >= old.late_raw - margin
 
 
-def embeds_as_close(new: Candidate, old: Candidate) -> bool:
-    """``new.dense >= old.dense``: the embedder finds the newer row at least as close to the query."""
-    return new.dense_score is not None and old.dense_score is not None and new.dense_score >= old.dense_score
-
-
 def subject_match(dim: int) -> Callable[[Candidate, Candidate], float | None]:
     """How closely two candidates' stored token vectors match each other (``text_similarity``), or None
     without both: how ``currency`` and ``past_first`` tell whether two rows are on one subject."""

@@ -27,9 +27,7 @@ Two kinds of evidence that one candidate replaces another (``recorded_successors
   "switched", "anymore", "sorry ... wrong" ...) on a related subject (token vectors matching at least
   ``related_subject``: a cancelled health insurance is no successor to an orchestra) replaces it if
   late interaction or the embedder finds it at least as close to the query, or if it is among the
-  first ``places`` (settings ``change_places``) within ``margin`` of the leader's raw MaxSim (twice
-  that when the query expects a change and the leader tells of none: "footy's switched to thursdays"
-  under "I play five-a-side on monday nights" for "what night is five-a-side these days?"). Within
+  first ``places`` (settings ``change_places``) within ``margin`` of the leader's raw MaxSim. Within
   twice that margin among those places, more cues count: the speaker saying they changed something
   ("we moved", ``says_own_change``) on the leader's subject (``same_subject``: the README's "we live
   in Bristol btw" -> "we moved to Edinburgh last week!"), calling new what the leader called theirs
@@ -67,7 +65,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 
 from engram.models import EpisodicMemory, Memory, SemanticMemory, event_time
-from engram.retrieval.candidate import Candidate, embeds_as_close, matches_as_well
+from engram.retrieval.candidate import Candidate, matches_as_well
 from engram.retrieval.change_cues import (
     announces_change,
     asks_of_the_rest,
@@ -164,7 +162,6 @@ def announced_successor(
     askers: Collection[str] = (),
     user_id: str | None = None,
     query: str = "",
-    change_expected: bool = False,
 ) -> tuple[str, Candidate] | None:
     """(leader id, the turn that replaces it) by the module docstring's second rule, or None: the leader
     is a turn, or a live fact of ``user_id`` (``own_voice.of_user``), which only the cued turns replace
@@ -202,7 +199,6 @@ def announced_successor(
         and not tells_of_another(c.memory.text, old.memory.text)  # "my husband switched jobs"
         and (turn_led or not (c.memory.id in stated or c.memory.text.rstrip().endswith("?") or agrees(c)))
     ]
-    reach = 2 * margin if change_expected and not announces_change(fact.text) else margin
     announced = [
         c
         for place, c in later
@@ -211,8 +207,8 @@ def announced_successor(
         and _at_least(subject_match(c, old), related, unknown=True)
         and (
             matches_as_well(c, old, 0.0)
-            or embeds_as_close(c, old)
-            or (place < places and matches_as_well(c, old, reach))
+            or _embeds_as_close(c, old)
+            or (place < places and matches_as_well(c, old, margin))
         )
     ]
     cued = [
@@ -304,6 +300,11 @@ def _by_supersession(
     return found
 
 
+def _embeds_as_close(new: Candidate, old: Candidate) -> bool:
+    """``new.dense >= old.dense``: the embedder finds the newer turn at least as close to the query."""
+    return new.dense_score is not None and old.dense_score is not None and new.dense_score >= old.dense_score
+
+
 def put_current_first(
     order: list[Candidate],
     superseded: Callable[[list[str]], list[Memory]],
@@ -334,18 +335,7 @@ def put_current_first(
     changed_query = query if change_expected else None
     recorded = recorded_successors(order, superseded, now, margin, changed_query, stored_match)
     announced = announced_successor(
-        order,
-        now,
-        margin,
-        places,
-        recorded,
-        subject_match,
-        same_subject,
-        related,
-        askers,
-        user_id,
-        query,
-        change_expected,
+        order, now, margin, places, recorded, subject_match, same_subject, related, askers, user_id, query
     )
     if announced and keeps_what_is_asked(announced[1].memory.text, query):  # "..., same flat though"
         announced = None
