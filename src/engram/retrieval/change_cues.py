@@ -35,17 +35,19 @@ PRESENT_WORDS = frozenset("now current currently new these still latest today an
 CHANGE_WORDS = frozenset(
     "moved moving switched switching swapped changed replaced traded upgraded quit promoted adopted sold "  # noqa: SIM905
     "anymore longer instead dropped stopped gave broke cancelled canceled dropping "
-    "stopping relocated relocating resigned".split()
+    "stopping relocated relocating".split()
 )
 # ... as do these phrases ("I'm not vegetarian any more", "oops, it's tulip24", "Biscuit passed away",
 # "down to 88 kg now!", "putting the rent up to £790", "she's upped the amlodipine to 10mg", a job taken or
-# left: "handed my notice in", "said yes to Ffwrn", "accepted the volta agro offer"; not "no more": "works a
+# left: "handed my notice in", "I accepted the volta agro offer", "resigned" (not "handed her notice in",
+# "Tom accepted the job", "resigned to the fact": an outside review); not "no more": "works a
 # treat, no more blinding light" tells what a change did, not what replaced it).
 # "any more" only where a clause ends ("not vegetarian any more,"), not "have you any more recipes?".
 _CHANGE_PHRASE = re.compile(
     r"\b(?:any\s*more(?=\s*(?:[,.;:!?)]|$))|no\s+longer|from\s+now\s+on|oops|passed\s+away"
-    r"|handed\s+(?:in\s+)?(?:my\s+)?notice|said\s+yes\s+to|signed\s+(?:the|my)\s+(?:\w+\s+)?contract"
-    r"|accepted\s+(?:(?:an|the|their|a|his|her)\s+)?(?:[\w&-]+\s+){0,2}?(?:offer|job|position|role|post)\b"
+    r"|handed\s+(?:in\s+)?my\s+notice|signed\s+(?:the|my)\s+(?:\w+\s+)?contract|resigned\b(?!\s+(?:to|myself)\b)"
+    r"|(?:^|[.!?]\s*|\b(?:i|we)(?:'ve|’ve|\s+have)?\s+(?:just\s+|finally\s+)?)accepted\s+"
+    r"(?:(?:an|the|their|a)\s+)?(?:[\w&-]+\s+){0,2}?(?:offer|job|position|role|post)\b"
     r"|(?:up|down)\s+to\s+(?:[£$€]?\d|(?:one|two|three|four|five|six|seven|eight|nine|ten)\b(?!\s+of\b))"
     r"|(?:upped|raised|increased|lowered|reduced)(?:\s+[\w'’£$€]+){0,4}?\s+to\s+[£$€]?\d)"
 )
@@ -122,10 +124,8 @@ _SAID_OTHERWISE = re.compile(
 # A correction that sets a value against the old one: "the 16th, not the 14th", "a Honda Accord - not a
 # Civic", "it's the 16th. Not the 14th": a number or a capitalised name on both sides (not "loving the
 # new job, but not the commute", "Leo loves football, but not rugby", which say what is liked).
-_VALUE = (
-    r"(?:\d{1,2}[:.]\d\d\b|[A-Z][\w-]*|\w*\d\w*"
-    r"|(?:mon|tues|wednes|thurs|fri|satur|sun)days?\b)"  # a day typed in lower case: "sundays, not saturdays"
-)
+_DAY = r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?"  # typed in lower case: "sundays, not saturdays"
+_VALUE = rf"(?:\d{{1,2}}[:.]\d\d\b|[A-Z][\w-]*|\w*\d\w*|{_DAY}\b)"
 _CONTRAST = re.compile(rf"\b{_VALUE}\s*[,;.–—-]?\s+(?:but\s+)?[Nn]ot\s+(?:(?:the|a|an)\s+)?({_VALUE})\b")
 # "same flat though", "still the same job", "still my gp": what a partial update says it kept
 _KEPT = re.compile(
@@ -195,7 +195,7 @@ def announces_change(text: str) -> bool:
     if _TURNED.search(folded) and not re.search(r"\bwhen\s+\w+\s+turned\b", folded):
         return True
     return bool(
-        query_words(text) & CHANGE_WORDS or _CHANGE_PHRASE.search(folded) or _OWNED_MISTAKE.search(folded)
+        query_words(text) & CHANGE_WORDS or _CHANGE_PHRASE.search(folded) or _MISTAKE_TOLD.search(folded)
     )
 
 
@@ -250,10 +250,14 @@ def _said_in(words: Collection[str], older: str) -> bool:
 
 
 # The speaker owning a mistake: "sorry, I got that wrong", "correction:", "I meant", "oops", "my bad"
-_OWNED_MISTAKE = re.compile(
-    r"\b(?:sorry|correction|oops|my\s+(?:bad|mistake)|i\s+meant|mixed\s+(?:it|that|them)\s+up|got\s+(?:it|that)"
-    r"\s+wrong|i\s+was\s+wrong|scratch\s+that|actually\s+no)\b"
+_MISTAKE = (
+    r"correction|oops|my\s+(?:bad|mistake)|i\s+meant|mixed\s+(?:it|that|them)\s+up|got\s+(?:it|that)\s+wrong"
+    r"|i\s+was\s+wrong|scratch\s+that|actually\s+no"
 )
+_OWNED_MISTAKE = re.compile(rf"\b(?:sorry|{_MISTAKE})\b")
+# ... as a change, not an apology ("sorry to hear about your dog", "sorry I missed the gym friday": an
+# outside review): "sorry" only a few words before "wrong", "meant", "mistake" or "it's"
+_MISTAKE_TOLD = re.compile(rf"\b(?:sorry\W+(?:\w+\W+){{0,3}}?(?:wrong|meant|mistake|it['’]?s)|{_MISTAKE})\b")
 # ... naming what was wrong: "I gave you the wrong date", "wrong password earlier"; not "they sent the
 # wrong size", "got on the wrong train"
 _WRONG = re.compile(
@@ -272,6 +276,9 @@ def corrects(text: str, older: str) -> bool:
     mistake owned; ("they sent the wrong size again", "my shoe size is 9") -> False."""
     folded = text.casefold()
     contrasted = [w.casefold() for w in _CONTRAST.findall(text)] if _OWNED_MISTAKE.search(folded) else []
+    if contrasted and all(re.fullmatch(_DAY, w) for w in contrasted):  # a day names no subject: say one too
+        said = [w for w in re.findall(r"\w+", folded) if is_content_word(w) and not re.fullmatch(_DAY, w)]
+        contrasted = contrasted if _said_in(said, older) else []
     wrong = [w for found in _WRONG.findall(folded) for w in found if w and is_content_word(w)]
     return _said_in(contrasted + wrong, older)
 

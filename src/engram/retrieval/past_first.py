@@ -83,9 +83,8 @@ def put_past_first(
     ]
     chosen = next((c for c in recorded + older if c.final > 0), None)
     if chosen is None and len(order) > 1:
-        return _put_second(
-            order, _said_before(order[: 2 * places], _counted_from(query), subject_match, related)
-        )
+        found = _said_before(order[: 2 * places], _counted_from(query), subject_match, related)
+        return _put_second(order, found, margin)
     if chosen is None or chosen is leader:
         return {}
     chosen.multipliers["past_lift"] = leader.final / chosen.final * 1.001
@@ -142,12 +141,15 @@ def _said_before(
     return next((c for c in head[1:] if event_time(c.memory) < first and c.final > 0 and on_subject(c)), None)
 
 
-def _put_second(order: list[Candidate], found: Candidate | None) -> dict[str, str]:
-    """Scale ``found`` (``past_lift``) to rank just below the leader; {leader id: its id} (it answers as
-    the leader does: an agent's confidence threshold would drop it otherwise, an outside review), or {}."""
+def _put_second(order: list[Candidate], found: Candidate | None, margin: float) -> dict[str, str]:
+    """Scale ``found`` (``past_lift``) to rank just below the leader; {leader id: its id} when it sits
+    second and matches the query within twice ``margin`` of the leader (raw MaxSim): it answers as the
+    leader does, which an agent's confidence threshold would miss otherwise; not for "had a lovely
+    roast at my mum's today", which token vectors put on a job's subject (outside reviews)."""
     if found is None:
         return {}
     if found is not order[1]:
         found.multipliers["past_lift"] = min(order[1].final * 1.001, order[0].final * 0.999) / found.final
         order.sort(key=lambda c: -c.final)
-    return {order[0].memory.id: found.memory.id}
+    near = found is order[1] and matches_as_well(found, order[0], 2 * margin)
+    return {order[0].memory.id: found.memory.id} if near else {}
