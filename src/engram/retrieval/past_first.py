@@ -46,8 +46,9 @@ def put_past_first(
       places`` said before any of them first said it, on the leader's subject (``subject_match``, token
       vectors, at least ``related``), goes second, below the leader: that one often tells of the change
       and may name what came before ("bought the new car!! the león went") or not ("got offered a job
-      at Fernway Foods"), and answers with the leader's confidence. Measured on bench/updates.py: first
-      place won 10 dev questions and lost 4 of another writer's, second wins 3 and loses none.
+      at Fernway Foods"), with the leader's confidence when it is near the query (``_put_second``).
+      Measured on bench/updates.py: first place won 10 dev questions and lost 4 of another writer's,
+      second wins 3 and loses none.
     """
     leader = order[0] if order else None
     if leader is None:
