@@ -28,7 +28,7 @@ PAST_WORDS = EARLIER_STATE_WORDS | PAST_TENSE | frozenset(("first", "ever"))
 # ... unless it also says it wants the present ("what did I say my new address was?").
 PRESENT_WORDS = frozenset("now current currently new these still latest today anymore instead".split())  # noqa: SIM905
 # A turn with one of these announces a change ("we moved...", "switched to", "no more nights"), as does
-# one owning a mistake (``_OWNED_MISTAKE``: "sorry, I got it wrong"; not a bare "wrong" or "actually":
+# one owning a mistake (``_MISTAKE_TOLD``: "sorry, I got it wrong"; not a bare "wrong" or "actually":
 # "i told you our wedding is 13 dec. wrong, thats her cousin's" changed no football night). Without
 # this test, any newer turn that matched as well replaced the top one, and the "unchanged" questions of
 # bench/updates.py lost most of their R@1 to newer chatter (docs/benchmarks.md).
@@ -189,7 +189,7 @@ def expects_change(query: str) -> bool:
 
 def announces_change(text: str) -> bool:
     """Whether a turn says that something changed (``CHANGE_WORDS``, ``_CHANGE_PHRASE``) or owns a mistake
-    (``_OWNED_MISTAKE``). Examples: "we moved to Edinburgh last week!", "I'm not vegetarian any more",
+    (``_MISTAKE_TOLD``). Examples: "we moved to Edinburgh last week!", "I'm not vegetarian any more",
     "sorry I got it wrong, it's thursdays" -> True; "we live in Bristol" -> False."""
     folded = text.casefold()
     if _TURNED.search(folded) and not re.search(r"\bwhen\s+\w+\s+turned\b", folded):

@@ -100,6 +100,7 @@ _BEFORE = re.compile(_BEFORE_WORD + r"((?:[\w'’-]+\s+){0,2}[\w'’-]+)", re.IG
 # a title ("before Dr Khan"), "one" ("before this one")
 _COUNTED_FROM = re.compile(_BEFORE_WORD + r"((?:[\w'’-]+\s+){0,5}[\w'’-]+)", re.IGNORECASE)
 _HOW_IT_CAME = frozenset("bought buying got getting started joined took went one".split())  # noqa: SIM905
+_NAMES_NO_VALUE = _HOW_IT_CAME | CHANGE_WORDS | NAME_TITLES
 
 
 def _named_after_before(query: str) -> set[str]:
@@ -113,9 +114,7 @@ def _counted_from(query: str) -> set[str]:
     """The stems (``content_stems``) of the value a question counts back from, without how it came:
     "where did I live before moving in with nico?" -> {"nico"}; "before I moved" -> set()."""
     words = (w for found in _COUNTED_FROM.findall(query) for w in found.split())
-    return content_stems(
-        " ".join(w for w in words if w.lower() not in _HOW_IT_CAME | CHANGE_WORDS | NAME_TITLES)
-    )
+    return content_stems(" ".join(w for w in words if w.lower() not in _NAMES_NO_VALUE))
 
 
 def _said_before(
